@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <prizma/result.hpp>
+#include <prizma/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace prizma {
+
+/// What a transport can do; constant for the transport's lifetime.
+struct TransportCaps {
+    std::size_t max_datagram = 0;  ///< largest PGM packet (bytes) one datagram carries
+    std::size_t max_tx_batch = 0;  ///< most packets one send_batch() call accepts
+    std::size_t headroom = 0;      ///< bytes in front of each received datagram (40 = UD GRH)
+};
+
+/// Where a packet goes.
+enum class Route : std::uint8_t {
+    downstream,  ///< to the channel's group (ODATA, RDATA, SPM, NCF, multicast SPMR)
+    unicast,     ///< to `TxPacket::to` (NAK, unicast SPMR)
+};
+
+/// One datagram to send: header + payload, gathered without a copy (iovec pair / two SGEs).
+struct TxPacket {
+    std::span<const std::byte> header;
+    std::span<const std::byte> payload;
+    Route route = Route::downstream;
+    Endpoint to{};  ///< meaningful for Route::unicast
+};
+
+/// One received datagram, in transport-owned memory.
+struct RxPacket {
+    std::span<const std::byte> data;  ///< the PGM packet (headroom already skipped)
+    Endpoint from{};                  ///< sender's transport address
+    std::int64_t rx_time_ns = 0;      ///< receive timestamp if known, else 0
+};
+
+/// A datagram transport. Non-blocking. Every method is called from one thread (the owner
+/// thread of the Context that uses it); none is thread-safe.
+class Transport {
+public:
+    Transport() = default;
+    Transport(const Transport&) = delete;
+    Transport& operator=(const Transport&) = delete;
+    Transport(Transport&&) = delete;
+    Transport& operator=(Transport&&) = delete;
+    virtual ~Transport() = default;
+
+    /// Short scheme name, e.g. "udp", "verbs", "mem".
+    [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+    [[nodiscard]] virtual TransportCaps caps() const noexcept = 0;
+    /// Queues up to packets.size() datagrams; returns how many were accepted. Fewer than
+    /// requested means the device queue is full (retry later), not an error. The spans need
+    /// to stay valid only for the duration of the call.
+    [[nodiscard]] virtual Result<std::size_t> send_batch(
+        std::span<const TxPacket> packets) noexcept = 0;
+    /// Fills `out` with arrived datagrams; never blocks. The data spans stay valid until
+    /// release_rx() is called; poll_rx() must not be called again before that.
+    [[nodiscard]] virtual Result<std::size_t> poll_rx(std::span<RxPacket> out) noexcept = 0;
+    /// Returns the buffers of the `count` datagrams handed out by the last poll_rx().
+    virtual void release_rx(std::size_t count) noexcept = 0;
+    /// An fd that becomes readable when poll_rx() would make progress (after arm_wakeup());
+    /// -1 when the transport can only be busy-polled.
+    [[nodiscard]] virtual int wakeup_fd() const noexcept = 0;
+    [[nodiscard]] virtual Result<void> arm_wakeup() noexcept = 0;
+};
+
+}  // namespace prizma

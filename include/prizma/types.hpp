@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace prizma {
+
+/// Global Source Identifier (RFC 3208 §3.1): 48 bits, unique per source host/application.
+struct Gsi {
+    std::array<std::uint8_t, 6> bytes{};
+    friend bool operator==(const Gsi&, const Gsi&) = default;
+};
+
+/// Transport Session Identifier = GSI + PGM source port (RFC 3208 §3.1). Identifies a source.
+struct Tsi {
+    Gsi gsi{};
+    std::uint16_t sport = 0;
+    friend bool operator==(const Tsi&, const Tsi&) = default;
+};
+
+/// A transport-level address, opaque to the protocol core. Each transport defines what the
+/// bytes mean (UDP: IPv4/IPv6 + port; verbs: GID + QPN; memory: endpoint id).
+struct Endpoint {
+    std::uint16_t family = 0;  ///< transport-defined; 0 = none
+    std::uint16_t port = 0;    ///< UDP port, or 0
+    std::uint32_t qpn = 0;     ///< verbs QP number, or 0
+    std::array<std::uint8_t, 16> addr{};
+    friend bool operator==(const Endpoint&, const Endpoint&) = default;
+};
+
+}  // namespace prizma

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "lib/pgm/checksum.hpp"
+
+#include <bit>
+#include <cstring>
+
+#include "lib/pgm/bytes.hpp"
+
+namespace prizma::pgm {
+namespace {
+
+std::uint16_t fold64(std::uint64_t s) noexcept {
+    s = (s & 0xffffffffU) + (s >> 32U);
+    s = (s & 0xffffffffU) + (s >> 32U);
+    s = (s & 0xffffU) + (s >> 16U);
+    s = (s & 0xffffU) + (s >> 16U);
+    s = (s & 0xffffU) + (s >> 16U);
+    return static_cast<std::uint16_t>(s);
+}
+
+// Native-order ones'-complement sum, 8 bytes per step with four independent accumulators
+// (32-bit halves added into 64-bit sums never overflow for any datagram size).
+std::uint64_t sum_native(const std::byte* p, std::size_t n) noexcept {
+    std::uint64_t a = 0;
+    std::uint64_t b = 0;
+    while (n >= 32) {
+        std::uint64_t w[4];
+        std::memcpy(w, p, sizeof w);
+        a += (w[0] & 0xffffffffU) + (w[0] >> 32U) + (w[1] & 0xffffffffU) + (w[1] >> 32U);
+        b += (w[2] & 0xffffffffU) + (w[2] >> 32U) + (w[3] & 0xffffffffU) + (w[3] >> 32U);
+        p += 32;
+        n -= 32;
+    }
+    while (n >= 8) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, p, sizeof w);
+        a += (w & 0xffffffffU) + (w >> 32U);
+        p += 8;
+        n -= 8;
+    }
+    if (n >= 4) {
+        std::uint32_t w = 0;
+        std::memcpy(&w, p, sizeof w);
+        b += w;
+        p += 4;
+        n -= 4;
+    }
+    if (n >= 2) {
+        std::uint16_t w = 0;
+        std::memcpy(&w, p, sizeof w);
+        a += w;
+        p += 2;
+        n -= 2;
+    }
+    if (n == 1) {
+        // The odd last byte is the high byte of a big-endian word padded with zero.
+        const std::uint8_t last = std::to_integer<std::uint8_t>(*p);
+        if constexpr (std::endian::native == std::endian::little) {
+            b += last;
+        } else {
+            b += static_cast<std::uint64_t>(last) << 8U;
+        }
+    }
+    return (a & 0xffffffffU) + (a >> 32U) + (b & 0xffffffffU) + (b >> 32U);
+}
+
+}  // namespace
+
+std::uint16_t csum_partial(std::span<const std::byte> data, std::uint16_t initial) noexcept {
+    std::uint16_t native = fold64(sum_native(data.data(), data.size()));
+    if constexpr (std::endian::native == std::endian::little) {
+        native = bswap16(native);  // RFC 1071 §2(B): byte order independence
+    }
+    return csum_add(initial, native);
+}
+
+std::uint16_t csum_add(std::uint16_t a, std::uint16_t b, bool b_offset_odd) noexcept {
+    if (b_offset_odd) {
+        b = bswap16(b);
+    }
+    std::uint32_t s = static_cast<std::uint32_t>(a) + b;
+    s = (s & 0xffffU) + (s >> 16U);
+    return static_cast<std::uint16_t>(s);
+}
+
+std::uint16_t csum_finish(std::uint16_t sum) noexcept {
+    const auto c = static_cast<std::uint16_t>(~sum);
+    return c == 0 ? std::uint16_t{0xffff} : c;
+}
+
+bool csum_verify(std::span<const std::byte> packet) noexcept {
+    return csum_partial(packet) == 0xffff;
+}
+
+std::uint16_t csum_update16(std::uint16_t hc, std::uint16_t old_word, std::uint16_t new_word) noexcept {
+    // HC' = ~(~HC + ~m + m')
+    std::uint32_t s = static_cast<std::uint16_t>(~hc);
+    s += static_cast<std::uint16_t>(~old_word);
+    s += new_word;
+    s = (s & 0xffffU) + (s >> 16U);
+    s = (s & 0xffffU) + (s >> 16U);
+    return static_cast<std::uint16_t>(~s);
+}
+
+std::uint16_t csum_reference(std::span<const std::byte> data) noexcept {
+    std::uint32_t s = 0;
+    std::size_t i = 0;
+    for (; i + 1 < data.size(); i += 2) {
+        s += load_be16(data.data() + i);
+    }
+    if (i < data.size()) {
+        s += static_cast<std::uint32_t>(std::to_integer<std::uint8_t>(data[i])) << 8U;
+    }
+    while ((s >> 16U) != 0) {
+        s = (s & 0xffffU) + (s >> 16U);
+    }
+    return static_cast<std::uint16_t>(s);
+}
+
+}  // namespace prizma::pgm

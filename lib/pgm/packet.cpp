@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "lib/pgm/packet.hpp"
+
+#include <cstring>
+
+#include "lib/pgm/bytes.hpp"
+#include "lib/pgm/checksum.hpp"
+
+namespace prizma::pgm {
+namespace {
+
+bool is_known_type(std::uint8_t t) noexcept {
+    switch (t) {
+        case 0x00:
+        case 0x01:
+        case 0x02:
+        case 0x04:
+        case 0x05:
+        case 0x08:
+        case 0x09:
+        case 0x0a:
+        case 0x0c:
+        case 0x0d: return true;
+        default: return false;
+    }
+}
+
+// Reads AFI(2) reserved(2) NLA at `off`; advances `off`.
+ParseStatus read_nla(std::span<const std::byte> d, std::size_t& off, Nla& out) noexcept {
+    if (d.size() < off + 4) {
+        return ParseStatus::truncated;
+    }
+    out.afi = load_be16(d.data() + off);
+    if (out.afi != kAfiIpv4 && out.afi != kAfiIpv6) {
+        return ParseStatus::bad_afi;
+    }
+    const std::size_t n = out.size();
+    if (d.size() < off + 4 + n) {
+        return ParseStatus::truncated;
+    }
+    std::memcpy(out.addr.data(), d.data() + off + 4, n);
+    off += 4 + n;
+    return ParseStatus::ok;
+}
+
+// RFC 3208 §9: OPT_LENGTH first (its value = total bytes of all options), then TLVs, the last
+// one with OPT_END. Every length is checked against the bytes that are really there.
+ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options& o) noexcept {
+    if (d.size() < off + 4) {
+        return ParseStatus::truncated;
+    }
+    const auto first_type = std::to_integer<std::uint8_t>(d[off]);
+    const auto first_len = std::to_integer<std::uint8_t>(d[off + 1]);
+    if ((first_type & 0x7fU) != static_cast<std::uint8_t>(OptionType::length) || first_len != 4) {
+        return ParseStatus::bad_options;
+    }
+    const std::uint16_t total = load_be16(d.data() + off + 2);
+    if (total < 8 || d.size() < off + total) {
+        // At least OPT_LENGTH plus one real option; lying totals past the datagram are refused.
+        return total < 8 ? ParseStatus::bad_options : ParseStatus::truncated;
+    }
+    o.total_length = total;
+    const std::size_t end = off + total;
+    std::size_t p = off + 4;
+    std::size_t count = 1;
+    bool saw_end = false;
+    while (p < end) {
+        if (end - p < 4 || saw_end || ++count > kMaxOptions) {
+            return ParseStatus::bad_options;
+        }
+        const auto type_byte = std::to_integer<std::uint8_t>(d[p]);
+        const std::size_t len = std::to_integer<std::uint8_t>(d[p + 1]);
+        if (len < 4 || len > end - p) {
+            return ParseStatus::bad_options;  // zero/short lengths would loop or overrun
+        }
+        saw_end = (type_byte & kOptEnd) != 0;
+        const std::byte* body = d.data() + p;
+        // The OPX/U byte (body[2]) is ignored on known options: OpenPGM leaves it
+        // uninitialised on OPT_FRAGMENT (openpgm.md §6).
+        switch (static_cast<OptionType>(type_byte & 0x7fU)) {
+            case OptionType::length: return ParseStatus::bad_options;  // only once, first
+            case OptionType::fragment:
+                if (len != 16 || o.has_fragment) {
+                    return ParseStatus::bad_options;
+                }
+                o.has_fragment = true;
+                o.fragment.first_sqn = Sqn{load_be32(body + 4)};
+                o.fragment.offset = load_be32(body + 8);
+                o.fragment.apdu_length = load_be32(body + 12);
+                break;
+            case OptionType::nak_list: {
+                const std::size_t n = (len - 4) / 4;
+                if ((len - 4) % 4 != 0 || n == 0 || n > kMaxNakList || o.nak_list != nullptr) {
+                    return ParseStatus::bad_options;
+                }
+                o.nak_list = body + 4;
+                o.nak_list_count = static_cast<std::uint8_t>(n);
+                break;
+            }
+            case OptionType::join:
+                if (len != 8) {
+                    return ParseStatus::bad_options;
+                }
+                o.has_join = true;
+                o.join_min = Sqn{load_be32(body + 4)};
+                break;
+            case OptionType::syn: o.syn = true; break;
+            case OptionType::fin: o.fin = true; break;
+            case OptionType::rst: {
+                o.rst = true;
+                const auto b = std::to_integer<std::uint8_t>(body[3]);
+                o.rst_n = (b & 0x80U) != 0;
+                o.rst_code = static_cast<std::uint8_t>(b & 0x3fU);
+                break;
+            }
+            default: ++o.unknown_count; break;
+        }
+        p += len;
+    }
+    if (!saw_end) {
+        return ParseStatus::bad_options;
+    }
+    off = end;
+    return ParseStatus::ok;
+}
+
+}  // namespace
+
+Sqn Options::nak_list_at(std::size_t i) const noexcept { return Sqn{load_be32(nak_list + 4 * i)}; }
+
+Tsi Packet::source_tsi() const noexcept {
+    return Tsi{gsi, is_upstream() ? dport : sport};
+}
+
+const char* to_string(ParseStatus s) noexcept {
+    switch (s) {
+        case ParseStatus::ok: return "ok";
+        case ParseStatus::truncated: return "truncated";
+        case ParseStatus::bad_type: return "bad type";
+        case ParseStatus::bad_checksum: return "bad checksum";
+        case ParseStatus::zero_checksum: return "zero checksum on data";
+        case ParseStatus::bad_options: return "bad options";
+        case ParseStatus::bad_afi: return "bad AFI";
+        case ParseStatus::bad_length: return "bad TSDU length";
+    }
+    return "?";
+}
+
+ParseStatus parse(std::span<const std::byte> d, Packet& out, const ParseConfig& cfg) noexcept {
+    if (d.size() < kHeaderBytes) {
+        return ParseStatus::truncated;
+    }
+    const std::byte* h = d.data();
+    const auto type_byte = std::to_integer<std::uint8_t>(h[4]);
+    if (!is_known_type(type_byte)) {
+        return ParseStatus::bad_type;
+    }
+    out = Packet{};
+    out.sport = load_be16(h);
+    out.dport = load_be16(h + 2);
+    out.type = static_cast<PacketType>(type_byte);
+    out.options_byte = std::to_integer<std::uint8_t>(h[5]);
+    out.checksum = load_be16(h + 6);
+    std::memcpy(out.gsi.bytes.data(), h + 8, 6);
+    out.tsdu_length = load_be16(h + 14);
+    out.raw = d;
+
+    const bool is_data = out.type == PacketType::odata || out.type == PacketType::rdata;
+    if (out.checksum == 0) {
+        if (is_data && !cfg.allow_zero_data_checksum) {
+            return ParseStatus::zero_checksum;  // RFC 3208 §8: mandatory on ODATA/RDATA
+        }
+    } else if (cfg.verify_checksum && !csum_verify(d)) {
+        return ParseStatus::bad_checksum;
+    }
+
+    std::size_t off = kHeaderBytes;
+    ParseStatus st = ParseStatus::ok;
+    switch (out.type) {
+        case PacketType::spm:
+            if (d.size() < off + 12) {
+                return ParseStatus::truncated;
+            }
+            out.sqn = Sqn{load_be32(h + off)};
+            out.trail = Sqn{load_be32(h + off + 4)};
+            out.lead = Sqn{load_be32(h + off + 8)};
+            off += 12;
+            st = read_nla(d, off, out.nla);
+            break;
+        case PacketType::odata:
+        case PacketType::rdata:
+            if (d.size() < off + 8) {
+                return ParseStatus::truncated;
+            }
+            out.sqn = Sqn{load_be32(h + off)};
+            out.trail = Sqn{load_be32(h + off + 4)};
+            off += 8;
+            break;
+        case PacketType::nak:
+        case PacketType::nnak:
+        case PacketType::ncf:
+            if (d.size() < off + 4) {
+                return ParseStatus::truncated;
+            }
+            out.sqn = Sqn{load_be32(h + off)};
+            off += 4;
+            st = read_nla(d, off, out.nla);
+            if (st == ParseStatus::ok) {
+                st = read_nla(d, off, out.group);
+            }
+            break;
+        case PacketType::poll:
+        case PacketType::polr:
+        case PacketType::ack:
+            // Parsed as header only and ignored by the protocol (issue: POLL/POLR ignored).
+            return ParseStatus::ok;
+        case PacketType::spmr: break;
+    }
+    if (st != ParseStatus::ok) {
+        return st;
+    }
+    if ((out.options_byte & kOptPresent) != 0) {
+        st = read_options(d, off, out.opts);
+        if (st != ParseStatus::ok) {
+            return st;
+        }
+    }
+    const std::size_t rest = d.size() - off;
+    if (out.tsdu_length != rest) {
+        return ParseStatus::bad_length;
+    }
+    if (out.opts.has_fragment) {
+        const auto& f = out.opts.fragment;
+        if (f.apdu_length == 0 || f.offset > f.apdu_length || rest > f.apdu_length - f.offset) {
+            return ParseStatus::bad_options;
+        }
+    }
+    out.payload = d.subspan(off);
+    return ParseStatus::ok;
+}
+
+namespace {
+
+std::size_t fixed_part(const PacketSpec& s) noexcept {
+    switch (s.type) {
+        case PacketType::spm: return 12 + 4 + s.nla.size();
+        case PacketType::odata:
+        case PacketType::rdata: return 8;
+        case PacketType::nak:
+        case PacketType::nnak:
+        case PacketType::ncf: return 4 + 4 + s.nla.size() + 4 + s.group.size();
+        default: return 0;
+    }
+}
+
+std::size_t options_part(const PacketSpec& s) noexcept {
+    std::size_t n = 0;
+    if (s.fragment != nullptr) {
+        n += 16;
+    }
+    if (!s.nak_list.empty()) {
+        n += 4 + 4 * s.nak_list.size();
+    }
+    if (s.join_min != nullptr) {
+        n += 8;
+    }
+    n += (s.syn ? 4U : 0U) + (s.fin ? 4U : 0U) + (s.rst ? 4U : 0U);
+    return n == 0 ? 0 : n + 4;  // + OPT_LENGTH
+}
+
+void write_nla(std::byte* p, const Nla& n) noexcept {
+    store_be16(p, n.afi);
+    store_be16(p + 2, 0);
+    std::memcpy(p + 4, n.addr.data(), n.size());
+}
+
+std::byte* opt_header(std::byte* p, OptionType t, std::uint8_t len, std::byte*& last) noexcept {
+    p[0] = static_cast<std::byte>(t);
+    p[1] = static_cast<std::byte>(len);
+    p[2] = std::byte{0};
+    p[3] = std::byte{0};
+    last = p;
+    return p;
+}
+
+}  // namespace
+
+std::size_t encoded_size(const PacketSpec& s) noexcept {
+    return kHeaderBytes + fixed_part(s) + options_part(s);
+}
+
+std::size_t encode(std::span<std::byte> out, const PacketSpec& s) noexcept {
+    const std::size_t total = encoded_size(s);
+    const bool nla_ok = (s.nla.afi == kAfiIpv4 || s.nla.afi == kAfiIpv6);
+    const bool grp_ok = (s.group.afi == kAfiIpv4 || s.group.afi == kAfiIpv6);
+    const bool needs_nla = s.type == PacketType::spm || s.type == PacketType::nak
+                           || s.type == PacketType::nnak || s.type == PacketType::ncf;
+    const bool needs_grp = needs_nla && s.type != PacketType::spm;
+    if (out.size() < total || s.nak_list.size() > kMaxNakList || (needs_nla && !nla_ok)
+        || (needs_grp && !grp_ok)) {
+        return 0;
+    }
+    std::byte* p = out.data();
+    const std::size_t opt_bytes = options_part(s);
+    std::uint8_t options_byte = 0;
+    if (opt_bytes != 0) {
+        options_byte = kOptPresent;
+        if (!s.nak_list.empty()) {
+            options_byte |= kOptNetwork;
+        }
+    }
+    store_be16(p, s.sport);
+    store_be16(p + 2, s.dport);
+    p[4] = static_cast<std::byte>(s.type);
+    p[5] = static_cast<std::byte>(options_byte);
+    store_be16(p + 6, 0);
+    std::memcpy(p + 8, s.gsi.bytes.data(), 6);
+    store_be16(p + 14, s.tsdu_length);
+    std::byte* q = p + kHeaderBytes;
+    switch (s.type) {
+        case PacketType::spm:
+            store_be32(q, s.sqn.value);
+            store_be32(q + 4, s.trail.value);
+            store_be32(q + 8, s.lead.value);
+            write_nla(q + 12, s.nla);
+            break;
+        case PacketType::odata:
+        case PacketType::rdata:
+            store_be32(q, s.sqn.value);
+            store_be32(q + 4, s.trail.value);
+            break;
+        case PacketType::nak:
+        case PacketType::nnak:
+        case PacketType::ncf:
+            store_be32(q, s.sqn.value);
+            write_nla(q + 4, s.nla);
+            write_nla(q + 8 + s.nla.size(), s.group);
+            break;
+        default: break;
+    }
+    q += fixed_part(s);
+    if (opt_bytes != 0) {
+        std::byte* last = nullptr;
+        opt_header(q, OptionType::length, 4, last);
+        store_be16(q + 2, static_cast<std::uint16_t>(opt_bytes));
+        q += 4;
+        if (s.fragment != nullptr) {
+            opt_header(q, OptionType::fragment, 16, last);
+            store_be32(q + 4, s.fragment->first_sqn.value);
+            store_be32(q + 8, s.fragment->offset);
+            store_be32(q + 12, s.fragment->apdu_length);
+            q += 16;
+        }
+        if (!s.nak_list.empty()) {
+            const auto len = static_cast<std::uint8_t>(4 + 4 * s.nak_list.size());
+            opt_header(q, OptionType::nak_list, len, last);
+            for (std::size_t i = 0; i < s.nak_list.size(); ++i) {
+                store_be32(q + 4 + 4 * i, s.nak_list[i].value);
+            }
+            q += len;
+        }
+        if (s.join_min != nullptr) {
+            opt_header(q, OptionType::join, 8, last);
+            store_be32(q + 4, s.join_min->value);
+            q += 8;
+        }
+        if (s.syn) {
+            opt_header(q, OptionType::syn, 4, last);
+            q += 4;
+        }
+        if (s.fin) {
+            opt_header(q, OptionType::fin, 4, last);
+            q += 4;
+        }
+        if (s.rst) {
+            opt_header(q, OptionType::rst, 4, last);
+            q[3] = static_cast<std::byte>(s.rst_code & 0x3fU);
+            q += 4;
+        }
+        *last |= std::byte{kOptEnd};
+    }
+    return total;
+}
+
+void store_checksum(std::span<std::byte> header, std::uint16_t payload_sum) noexcept {
+    store_be16(header.data() + 6, 0);
+    // Header + options are always a multiple of 4 bytes, so the payload starts at an even offset.
+    const std::uint16_t sum = csum_add(csum_partial(header), payload_sum);
+    store_be16(header.data() + 6, csum_finish(sum));
+}
+
+}  // namespace prizma::pgm

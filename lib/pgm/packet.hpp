@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <prizma/types.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "lib/pgm/sqn.hpp"
+
+// PGM packet views and writers (RFC 3208 §8 packets, §9 options), as OpenPGM and Wireshark
+// read them. Every field is read through bounds-checked big-endian loads; nothing is cast.
+namespace prizma::pgm {
+
+/// RFC 3208 §8: the common header is 16 bytes.
+inline constexpr std::size_t kHeaderBytes = 16;
+/// RFC 3208 §8.2: data SQN + TRAIL follow the header in ODATA/RDATA.
+inline constexpr std::size_t kDataHeaderBytes = kHeaderBytes + 8;
+/// RFC 3208 §9.3: at most 62 sequence numbers in OPT_NAK_LIST (plus the NAK's own).
+inline constexpr std::size_t kMaxNakList = 62;
+/// RFC 3208 §9: at most 16 options per packet.
+inline constexpr std::size_t kMaxOptions = 16;
+/// OpenPGM PGM_MAX_APDU / PGM_MAX_FRAGMENTS.
+inline constexpr std::size_t kMaxApduBytes = 65535;
+inline constexpr std::size_t kMaxFragments = 16;
+/// OPT_LENGTH (4) + OPT_FRAGMENT (16): what a fragment adds to an ODATA header.
+inline constexpr std::size_t kFragmentOptionBytes = 20;
+
+/// RFC 3208 §8 packet types (low nibble; version bits are zero).
+enum class PacketType : std::uint8_t {
+    spm = 0x00,
+    poll = 0x01,
+    polr = 0x02,
+    odata = 0x04,
+    rdata = 0x05,
+    nak = 0x08,
+    nnak = 0x09,
+    ncf = 0x0a,
+    spmr = 0x0c,
+    ack = 0x0d,  // PGMCC (OpenPGM extension): parsed as header only and ignored
+};
+
+/// Options-byte bits as OpenPGM (packet.h) and Wireshark read them (LSB first).
+inline constexpr std::uint8_t kOptPresent = 0x01;
+inline constexpr std::uint8_t kOptNetwork = 0x02;
+inline constexpr std::uint8_t kOptVarPktlen = 0x40;
+inline constexpr std::uint8_t kOptParity = 0x80;
+
+/// RFC 3208 §9 option types; bit 7 of the type byte is OPT_END.
+inline constexpr std::uint8_t kOptEnd = 0x80;
+enum class OptionType : std::uint8_t {
+    length = 0x00,
+    fragment = 0x01,
+    nak_list = 0x02,
+    join = 0x03,
+    syn = 0x0d,
+    fin = 0x0e,
+    rst = 0x0f,
+};
+
+/// Network Layer Address with its RFC 1700 AFI: 1 = IPv4 (4 bytes), 2 = IPv6 (16 bytes, also
+/// used for InfiniBand/RoCE GIDs).
+struct Nla {
+    std::uint16_t afi = 0;
+    std::array<std::uint8_t, 16> addr{};
+    friend bool operator==(const Nla&, const Nla&) = default;
+    [[nodiscard]] std::size_t size() const noexcept { return afi == 1 ? 4 : 16; }
+    static Nla ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) noexcept {
+        Nla n;
+        n.afi = 1;
+        n.addr[0] = a;
+        n.addr[1] = b;
+        n.addr[2] = c;
+        n.addr[3] = d;
+        return n;
+    }
+};
+inline constexpr std::uint16_t kAfiIpv4 = 1;
+inline constexpr std::uint16_t kAfiIpv6 = 2;
+
+/// OPT_FRAGMENT contents (RFC 3208 §9.2; 16 bytes with its header, as OpenPGM sends it).
+struct FragmentInfo {
+    Sqn first_sqn{};
+    std::uint32_t offset = 0;
+    std::uint32_t apdu_length = 0;
+};
+
+/// The options of one packet, parsed. NAK list entries are read from the packet in place.
+struct Options {
+    std::uint16_t total_length = 0;  ///< OPT_LENGTH value (0 when no options)
+    bool has_fragment = false;
+    bool has_join = false;
+    bool syn = false;
+    bool fin = false;
+    bool rst = false;
+    bool rst_n = false;
+    std::uint8_t rst_code = 0;
+    std::uint8_t nak_list_count = 0;
+    std::uint8_t unknown_count = 0;  ///< options skipped by length
+    FragmentInfo fragment{};
+    Sqn join_min{};
+    const std::byte* nak_list = nullptr;  ///< nak_list_count big-endian u32s
+
+    [[nodiscard]] Sqn nak_list_at(std::size_t i) const noexcept;
+};
+
+/// A parsed, validated packet. Spans point into the buffer given to parse().
+struct Packet {
+    std::uint16_t sport = 0;
+    std::uint16_t dport = 0;
+    PacketType type = PacketType::spm;
+    std::uint8_t options_byte = 0;
+    std::uint16_t checksum = 0;
+    Gsi gsi{};
+    std::uint16_t tsdu_length = 0;
+    Sqn sqn{};    ///< SPM: spm_sqn; ODATA/RDATA: data sqn; NAK/NNAK/NCF: requested sqn
+    Sqn trail{};  ///< SPM, ODATA, RDATA
+    Sqn lead{};   ///< SPM
+    Nla nla{};    ///< SPM: path NLA; NAK/NNAK/NCF: source NLA
+    Nla group{};  ///< NAK/NNAK/NCF: multicast group NLA
+    Options opts{};
+    std::span<const std::byte> payload;
+    std::span<const std::byte> raw;
+
+    /// The TSI of the source this packet concerns: downstream packets carry it as
+    /// (GSI, sport); upstream ones (NAK, NNAK, SPMR) as (GSI, dport).
+    [[nodiscard]] Tsi source_tsi() const noexcept;
+    [[nodiscard]] bool is_upstream() const noexcept {
+        return type == PacketType::nak || type == PacketType::nnak || type == PacketType::spmr;
+    }
+};
+
+/// Why parse() refused a packet; each has its own counter.
+enum class ParseStatus : std::uint8_t {
+    ok = 0,
+    truncated,       ///< shorter than its fixed part or than a length it declares
+    bad_type,        ///< version bits set or an unknown type
+    bad_checksum,    ///< non-zero checksum that does not verify
+    zero_checksum,   ///< ODATA/RDATA without a checksum (mandatory, as OpenPGM)
+    bad_options,     ///< option chain malformed: missing OPT_LENGTH, loops, lengths lie
+    bad_afi,         ///< an NLA family other than 1 or 2
+    bad_length,      ///< TSDU length disagrees with the datagram
+};
+const char* to_string(ParseStatus s) noexcept;
+
+struct ParseConfig {
+    /// Accept ODATA/RDATA with a zero checksum (RDMA: the ICRC covers the datagram).
+    bool allow_zero_data_checksum = false;
+    /// Verify non-zero checksums.
+    bool verify_checksum = true;
+};
+
+/// Validates and parses one PGM packet (the whole datagram). Never reads out of bounds.
+ParseStatus parse(std::span<const std::byte> datagram, Packet& out, const ParseConfig& cfg = {}) noexcept;
+
+/// What to write: header, type-specific fields and options, but not the payload.
+struct PacketSpec {
+    PacketType type = PacketType::odata;
+    std::uint16_t sport = 0;
+    std::uint16_t dport = 0;
+    Gsi gsi{};
+    std::uint16_t tsdu_length = 0;
+    Sqn sqn{};
+    Sqn trail{};
+    Sqn lead{};
+    Nla nla{};
+    Nla group{};
+    // options
+    const FragmentInfo* fragment = nullptr;
+    std::span<const Sqn> nak_list{};  ///< extra sqns after `sqn`, ≤ kMaxNakList
+    const Sqn* join_min = nullptr;
+    bool syn = false;
+    bool fin = false;
+    bool rst = false;
+    std::uint8_t rst_code = 0;
+};
+
+/// Bytes encode() writes for `spec` (header + fixed part + options).
+std::size_t encoded_size(const PacketSpec& spec) noexcept;
+
+/// Writes the packet's header, fixed part and options into `out` with a zero checksum field.
+/// Returns the bytes written, or 0 when `out` is too small or the spec is invalid.
+std::size_t encode(std::span<std::byte> out, const PacketSpec& spec) noexcept;
+
+/// Stores the checksum of header + payload into the header (bytes 6..7). `payload_sum` is
+/// csum_partial(payload), which a caller can cache. Header length must be even.
+void store_checksum(std::span<std::byte> header, std::uint16_t payload_sum) noexcept;
+
+}  // namespace prizma::pgm

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "lib/protocol/config.hpp"
+
+namespace prizma::protocol {
+
+Timers preset(Preset p) noexcept {
+    Timers t;
+    switch (p) {
+        case Preset::wan: break;
+        case Preset::lan:
+            t.nak_bo_ivl_ns = 2 * kMs;
+            t.nak_rpt_ivl_ns = 10 * kMs;
+            t.nak_rdata_ivl_ns = 10 * kMs;
+            t.nak_ncf_retries = 20;
+            t.nak_data_retries = 20;
+            t.spmr_expiry_ns = 10 * kMs;
+            t.peer_expiry_ns = 30 * kSec;
+            t.ambient_spm_ns = 1 * kSec;
+            t.heartbeat_spm_ns = {1 * kMs, 2 * kMs, 4 * kMs, 8 * kMs, 16 * kMs,
+                                  64 * kMs, 256 * kMs, 1 * kSec, 0, 0};
+            t.nak_elimination_ns = 1 * kMs;
+            t.spmr_answer_ivl_ns = 1 * kMs;
+            break;
+        case Preset::rdma:
+            t.nak_bo_ivl_ns = 20 * kUs;
+            t.nak_rpt_ivl_ns = 100 * kUs;
+            t.nak_rdata_ivl_ns = 100 * kUs;
+            t.nak_ncf_retries = 30;
+            t.nak_data_retries = 30;
+            t.spmr_expiry_ns = 200 * kUs;
+            t.peer_expiry_ns = 10 * kSec;
+            t.ambient_spm_ns = 100 * kMs;
+            t.heartbeat_spm_ns = {20 * kUs, 50 * kUs, 100 * kUs, 200 * kUs, 500 * kUs,
+                                  1 * kMs, 10 * kMs, 100 * kMs, 0, 0};
+            t.nak_elimination_ns = 20 * kUs;
+            t.spmr_answer_ivl_ns = 20 * kUs;
+            break;
+    }
+    return t;
+}
+
+Result<Timers> preset(std::string_view name) noexcept {
+    if (name == "wan") {
+        return preset(Preset::wan);
+    }
+    if (name == "lan") {
+        return preset(Preset::lan);
+    }
+    if (name == "rdma") {
+        return preset(Preset::rdma);
+    }
+    return Errc::invalid_argument;
+}
+
+Result<void> validate(const Timers& t, std::string_view* bad) noexcept {
+    auto fail = [&](std::string_view f) -> Result<void> {
+        if (bad != nullptr) {
+            *bad = f;
+        }
+        return Errc::invalid_argument;
+    };
+    constexpr std::int64_t kMaxIvl = 3600 * kSec;
+    auto bad_ivl = [](std::int64_t v) { return v <= 0 || v > kMaxIvl; };
+    if (bad_ivl(t.nak_bo_ivl_ns)) {
+        return fail("nak_bo_ivl");
+    }
+    if (bad_ivl(t.nak_rpt_ivl_ns)) {
+        return fail("nak_rpt_ivl");
+    }
+    if (bad_ivl(t.nak_rdata_ivl_ns)) {
+        return fail("nak_rdata_ivl");
+    }
+    if (t.nak_ncf_retries == 0 || t.nak_ncf_retries > 255) {
+        return fail("nak_ncf_retries");
+    }
+    if (t.nak_data_retries == 0 || t.nak_data_retries > 255) {
+        return fail("nak_data_retries");
+    }
+    if (bad_ivl(t.spmr_expiry_ns)) {
+        return fail("spmr_expiry");
+    }
+    if (bad_ivl(t.peer_expiry_ns) || t.peer_expiry_ns <= t.nak_bo_ivl_ns) {
+        return fail("peer_expiry");
+    }
+    if (bad_ivl(t.ambient_spm_ns)) {
+        return fail("ambient_spm");
+    }
+    if (t.peer_expiry_ns <= t.ambient_spm_ns) {
+        return fail("peer_expiry (must exceed ambient_spm)");
+    }
+    for (auto v : t.heartbeat_spm_ns) {
+        if (v < 0 || v > kMaxIvl) {
+            return fail("heartbeat_spm");
+        }
+    }
+    if (t.nak_elimination_ns < 0 || t.nak_elimination_ns > kMaxIvl) {
+        return fail("nak_elimination");
+    }
+    if (t.spmr_answer_ivl_ns < 0 || t.spmr_answer_ivl_ns > kMaxIvl) {
+        return fail("spmr_answer_ivl");
+    }
+    return {};
+}
+
+Result<void> validate(const SourceConfig& c) noexcept {
+    if (auto r = validate(c.timers); !r) {
+        return r;
+    }
+    if (c.txw_sqns == 0 || c.txw_sqns > (1U << 24)) {
+        return Errc::invalid_argument;
+    }
+    if (c.max_tpdu < pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes + 8 || c.max_tpdu > 65535) {
+        return Errc::invalid_argument;
+    }
+    if (c.max_fragments == 0 || c.max_fragments > 4096 || c.max_fragments > c.txw_sqns) {
+        return Errc::invalid_argument;
+    }
+    if ((c.nla.afi != pgm::kAfiIpv4 && c.nla.afi != pgm::kAfiIpv6)
+        || (c.group.afi != pgm::kAfiIpv4 && c.group.afi != pgm::kAfiIpv6)) {
+        return Errc::invalid_argument;
+    }
+    if (c.tsi.sport == c.dport) {
+        return Errc::invalid_argument;  // OpenPGM refuses sport == dport (openpgm.md §8.13)
+    }
+    if (c.txw_retention_ns < 0) {
+        return Errc::invalid_argument;
+    }
+    return {};
+}
+
+Result<void> validate(const ReceiverConfig& c) noexcept {
+    if (auto r = validate(c.timers); !r) {
+        return r;
+    }
+    if (c.rxw_sqns < 2 || c.rxw_sqns > (1U << 20)) {
+        return Errc::invalid_argument;
+    }
+    if (c.max_tpdu < pgm::kDataHeaderBytes + 8 || c.max_tpdu > 65535) {
+        return Errc::invalid_argument;
+    }
+    if (c.max_peers == 0 || c.max_peers > 4096) {
+        return Errc::invalid_argument;
+    }
+    if (c.group.afi != pgm::kAfiIpv4 && c.group.afi != pgm::kAfiIpv6) {
+        return Errc::invalid_argument;
+    }
+    if (c.max_recover_sqns == 0 || c.max_recover_sqns >= c.rxw_sqns) {
+        return Errc::invalid_argument;
+    }
+    return {};
+}
+
+}  // namespace prizma::protocol

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <prizma/result.hpp>
+#include <prizma/types.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "lib/pgm/packet.hpp"
+
+namespace prizma::protocol {
+
+using pgm::Sqn;
+
+inline constexpr std::int64_t kUs = 1000;
+inline constexpr std::int64_t kMs = 1000 * kUs;
+inline constexpr std::int64_t kSec = 1000 * kMs;
+inline constexpr std::int64_t kNever = INT64_MAX;
+
+/// Every PGM timer and retry limit, in nanoseconds. RFC 3208 gives no defaults (§6.3); the
+/// presets are named for the network they suit.
+struct Timers {
+    std::int64_t nak_bo_ivl_ns = 50 * kMs;      ///< §6.3 NAK back-off, random in (0, ivl]
+    std::int64_t nak_rpt_ivl_ns = 200 * kMs;    ///< §6.3 wait for NCF before NAKing again
+    std::int64_t nak_rdata_ivl_ns = 200 * kMs;  ///< §6.3 wait for RDATA after an NCF
+    std::uint32_t nak_ncf_retries = 50;         ///< §6.3 NAKs without NCF before loss
+    std::uint32_t nak_data_retries = 50;        ///< §6.3 NCFs without RDATA before loss
+    std::int64_t spmr_expiry_ns = 250 * kMs;    ///< §13.5 wait for an SPM before sending SPMR
+    std::int64_t peer_expiry_ns = 300 * kSec;   ///< silence after which a source is dropped
+    std::int64_t ambient_spm_ns = 30 * kSec;    ///< §5.1.4 ambient SPM interval
+    /// §5.1.5 heartbeat SPM intervals after the last data packet (0-terminated).
+    std::array<std::int64_t, 10> heartbeat_spm_ns{100 * kMs, 100 * kMs, 100 * kMs, 100 * kMs,
+                                                  1300 * kMs, 7 * kSec, 16 * kSec, 25 * kSec,
+                                                  30 * kSec, 0};
+    std::int64_t nak_elimination_ns = 10 * kMs;  ///< §5.3 one RDATA per sqn per interval
+    std::int64_t spmr_answer_ivl_ns = 10 * kMs;  ///< §13.6 SPMRs answered at most this often
+};
+
+enum class Preset : std::uint8_t { wan, lan, rdma };
+
+/// Timer presets: `wan` = the RFC-era values OpenPGM applications use, `lan` = one switch hop,
+/// `rdma` = microsecond repair for kernel-bypass fabrics.
+Timers preset(Preset p) noexcept;
+/// Parses "wan" / "lan" / "rdma".
+Result<Timers> preset(std::string_view name) noexcept;
+/// Checks every value; the error names the first bad one.
+Result<void> validate(const Timers& t, std::string_view* bad_field = nullptr) noexcept;
+
+/// Late-join policy of a receiver (RFC 3208 §6.1, §9.4).
+enum class JoinPolicy : std::uint8_t {
+    first_packet,  ///< start at the first sqn seen (OpenPGM behaviour)
+    from_trail,    ///< recover back to the source's trail (bounded by max_recover_sqns)
+};
+
+struct SourceConfig {
+    Tsi tsi{};
+    std::uint16_t dport = 7500;  ///< data-destination port
+    pgm::Nla nla{};              ///< this source's path NLA (SPM, and checked in NAKs)
+    pgm::Nla group{};            ///< the send group (checked in NAKs)
+    std::uint32_t txw_sqns = 4096;
+    /// A sent packet stays repairable at least this long: a full window whose oldest packet is
+    /// younger returns Errc::back_pressured instead of evicting it. 0 = always evict.
+    std::int64_t txw_retention_ns = 0;
+    std::size_t max_tpdu = 1472;  ///< largest PGM packet (transport max datagram)
+    std::size_t max_fragments = pgm::kMaxFragments;
+    std::uint64_t odata_rate_bytes_per_sec = 0;  ///< 0 = unlimited
+    std::uint64_t rdata_rate_bytes_per_sec = 0;  ///< separate repair budget; 0 = unlimited
+    std::size_t rate_burst_bytes = 0;            ///< bucket depth; 0 = 1 ms of rate (≥ 1 APDU)
+    bool checksum = true;                        ///< may be false only on verbs (ICRC)
+    Sqn initial_sqn{};
+    Timers timers{};
+};
+
+struct ReceiverConfig {
+    std::uint16_t dport = 7500;  ///< only packets for this data-destination port are taken
+    pgm::Nla group{};            ///< group NLA written in NAKs
+    std::uint32_t rxw_sqns = 4096;
+    std::size_t max_tpdu = 1472;
+    std::size_t max_peers = 16;
+    JoinPolicy join = JoinPolicy::first_packet;
+    std::uint32_t max_recover_sqns = 1024;  ///< from_trail: history asked for at most
+    bool passive = false;                   ///< never NAK (monitor)
+    std::uint64_t seed = 1;                 ///< NAK back-off randomness
+    Timers timers{};
+};
+
+Result<void> validate(const SourceConfig& c) noexcept;
+Result<void> validate(const ReceiverConfig& c) noexcept;
+
+}  // namespace prizma::protocol

@@ -1,0 +1,736 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "lib/protocol/receiver.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+
+#include "lib/pgm/checksum.hpp"
+
+namespace prizma::protocol {
+
+using pgm::PacketSpec;
+using pgm::PacketType;
+
+namespace {
+
+enum class SlotState : std::uint8_t {
+    empty,      // beyond the lead, or already delivered
+    back_off,   // §6.3 NAK_RB_IVL running
+    wait_ncf,   // NAK sent, NAK_RPT_IVL running
+    wait_data,  // NCF seen, NAK_RDATA_IVL running
+    have,       // data stored
+    lost,       // unrecoverable, to be reported
+};
+
+bool is_missing(SlotState s) noexcept {
+    return s == SlotState::back_off || s == SlotState::wait_ncf || s == SlotState::wait_data;
+}
+
+}  // namespace
+
+struct Receiver::Peer {
+    struct Slot {
+        SlotState state = SlotState::empty;
+        std::uint8_t ncf_retries = 0;
+        std::uint8_t data_retries = 0;
+        bool has_fragment = false;
+        std::uint16_t len = 0;
+        std::int64_t deadline = kNever;
+        pgm::FragmentInfo fragment{};
+    };
+    bool in_use = false;
+    Tsi tsi{};
+    Endpoint from{};
+    bool has_nla = false;
+    pgm::Nla nla{};
+    bool has_spm = false;
+    Sqn spm_sqn{};
+    bool started = false;
+    Sqn next{};  // next sequence number to deliver
+    Sqn lead{};  // highest sequence number known (next - 1 when none)
+    bool has_trail = false;
+    Sqn trail{};  // the source's advertised trail
+    std::int64_t last_heard_ns = 0;
+    std::int64_t nak_deadline = kNever;
+    std::int64_t spmr_deadline = kNever;
+    std::uint32_t missing = 0;
+    bool joined_pending = false;
+    bool finished = false;  // FIN or RST seen
+    bool expired = false;
+    bool left_reported = false;
+    std::vector<Slot> slots;
+    std::vector<std::byte> buffers;
+
+    Slot& slot(Sqn s, std::uint32_t mask) noexcept { return slots[s.value & mask]; }
+    [[nodiscard]] bool in_range(Sqn s) const noexcept {
+        return precedes_or_equal(next, s) && precedes_or_equal(s, lead);
+    }
+};
+
+Result<std::unique_ptr<Receiver>> Receiver::create(const ReceiverConfig& cfg) {
+    if (auto r = validate(cfg); !r) {
+        return r.error();
+    }
+    return std::unique_ptr<Receiver>(new Receiver(cfg));
+}
+
+Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
+    capacity_ = std::bit_ceil(cfg.rxw_sqns);
+    stride_ = cfg.max_tpdu - pgm::kDataHeaderBytes;
+    peers_.resize(cfg.max_peers);
+    reassembly_.resize(pgm::kMaxApduBytes);
+    scratch_.resize(512);
+    rng_ = cfg.seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL;
+}
+
+Receiver::~Receiver() = default;
+
+std::size_t Receiver::peer_count() const noexcept {
+    return static_cast<std::size_t>(std::count_if(
+        peers_.begin(), peers_.end(), [](const auto& p) { return p && p->in_use; }));
+}
+
+// RFC 3208 §6.3: NAK_RB_IVL is chosen at random, uniformly over (0, NAK_BO_IVL].
+std::int64_t Receiver::backoff(std::int64_t now_ns) noexcept {
+    rng_ ^= rng_ >> 12U;
+    rng_ ^= rng_ << 25U;
+    rng_ ^= rng_ >> 27U;
+    const std::uint64_t r = rng_ * 0x2545F4914F6CDD1DULL;
+    const auto ivl = static_cast<std::uint64_t>(cfg_.timers.nak_bo_ivl_ns);
+    return now_ns + 1 + static_cast<std::int64_t>(r % ivl);
+}
+
+Receiver::Peer* Receiver::find(const Tsi& tsi) noexcept {
+    for (auto& p : peers_) {
+        if (p && p->in_use && p->tsi == tsi) {
+            return p.get();
+        }
+    }
+    return nullptr;
+}
+
+// A new source: storage is allocated the first time a peer slot is used and then reused.
+Receiver::Peer* Receiver::find_or_add(const Tsi& tsi, std::int64_t now_ns) noexcept {
+    if (Peer* p = find(tsi)) {
+        return p;
+    }
+    for (auto& p : peers_) {
+        if (!p) {
+            p = std::make_unique<Peer>();
+            p->slots.resize(capacity_);
+            p->buffers.resize(static_cast<std::size_t>(capacity_) * stride_);
+        }
+        if (!p->in_use) {
+            auto slots = std::move(p->slots);
+            auto buffers = std::move(p->buffers);
+            std::fill(slots.begin(), slots.end(), Peer::Slot{});
+            *p = Peer{};
+            p->slots = std::move(slots);
+            p->buffers = std::move(buffers);
+            p->in_use = true;
+            p->tsi = tsi;
+            p->last_heard_ns = now_ns;
+            p->joined_pending = true;
+            ++counters_.peers_joined;
+            return p.get();
+        }
+    }
+    ++counters_.peers_refused;
+    return nullptr;
+}
+
+void Receiver::on_packet(const pgm::Packet& pkt, const Endpoint& from, std::int64_t now_ns,
+                         PacketSink& sink) noexcept {
+    const bool upstream = pkt.is_upstream();
+    // Downstream packets carry our data-destination port as dport; upstream ones as sport.
+    if ((upstream ? pkt.sport : pkt.dport) != cfg_.dport) {
+        ++counters_.foreign_dport;
+        return;
+    }
+    const Tsi tsi = pkt.source_tsi();
+    if (upstream) {
+        if (Peer* p = find(tsi)) {
+            if (pkt.type == PacketType::nak) {
+                on_peer_nak(*p, pkt, now_ns);
+            } else if (pkt.type == PacketType::spmr && p->spmr_deadline != kNever) {
+                // §13.5: another receiver's SPMR suppresses ours.
+                p->spmr_deadline = now_ns + cfg_.timers.spmr_expiry_ns;
+                ++counters_.spmr_suppressed;
+            }
+        }
+        return;
+    }
+    if (pkt.type != PacketType::spm && pkt.type != PacketType::odata
+        && pkt.type != PacketType::rdata && pkt.type != PacketType::ncf) {
+        return;
+    }
+    Peer* p = pkt.type == PacketType::ncf ? find(tsi) : find_or_add(tsi, now_ns);
+    if (p == nullptr) {
+        return;
+    }
+    p->last_heard_ns = now_ns;
+    if (p->expired) {
+        return;  // being drained; a new session after expiry starts fresh
+    }
+    switch (pkt.type) {
+        case PacketType::spm:
+            p->from = from;
+            on_spm(*p, pkt, now_ns);
+            break;
+        case PacketType::odata:
+        case PacketType::rdata:
+            if (!p->has_nla) {
+                p->from = from;
+            }
+            on_data(*p, pkt, now_ns);
+            break;
+        case PacketType::ncf: on_ncf(*p, pkt, now_ns); break;
+        default: break;
+    }
+    (void)sink;
+}
+
+void Receiver::start(Peer& p, Sqn first, Sqn trail, bool has_trail) noexcept {
+    Sqn begin = first;
+    if (cfg_.join == JoinPolicy::from_trail && has_trail && precedes(trail, first)) {
+        // Recover back to the source's trail, but never more than max_recover_sqns.
+        const auto back = static_cast<std::uint32_t>(distance(trail, first));
+        begin = first - std::min(back, cfg_.max_recover_sqns);
+    }
+    p.started = true;
+    p.next = begin;
+    p.lead = begin - 1;
+}
+
+// Gap detection (§6.3): every sequence number in (lead, last] becomes missing and starts its
+// back-off. Bounded by the receive window; what lies beyond is found again later.
+void Receiver::mark_missing(Peer& p, Sqn last, std::int64_t now_ns) noexcept {
+    if (!precedes(p.lead, last)) {
+        return;
+    }
+    const Sqn window_end = p.next + (capacity_ - 1);
+    if (precedes(window_end, last)) {
+        last = window_end;
+    }
+    const std::uint32_t mask = capacity_ - 1;
+    for (Sqn s = p.lead + 1; precedes_or_equal(s, last); ++s) {
+        auto& sl = p.slot(s, mask);
+        sl = Peer::Slot{};
+        sl.state = SlotState::back_off;
+        sl.deadline = backoff(now_ns);
+        p.nak_deadline = std::min(p.nak_deadline, sl.deadline);
+        ++p.missing;
+    }
+    p.lead = last;
+}
+
+void Receiver::lose(Peer& p, Sqn s) noexcept {
+    auto& sl = p.slot(s, capacity_ - 1);
+    if (is_missing(sl.state)) {
+        --p.missing;
+    }
+    sl.state = SlotState::lost;
+    ++counters_.lost_sqns;
+}
+
+void Receiver::lose_all_missing(Peer& p) noexcept {
+    if (!p.started) {
+        return;
+    }
+    for (Sqn s = p.next; p.missing != 0 && precedes_or_equal(s, p.lead); ++s) {
+        if (is_missing(p.slot(s, capacity_ - 1).state)) {
+            lose(p, s);
+        }
+    }
+}
+
+// The source's trail (SPM, ODATA, RDATA) is the oldest sqn it can still repair: anything
+// missing before it is unrecoverable (RFC 3208 §6.3 "cancellation").
+void Receiver::apply_trail(Peer& p, std::int64_t now_ns) noexcept {
+    if (!p.started || !p.has_trail || !precedes(p.next, p.trail)) {
+        return;
+    }
+    (void)now_ns;
+    // Data the source no longer holds and that we never heard of is lost too.
+    Sqn last_gone = p.trail - 1;
+    const Sqn window_end = p.next + (capacity_ - 1);
+    if (precedes(window_end, last_gone)) {
+        last_gone = window_end;
+    }
+    const std::uint32_t mask = capacity_ - 1;
+    for (Sqn s = p.next; precedes_or_equal(s, last_gone); ++s) {
+        if (precedes(p.lead, s)) {
+            auto& sl = p.slot(s, mask);
+            sl = Peer::Slot{};
+            sl.state = SlotState::lost;
+            ++counters_.lost_sqns;
+            p.lead = s;
+        } else if (is_missing(p.slot(s, mask).state)) {
+            lose(p, s);
+        }
+    }
+}
+
+void Receiver::on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
+    ++counters_.spm_received;
+    // §6.2: SPMs are sequenced; only a newer one (within half the number space) counts.
+    if (p.has_spm && !precedes(p.spm_sqn, pkt.sqn)) {
+        return;
+    }
+    p.has_spm = true;
+    p.spm_sqn = pkt.sqn;
+    p.has_nla = true;
+    p.nla = pkt.nla;
+    p.spmr_deadline = kNever;
+    if (pkt.opts.rst) {
+        // OPT_RST (§9.8): the source aborted; nothing missing will ever come.
+        if (!p.started) {
+            start(p, pkt.lead + 1, pkt.trail, false);
+        }
+        p.finished = true;
+        lose_all_missing(p);
+        return;
+    }
+    if (!p.started) {
+        // Empty window: lead = trail - 1. first_packet starts after the current lead.
+        start(p, pkt.lead + 1, pkt.trail, true);
+    }
+    if (!p.has_trail || precedes(p.trail, pkt.trail)) {
+        p.trail = pkt.trail;
+    }
+    p.has_trail = true;
+    apply_trail(p, now_ns);
+    // §6.3: SPM_LEAD beyond what we have reveals tail loss.
+    mark_missing(p, pkt.lead, now_ns);
+    if (pkt.opts.fin) {
+        p.finished = true;
+    }
+}
+
+void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
+    const bool is_rdata = pkt.type == PacketType::rdata;
+    if (is_rdata) {
+        ++counters_.rdata_received;
+    } else {
+        ++counters_.odata_received;
+    }
+    counters_.bytes_received += pkt.raw.size();
+    if (pkt.payload.size() > stride_) {
+        ++counters_.oversize;
+        return;
+    }
+    const Sqn s = pkt.sqn;
+    if (!p.started) {
+        Sqn first = s;
+        if (pkt.opts.has_fragment && precedes(pkt.opts.fragment.first_sqn, s)
+            && distance(pkt.opts.fragment.first_sqn, s) < static_cast<std::int32_t>(capacity_)) {
+            first = pkt.opts.fragment.first_sqn;  // start at the APDU's head, NAK the rest
+        }
+        start(p, first, pkt.trail, true);
+        if (p.spmr_deadline == kNever && !p.has_nla) {
+            // §13: data before any SPM: ask for one after SPMR_EXPIRY unless another asks.
+            p.spmr_deadline = now_ns + cfg_.timers.spmr_expiry_ns;
+        }
+    }
+    if (!p.has_trail || precedes(p.trail, pkt.trail)) {
+        p.trail = pkt.trail;
+        p.has_trail = true;
+    }
+    if (precedes(s, p.next)) {
+        ++counters_.duplicates;
+        apply_trail(p, now_ns);
+        return;
+    }
+    if (distance(p.next, s) >= static_cast<std::int32_t>(capacity_)) {
+        ++counters_.outside_window;  // no room: dropped now, NAKed once the window moves
+        apply_trail(p, now_ns);
+        return;
+    }
+    const std::uint32_t mask = capacity_ - 1;
+    bool was_missing = false;
+    if (precedes(p.lead, s)) {
+        mark_missing(p, s - 1, now_ns);
+        p.lead = s;
+    } else {
+        const auto st = p.slot(s, mask).state;
+        if (st == SlotState::have || st == SlotState::lost) {
+            ++counters_.duplicates;
+            apply_trail(p, now_ns);
+            return;
+        }
+        was_missing = is_missing(st);
+    }
+    auto& sl = p.slot(s, mask);
+    if (was_missing) {
+        --p.missing;
+        ++counters_.repaired;
+    }
+    sl = Peer::Slot{};
+    sl.state = SlotState::have;
+    sl.len = static_cast<std::uint16_t>(pkt.payload.size());
+    sl.has_fragment = pkt.opts.has_fragment;
+    sl.fragment = pkt.opts.fragment;
+    if (!pkt.payload.empty()) {
+        std::memcpy(p.buffers.data() + static_cast<std::size_t>(s.value & mask) * stride_,
+                    pkt.payload.data(), pkt.payload.size());
+    }
+    apply_trail(p, now_ns);
+}
+
+void Receiver::on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
+    ++counters_.ncf_received;
+    if (!p.started) {
+        return;
+    }
+    const std::uint32_t mask = capacity_ - 1;
+    const std::size_t total = 1 + pkt.opts.nak_list_count;
+    for (std::size_t i = 0; i < total; ++i) {
+        const Sqn s = i == 0 ? pkt.sqn : pkt.opts.nak_list_at(i - 1);
+        if (precedes(s, p.next) || distance(p.next, s) >= static_cast<std::int32_t>(capacity_)) {
+            continue;
+        }
+        if (precedes(p.lead, s)) {
+            mark_missing(p, s, now_ns);  // §6.3: an NCF also reveals loss
+        }
+        auto& sl = p.slot(s, mask);
+        if (!is_missing(sl.state)) {
+            continue;
+        }
+        if (sl.state == SlotState::back_off) {
+            ++counters_.nak_suppressed;  // another receiver's NAK was confirmed: ours not needed
+        }
+        // §6.3: NCF moves BACK-OFF / WAIT_NCF to WAIT_DATA, and restarts WAIT_DATA.
+        sl.state = SlotState::wait_data;
+        sl.ncf_retries = 0;
+        sl.deadline = now_ns + cfg_.timers.nak_rdata_ivl_ns;
+        p.nak_deadline = std::min(p.nak_deadline, sl.deadline);
+    }
+}
+
+// §6.3: a matching NAK from another receiver during back-off suppresses ours (WAIT_NCF).
+void Receiver::on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
+    if (!p.started) {
+        return;
+    }
+    const std::uint32_t mask = capacity_ - 1;
+    const std::size_t total = 1 + pkt.opts.nak_list_count;
+    for (std::size_t i = 0; i < total; ++i) {
+        const Sqn s = i == 0 ? pkt.sqn : pkt.opts.nak_list_at(i - 1);
+        if (!p.in_range(s)) {
+            continue;
+        }
+        auto& sl = p.slot(s, mask);
+        if (sl.state == SlotState::back_off) {
+            sl.state = SlotState::wait_ncf;
+            sl.deadline = now_ns + cfg_.timers.nak_rpt_ivl_ns;
+            ++counters_.nak_suppressed;
+        } else if (sl.state == SlotState::wait_ncf) {
+            sl.deadline = now_ns + cfg_.timers.nak_rpt_ivl_ns;
+        }
+    }
+}
+
+void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
+    for (auto& pp : peers_) {
+        if (!pp || !pp->in_use) {
+            continue;
+        }
+        Peer& p = *pp;
+        if (!p.expired && now_ns - p.last_heard_ns >= cfg_.timers.peer_expiry_ns) {
+            p.expired = true;
+            lose_all_missing(p);
+            p.nak_deadline = kNever;
+            p.spmr_deadline = kNever;
+            continue;
+        }
+        if (p.expired) {
+            continue;
+        }
+        if (now_ns >= p.spmr_deadline) {
+            send_spmr(p, sink);
+            p.spmr_deadline = now_ns + cfg_.timers.spmr_expiry_ns;
+        }
+        if (p.missing != 0 && now_ns >= p.nak_deadline) {
+            run_naks(p, now_ns, sink);
+        } else if (p.missing == 0) {
+            p.nak_deadline = kNever;
+        }
+    }
+}
+
+// Walks the missing sequence numbers oldest first (§6.3 "NAKs sent in order"), sends the due
+// ones as NAKs with OPT_NAK_LIST (≤ 62 + 1 per packet) and moves every timer on.
+void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept {
+    std::array<Sqn, pgm::kMaxNakList + 1> batch{};
+    std::size_t nb = 0;
+    std::int64_t next_deadline = kNever;
+    const std::uint32_t mask = capacity_ - 1;
+    const auto& t = cfg_.timers;
+    std::uint32_t seen = 0;
+    for (Sqn s = p.next; seen < p.missing && precedes_or_equal(s, p.lead); ++s) {
+        auto& sl = p.slot(s, mask);
+        if (!is_missing(sl.state)) {
+            continue;
+        }
+        ++seen;
+        if (sl.deadline <= now_ns) {
+            switch (sl.state) {
+                case SlotState::back_off:
+                    if (cfg_.passive) {
+                        // A passive receiver never NAKs: it waits as if an NCF had come.
+                        sl.state = SlotState::wait_data;
+                        sl.deadline = now_ns + t.nak_rdata_ivl_ns;
+                    } else if (!p.has_nla) {
+                        sl.deadline = backoff(now_ns);  // §6.2: no NAK before the first SPM
+                        if (p.spmr_deadline == kNever) {
+                            p.spmr_deadline = now_ns + t.spmr_expiry_ns;
+                        }
+                    } else {
+                        batch[nb++] = s;
+                        sl.state = SlotState::wait_ncf;
+                        ++sl.ncf_retries;
+                        sl.deadline = now_ns + t.nak_rpt_ivl_ns;
+                    }
+                    break;
+                case SlotState::wait_ncf:
+                    if (sl.ncf_retries >= t.nak_ncf_retries) {
+                        lose(p, s);
+                        --seen;  // `missing` dropped by one
+                        continue;
+                    }
+                    sl.state = SlotState::back_off;
+                    sl.deadline = backoff(now_ns);
+                    break;
+                case SlotState::wait_data:
+                    ++sl.data_retries;
+                    if (sl.data_retries >= t.nak_data_retries) {
+                        lose(p, s);
+                        --seen;
+                        continue;
+                    }
+                    sl.state = SlotState::back_off;
+                    sl.ncf_retries = 0;
+                    sl.deadline = backoff(now_ns);
+                    break;
+                default: break;
+            }
+        }
+        next_deadline = std::min(next_deadline, sl.deadline);
+        if (nb == batch.size()) {
+            send_nak(p, batch, sink);
+            nb = 0;
+        }
+    }
+    if (nb != 0) {
+        send_nak(p, std::span<const Sqn>(batch.data(), nb), sink);
+    }
+    p.nak_deadline = next_deadline;
+}
+
+void Receiver::send_nak(Peer& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept {
+    PacketSpec spec;
+    spec.type = PacketType::nak;
+    spec.sport = cfg_.dport;  // upstream: ports swapped (RFC 3208 §8.3)
+    spec.dport = p.tsi.sport;
+    spec.gsi = p.tsi.gsi;
+    spec.sqn = sqns[0];
+    spec.nla = p.nla;
+    spec.group = cfg_.group;
+    spec.nak_list = sqns.subspan(1);
+    const std::size_t n = pgm::encode(scratch_, spec);
+    if (n == 0) {
+        return;
+    }
+    pgm::store_checksum(std::span<std::byte>(scratch_.data(), n), 0);
+    ++counters_.nak_sent;
+    counters_.nak_sqns_sent += sqns.size();
+    sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), n), {}, Route::unicast, p.from});
+}
+
+// SPMR (§13): header only, multicast (so other receivers suppress theirs) and unicast to the
+// source as OpenPGM does.
+void Receiver::send_spmr(Peer& p, PacketSink& sink) noexcept {
+    PacketSpec spec;
+    spec.type = PacketType::spmr;
+    spec.sport = cfg_.dport;
+    spec.dport = p.tsi.sport;
+    spec.gsi = p.tsi.gsi;
+    const std::size_t n = pgm::encode(scratch_, spec);
+    if (n == 0) {
+        return;
+    }
+    pgm::store_checksum(std::span<std::byte>(scratch_.data(), n), 0);
+    counters_.spmr_sent += 1;
+    const std::span<const std::byte> bytes(scratch_.data(), n);
+    sink.emit(TxPacket{bytes, {}, Route::downstream, {}});
+    sink.emit(TxPacket{bytes, {}, Route::unicast, p.from});
+}
+
+std::int64_t Receiver::next_deadline() const noexcept {
+    std::int64_t d = kNever;
+    for (const auto& pp : peers_) {
+        if (!pp || !pp->in_use) {
+            continue;
+        }
+        const Peer& p = *pp;
+        if (!p.expired) {
+            d = std::min({d, p.nak_deadline, p.spmr_deadline,
+                          p.last_heard_ns + cfg_.timers.peer_expiry_ns});
+        }
+    }
+    return d;
+}
+
+bool Receiver::next_event(Event& out) noexcept {
+    const std::size_t n = peers_.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        auto& pp = peers_[(rr_ + i) % n];
+        if (pp && pp->in_use && peer_event(*pp, out)) {
+            rr_ = (rr_ + i) % n;  // stay on this peer while it has events; fair on empty
+            return true;
+        }
+    }
+    rr_ = (rr_ + 1) % n;
+    return false;
+}
+
+// Produces the next in-order event of one peer, advancing its window first.
+bool Receiver::peer_event(Peer& p, Event& out) noexcept {
+    out = Event{};
+    out.tsi = p.tsi;
+    if (p.joined_pending) {
+        p.joined_pending = false;
+        out.kind = Event::Kind::joined;
+        return true;
+    }
+    const std::uint32_t mask = capacity_ - 1;
+    while (p.started && p.in_range(p.next)) {
+        const Sqn s = p.next;
+        auto& sl = p.slot(s, mask);
+        if (sl.state == SlotState::have && sl.has_fragment && sl.fragment.first_sqn != s) {
+            // The head of this APDU is gone (lost or never seen): the tail is lost with it.
+            sl.state = SlotState::lost;
+            ++counters_.lost_sqns;
+        }
+        if (sl.state == SlotState::lost) {
+            Sqn e = s;
+            while (precedes(e, p.lead)) {
+                auto& nx = p.slot(e + 1, mask);
+                const bool orphan_tail = nx.state == SlotState::have && nx.has_fragment
+                                         && nx.fragment.first_sqn != e + 1
+                                         && precedes(nx.fragment.first_sqn, e + 1);
+                if (nx.state != SlotState::lost && !orphan_tail) {
+                    break;
+                }
+                if (orphan_tail) {
+                    ++counters_.lost_sqns;
+                }
+                ++e;
+            }
+            const std::uint32_t count = span_count(s, e);
+            for (Sqn x = s; precedes_or_equal(x, e); ++x) {
+                p.slot(x, mask).state = SlotState::empty;
+            }
+            p.next = e + 1;
+            ++counters_.loss_events;
+            out.kind = Event::Kind::loss;
+            out.sqn = s;
+            out.count = count;
+            return true;
+        }
+        if (sl.state != SlotState::have) {
+            break;  // missing: wait for repair
+        }
+        const std::byte* base = p.buffers.data();
+        if (!sl.has_fragment) {
+            sl.state = SlotState::empty;
+            p.next = s + 1;
+            ++counters_.apdus_delivered;
+            counters_.bytes_delivered += sl.len;
+            out.kind = Event::Kind::data;
+            out.sqn = s;
+            out.payload = std::span<const std::byte>(base + (s.value & mask) * stride_, sl.len);
+            return true;
+        }
+        // Reassembly (OPT_FRAGMENT, §9.2): fragments s, s+1, ... with consecutive offsets.
+        const std::uint32_t apdu_len = sl.fragment.apdu_length;
+        std::uint32_t off = 0;
+        Sqn x = s;
+        bool broken = apdu_len > pgm::kMaxApduBytes;
+        bool waiting = false;
+        while (!broken && off < apdu_len) {
+            if (!p.in_range(x) || distance(s, x) >= static_cast<std::int32_t>(capacity_)) {
+                waiting = true;  // the rest is not even known yet
+                break;
+            }
+            auto& fx = p.slot(x, mask);
+            if (is_missing(fx.state)) {
+                waiting = true;
+                break;
+            }
+            if (fx.state != SlotState::have || !fx.has_fragment || fx.fragment.first_sqn != s
+                || fx.fragment.offset != off || fx.fragment.apdu_length != apdu_len
+                || (fx.len == 0 && off < apdu_len)) {
+                broken = true;
+                break;
+            }
+            off += fx.len;
+            ++x;
+        }
+        if (!broken && off != apdu_len && !waiting) {
+            broken = true;
+        }
+        if (broken) {
+            // Inconsistent fragments: report the APDU's sequence numbers as lost.
+            ++counters_.bad_fragment;
+            const Sqn last = precedes(p.lead, x) ? p.lead : x;
+            for (Sqn y = s; precedes_or_equal(y, last); ++y) {
+                if (p.slot(y, mask).state != SlotState::lost) {
+                    if (is_missing(p.slot(y, mask).state)) {
+                        --p.missing;
+                    }
+                    p.slot(y, mask).state = SlotState::lost;
+                    ++counters_.lost_sqns;
+                }
+            }
+            continue;  // the loop now reports the lost run
+        }
+        if (waiting) {
+            break;
+        }
+        std::size_t pos = 0;
+        for (Sqn y = s; precedes(y, x); ++y) {
+            auto& fy = p.slot(y, mask);
+            std::memcpy(reassembly_.data() + pos, base + (y.value & mask) * stride_, fy.len);
+            pos += fy.len;
+            fy.state = SlotState::empty;
+        }
+        p.next = x;
+        ++counters_.apdus_delivered;
+        counters_.bytes_delivered += apdu_len;
+        out.kind = Event::Kind::data;
+        out.sqn = s;
+        out.payload = std::span<const std::byte>(reassembly_.data(), apdu_len);
+        return true;
+    }
+    // Nothing deliverable. A finished (FIN/RST) or expired source leaves once drained.
+    const bool drained = !p.started || p.missing == 0;
+    if (!p.left_reported && drained && (p.finished || p.expired)
+        && (!p.started || !p.in_range(p.next))) {
+        p.left_reported = true;
+        ++counters_.peers_left;
+        out.kind = Event::Kind::left;
+        if (p.expired) {
+            p.in_use = false;  // slot free for a new source
+        }
+        return true;
+    }
+    if (p.expired && p.left_reported) {
+        p.in_use = false;
+    }
+    return false;
+}
+
+}  // namespace prizma::protocol

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <prizma/result.hpp>
+#include <prizma/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "lib/pgm/packet.hpp"
+#include "lib/protocol/config.hpp"
+#include "lib/protocol/sink.hpp"
+
+namespace prizma::protocol {
+
+struct ReceiverCounters {
+    std::uint64_t odata_received = 0;
+    std::uint64_t rdata_received = 0;
+    std::uint64_t bytes_received = 0;
+    std::uint64_t duplicates = 0;
+    std::uint64_t apdus_delivered = 0;
+    std::uint64_t bytes_delivered = 0;
+    std::uint64_t nak_sent = 0;          ///< NAK packets
+    std::uint64_t nak_sqns_sent = 0;     ///< sequence numbers asked for (incl. NAK lists)
+    std::uint64_t nak_suppressed = 0;    ///< §6.3 back-offs ended by another's NAK/NCF
+    std::uint64_t ncf_received = 0;
+    std::uint64_t spm_received = 0;
+    std::uint64_t spmr_sent = 0;
+    std::uint64_t spmr_suppressed = 0;
+    std::uint64_t repaired = 0;          ///< missing sequence numbers later filled
+    std::uint64_t loss_events = 0;
+    std::uint64_t lost_sqns = 0;
+    std::uint64_t outside_window = 0;    ///< data beyond the receive window, dropped (NAKed later)
+    std::uint64_t oversize = 0;          ///< TSDU larger than max_tpdu allows
+    std::uint64_t bad_fragment = 0;      ///< inconsistent OPT_FRAGMENT: APDU reported lost
+    std::uint64_t foreign_dport = 0;     ///< another session's packets
+    std::uint64_t peers_joined = 0;
+    std::uint64_t peers_left = 0;
+    std::uint64_t peers_refused = 0;     ///< new sources beyond max_peers
+};
+
+/// What Receiver::poll hands to the application.
+struct Event {
+    enum class Kind : std::uint8_t {
+        data,    ///< one APDU: sqn = its first sequence number, payload = the APDU
+        loss,    ///< unrecoverable: sequence numbers [sqn, sqn + count) will never arrive
+        joined,  ///< a new source (TSI) was heard
+        left,    ///< the source closed (OPT_FIN), reset (OPT_RST) or expired
+    };
+    Kind kind = Kind::data;
+    Tsi tsi{};
+    Sqn sqn{};
+    std::uint32_t count = 0;
+    std::span<const std::byte> payload;
+};
+
+/// The receiving half of PGM (RFC 3208 §6): a receive window per source (TSI), gap detection,
+/// the §6.3 NAK state machine with suppression, reassembly, SPMR, late join, peer expiry, and
+/// loss reporting. Delivers each APDU at most once and in order per source; anything it cannot
+/// recover becomes a loss event. Sans-I/O, one owner thread.
+class Receiver {
+public:
+    static Result<std::unique_ptr<Receiver>> create(const ReceiverConfig& cfg);
+    ~Receiver();
+    Receiver(const Receiver&) = delete;
+    Receiver& operator=(const Receiver&) = delete;
+    Receiver(Receiver&&) = delete;
+    Receiver& operator=(Receiver&&) = delete;
+
+    /// Any downstream packet (SPM, ODATA, RDATA, NCF) or another receiver's NAK/SPMR.
+    void on_packet(const pgm::Packet& p, const Endpoint& from, std::int64_t now_ns,
+                   PacketSink& sink) noexcept;
+    void on_timer(std::int64_t now_ns, PacketSink& sink) noexcept;
+    [[nodiscard]] std::int64_t next_deadline() const noexcept;
+
+    /// Takes the next event, in order per source; false when none is ready. The payload span
+    /// stays valid until the next call of any Receiver method.
+    bool next_event(Event& out) noexcept;
+
+    /// Delivers up to `limit` events to `handler(const Event&)`; returns how many. State is
+    /// advanced before the handler runs, so an exception from it leaves the receiver consistent.
+    template <typename Handler>
+    std::size_t poll(std::size_t limit, Handler&& handler) {
+        std::size_t n = 0;
+        Event ev;
+        while (n < limit && next_event(ev)) {
+            ++n;
+            handler(static_cast<const Event&>(ev));
+        }
+        return n;
+    }
+
+    [[nodiscard]] const ReceiverCounters& counters() const noexcept { return counters_; }
+    [[nodiscard]] std::size_t peer_count() const noexcept;
+    [[nodiscard]] const ReceiverConfig& config() const noexcept { return cfg_; }
+
+private:
+    struct Peer;
+    explicit Receiver(const ReceiverConfig& cfg);
+    Peer* find_or_add(const Tsi& tsi, std::int64_t now_ns) noexcept;
+    Peer* find(const Tsi& tsi) noexcept;
+    void on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
+    void on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
+    void on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
+    void on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
+    void start(Peer& p, Sqn first, Sqn trail, bool has_trail) noexcept;
+    void mark_missing(Peer& p, Sqn last, std::int64_t now_ns) noexcept;
+    void apply_trail(Peer& p, std::int64_t now_ns) noexcept;
+    void lose(Peer& p, Sqn s) noexcept;
+    void lose_all_missing(Peer& p) noexcept;
+    void run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept;
+    void send_nak(Peer& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept;
+    void send_spmr(Peer& p, PacketSink& sink) noexcept;
+    bool peer_event(Peer& p, Event& out) noexcept;
+    std::int64_t backoff(std::int64_t now_ns) noexcept;
+
+    ReceiverConfig cfg_;
+    std::uint32_t capacity_ = 0;
+    std::size_t stride_ = 0;
+    std::vector<std::unique_ptr<Peer>> peers_;
+    std::size_t rr_ = 0;  // round-robin start for delivery
+    std::vector<std::byte> reassembly_;
+    std::vector<std::byte> scratch_;
+    std::uint64_t rng_ = 0;
+    ReceiverCounters counters_;
+};
+
+}  // namespace prizma::protocol

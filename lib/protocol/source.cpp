@@ -1,0 +1,462 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "lib/protocol/source.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+
+#include "lib/pgm/checksum.hpp"
+
+namespace prizma::protocol {
+
+using pgm::PacketSpec;
+using pgm::PacketType;
+
+// ---- token bucket (RFC 3208 §5.1.1: rate-limited transmission) -------------------------------
+
+void Source::Bucket::refill(std::int64_t now_ns) noexcept {
+    if (rate == 0) {
+        return;
+    }
+    if (now_ns > last_ns) {
+        tokens = std::min(depth, tokens + static_cast<double>(rate)
+                                              * (static_cast<double>(now_ns - last_ns) / 1e9));
+        last_ns = now_ns;
+    }
+}
+
+bool Source::Bucket::take(std::size_t bytes, std::int64_t now_ns) noexcept {
+    if (rate == 0) {
+        return true;
+    }
+    refill(now_ns);
+    if (tokens < static_cast<double>(bytes)) {
+        return false;
+    }
+    tokens -= static_cast<double>(bytes);
+    return true;
+}
+
+std::int64_t Source::Bucket::when_available(std::size_t bytes, std::int64_t now_ns) const noexcept {
+    if (rate == 0 || tokens >= static_cast<double>(bytes)) {
+        return now_ns;
+    }
+    const double missing = static_cast<double>(bytes) - tokens;
+    return now_ns + static_cast<std::int64_t>(missing * 1e9 / static_cast<double>(rate)) + 1;
+}
+
+// ---- construction ---------------------------------------------------------------------------
+
+Result<std::unique_ptr<Source>> Source::create(const SourceConfig& cfg) {
+    if (auto r = validate(cfg); !r) {
+        return r.error();
+    }
+    return std::unique_ptr<Source>(new Source(cfg));
+}
+
+Source::Source(const SourceConfig& cfg) noexcept : cfg_(cfg) {
+    max_tsdu_ = cfg.max_tpdu - pgm::kDataHeaderBytes;
+    max_frag_payload_ = max_tsdu_ - pgm::kFragmentOptionBytes;
+    max_apdu_ = std::min(pgm::kMaxApduBytes, cfg.max_fragments * max_frag_payload_);
+    max_apdu_ = std::max(max_apdu_, max_tsdu_);
+    const std::uint32_t cap = std::bit_ceil(cfg.txw_sqns);
+    mask_ = cap - 1;
+    stride_ = (cfg.max_tpdu + 63) & ~std::size_t{63};
+    slots_.resize(cap);
+    buffers_.resize(static_cast<std::size_t>(cap) * stride_);
+    repair_queue_.resize(cap);
+    scratch_.resize(256 + cfg.max_tpdu);
+    trail_ = cfg.initial_sqn;
+    next_ = cfg.initial_sqn;
+    const auto rate_depth = [&](std::uint64_t rate) {
+        const double one_ms = static_cast<double>(rate) / 1000.0;
+        const double min_depth = static_cast<double>(max_apdu_ + cfg.max_fragments * 64);
+        return cfg.rate_burst_bytes != 0 ? std::max(static_cast<double>(cfg.rate_burst_bytes), min_depth)
+                                         : std::max(one_ms, min_depth);
+    };
+    odata_bucket_.rate = cfg.odata_rate_bytes_per_sec;
+    odata_bucket_.depth = rate_depth(odata_bucket_.rate);
+    odata_bucket_.tokens = odata_bucket_.depth;
+    rdata_bucket_.rate = cfg.rdata_rate_bytes_per_sec;
+    rdata_bucket_.depth = rate_depth(rdata_bucket_.rate);
+    rdata_bucket_.tokens = rdata_bucket_.depth;
+}
+
+void Source::open(std::int64_t now_ns, PacketSink& sink) noexcept {
+    odata_bucket_.last_ns = now_ns;
+    rdata_bucket_.last_ns = now_ns;
+    for (int i = 0; i < 3; ++i) {
+        send_spm(now_ns, sink);
+    }
+    next_ambient_ns_ = now_ns + cfg_.timers.ambient_spm_ns;
+}
+
+bool Source::contains(Sqn s) const noexcept {
+    return next_ != trail_ && precedes_or_equal(trail_, s) && precedes(s, next_);
+}
+
+// RFC 3208 §3.3 / Appendix F: the window advances with data; the oldest packet leaves when
+// room is needed, unless it is still inside the configured retention time.
+Result<void> Source::make_room(std::uint32_t n, std::int64_t now_ns) noexcept {
+    const std::uint32_t cap = mask_ + 1;
+    if (n > cap) {
+        return Errc::message_too_large;
+    }
+    std::uint32_t evict = 0;
+    if (in_window() + n > cap) {
+        evict = in_window() + n - cap;
+        const Slot& youngest_evicted = slot(trail_ + (evict - 1));
+        if (cfg_.txw_retention_ns > 0 && now_ns - youngest_evicted.sent_ns < cfg_.txw_retention_ns) {
+            ++counters_.back_pressured;
+            return Errc::back_pressured;
+        }
+    }
+    trail_ = trail_ + evict;
+    counters_.window_evictions += evict;
+    return {};
+}
+
+Result<Sqn> Source::send(std::span<const std::byte> apdu, std::int64_t now_ns, PacketSink& sink) noexcept {
+    if (closed_) {
+        return Errc::closed;
+    }
+    if (apdu.size() > max_apdu_) {
+        return Errc::message_too_large;
+    }
+    // Never put OPT_FRAGMENT on an APDU that fits one packet: OpenPGM receivers crash on it.
+    const bool fragmented = apdu.size() > max_tsdu_;
+    const std::size_t nfrag =
+        fragmented ? (apdu.size() + max_frag_payload_ - 1) / max_frag_payload_ : 1;
+    const std::size_t wire = apdu.size() + nfrag * (pgm::kDataHeaderBytes + (fragmented ? 20U : 0U));
+    if (odata_bucket_.rate != 0) {
+        odata_bucket_.refill(now_ns);
+        if (odata_bucket_.tokens < static_cast<double>(wire)) {
+            ++counters_.rate_limited;
+            return Errc::rate_limited;
+        }
+    }
+    if (auto r = make_room(static_cast<std::uint32_t>(nfrag), now_ns); !r) {
+        return r.error();
+    }
+    (void)odata_bucket_.take(wire, now_ns);
+    const Sqn first = next_;
+    if (!fragmented) {
+        std::byte* buf = slot_buf(first);
+        if (!apdu.empty()) {
+            std::memcpy(buf + pgm::kDataHeaderBytes, apdu.data(), apdu.size());
+        }
+        emit_odata(first, apdu.size(), nullptr, now_ns, sink);
+    } else {
+        std::size_t off = 0;
+        while (off < apdu.size()) {
+            const std::size_t len = std::min(max_frag_payload_, apdu.size() - off);
+            const Sqn s = next_;
+            std::byte* buf = slot_buf(s);
+            std::memcpy(buf + pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes, apdu.data() + off, len);
+            const pgm::FragmentInfo frag{first, static_cast<std::uint32_t>(off),
+                                         static_cast<std::uint32_t>(apdu.size())};
+            emit_odata(s, len, &frag, now_ns, sink);
+            off += len;
+        }
+    }
+    ++counters_.apdus_sent;
+    after_data(now_ns);
+    return first;
+}
+
+Result<std::span<std::byte>> Source::claim(std::size_t n, std::int64_t now_ns) noexcept {
+    if (closed_) {
+        return Errc::closed;
+    }
+    if (n > max_tsdu_) {
+        return Errc::message_too_large;
+    }
+    if (odata_bucket_.rate != 0) {
+        odata_bucket_.refill(now_ns);
+        if (odata_bucket_.tokens < static_cast<double>(n + pgm::kDataHeaderBytes)) {
+            ++counters_.rate_limited;
+            return Errc::rate_limited;
+        }
+    }
+    if (auto r = make_room(1, now_ns); !r) {
+        return r.error();
+    }
+    claimed_ = n;
+    return std::span<std::byte>(slot_buf(next_) + pgm::kDataHeaderBytes, n);
+}
+
+Result<Sqn> Source::commit(std::size_t used, std::int64_t now_ns, PacketSink& sink) noexcept {
+    if (claimed_ == 0 && used != 0) {
+        return Errc::invalid_argument;
+    }
+    if (used > claimed_) {
+        return Errc::invalid_argument;
+    }
+    claimed_ = 0;
+    (void)odata_bucket_.take(used + pgm::kDataHeaderBytes, now_ns);
+    const Sqn s = next_;
+    emit_odata(s, used, nullptr, now_ns, sink);
+    ++counters_.apdus_sent;
+    after_data(now_ns);
+    return s;
+}
+
+// Writes the ODATA header in front of the payload already in the slot and sends the packet.
+void Source::emit_odata(Sqn s, std::size_t len, const pgm::FragmentInfo* frag, std::int64_t now_ns,
+                        PacketSink& sink) noexcept {
+    std::byte* buf = slot_buf(s);
+    Slot& sl = slot(s);
+    const std::size_t hlen = pgm::kDataHeaderBytes + (frag != nullptr ? pgm::kFragmentOptionBytes : 0);
+    PacketSpec spec;
+    spec.type = PacketType::odata;
+    spec.sport = cfg_.tsi.sport;
+    spec.dport = cfg_.dport;
+    spec.gsi = cfg_.tsi.gsi;
+    spec.tsdu_length = static_cast<std::uint16_t>(len);
+    spec.sqn = s;
+    spec.trail = trail_;
+    spec.fragment = frag;
+    (void)pgm::encode(std::span<std::byte>(buf, hlen), spec);
+    const std::span<const std::byte> payload(buf + hlen, len);
+    sl.payload_sum = cfg_.checksum ? pgm::csum_partial(payload) : 0;
+    if (cfg_.checksum) {
+        pgm::store_checksum(std::span<std::byte>(buf, hlen), sl.payload_sum);
+    }
+    sl.sqn = s;
+    sl.sent_ns = now_ns;
+    sl.last_rdata_ns = INT64_MIN / 2;
+    sl.header_len = static_cast<std::uint16_t>(hlen);
+    sl.tsdu_len = static_cast<std::uint16_t>(len);
+    sl.has_fragment = frag != nullptr;
+    sl.repair_pending = false;
+    if (frag != nullptr) {
+        sl.fragment = *frag;
+    }
+    next_ = next_ + 1;
+    ++counters_.odata_sent;
+    counters_.bytes_sent += hlen + len;
+    sink.emit(TxPacket{std::span<const std::byte>(buf, hlen), payload, Route::downstream, {}});
+}
+
+// RFC 3208 §5.1.5: heartbeat SPMs follow the last data packet at growing intervals.
+void Source::after_data(std::int64_t now_ns) noexcept {
+    heartbeat_index_ = 0;
+    const std::int64_t first = cfg_.timers.heartbeat_spm_ns[0];
+    next_heartbeat_ns_ = first > 0 ? now_ns + first : kNever;
+}
+
+void Source::send_spm(std::int64_t now_ns, PacketSink& sink) noexcept {
+    PacketSpec spec;
+    spec.type = PacketType::spm;
+    spec.sport = cfg_.tsi.sport;
+    spec.dport = cfg_.dport;
+    spec.gsi = cfg_.tsi.gsi;
+    spec.sqn = spm_sqn_;
+    spec.trail = trail_;
+    spec.lead = next_ - 1;  // empty window: lead = trail - 1 (RFC 3208 §3.3)
+    spec.nla = cfg_.nla;
+    spec.fin = closed_ && !reset_;
+    spec.rst = reset_;
+    const std::size_t n = pgm::encode(scratch_, spec);
+    if (n == 0) {
+        return;
+    }
+    if (cfg_.checksum) {
+        pgm::store_checksum(std::span<std::byte>(scratch_.data(), n), 0);
+    }
+    ++spm_sqn_;
+    ++counters_.spm_sent;
+    counters_.bytes_sent += n;
+    sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), n), {}, Route::downstream, {}});
+    (void)now_ns;
+}
+
+void Source::on_packet(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept {
+    switch (p.type) {
+        case PacketType::nak: handle_nak(p, now_ns, sink); break;
+        case PacketType::nnak: ++counters_.nnak_received; break;
+        case PacketType::spmr:
+            // RFC 3208 §13.6: answer with an SPM, at most once per spmr_answer_ivl.
+            ++counters_.spmr_received;
+            if (now_ns - last_spmr_answer_ns_ >= cfg_.timers.spmr_answer_ivl_ns) {
+                last_spmr_answer_ns_ = now_ns;
+                send_spm(now_ns, sink);
+            } else if (spmr_answer_due_ns_ == kNever) {
+                spmr_answer_due_ns_ = last_spmr_answer_ns_ + cfg_.timers.spmr_answer_ivl_ns;
+            }
+            break;
+        default: break;
+    }
+}
+
+void Source::handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept {
+    // OpenPGM drops NAKs whose ports, source NLA or group NLA are not its own (openpgm.md §6).
+    if (p.sport != cfg_.dport || p.dport != cfg_.tsi.sport || p.nla != cfg_.nla || p.group != cfg_.group) {
+        ++counters_.nak_invalid;
+        return;
+    }
+    ++counters_.nak_received;
+    std::array<Sqn, pgm::kMaxNakList + 1> in_window{};
+    std::size_t n_in = 0;
+    const std::size_t total = 1 + p.opts.nak_list_count;
+    bool out_of_window = false;
+    for (std::size_t i = 0; i < total; ++i) {
+        const Sqn s = i == 0 ? p.sqn : p.opts.nak_list_at(i - 1);
+        ++counters_.nak_sqns_received;
+        if (!contains(s)) {
+            ++counters_.nak_out_of_window;
+            out_of_window = true;
+            continue;
+        }
+        in_window[n_in++] = s;
+        Slot& sl = slot(s);
+        if (sl.repair_pending) {
+            continue;  // already queued: one RDATA answers every NAK for it
+        }
+        if (now_ns - sl.last_rdata_ns < cfg_.timers.nak_elimination_ns) {
+            ++counters_.nak_eliminated;  // §5.3: an RDATA just went out; NCF still confirms
+            continue;
+        }
+        sl.repair_pending = true;
+        repair_queue_[(repair_head_ + repair_count_) & mask_] = s;
+        ++repair_count_;
+    }
+    // RFC 3208 §5.2: an NCF to the group for every NAK, at once, mirroring it, so that other
+    // receivers' NAKs for the same data are suppressed.
+    if (n_in != 0) {
+        send_ncf(p, std::span<const Sqn>(in_window.data(), n_in), sink);
+    }
+    if (out_of_window) {
+        // Tell receivers the trail now, so they report the loss instead of NAKing on.
+        send_spm(now_ns, sink);
+    }
+    flush_repairs(now_ns, sink);
+}
+
+void Source::send_ncf(const pgm::Packet& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept {
+    PacketSpec spec;
+    spec.type = PacketType::ncf;
+    spec.sport = cfg_.tsi.sport;
+    spec.dport = cfg_.dport;
+    spec.gsi = cfg_.tsi.gsi;
+    spec.sqn = sqns[0];
+    spec.nla = p.nla;
+    spec.group = p.group;
+    spec.nak_list = sqns.subspan(1);
+    const std::size_t n = pgm::encode(scratch_, spec);
+    if (n == 0) {
+        return;
+    }
+    if (cfg_.checksum) {
+        pgm::store_checksum(std::span<std::byte>(scratch_.data(), n), 0);
+    }
+    ++counters_.ncf_sent;
+    counters_.bytes_sent += n;
+    sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), n), {}, Route::downstream, {}});
+}
+
+// RDATA from the window (RFC 3208 §5.3): original sqn and options, current trail. The header
+// is rebuilt; the payload's checksum contribution is the cached ODATA one (no re-sum).
+void Source::flush_repairs(std::int64_t now_ns, PacketSink& sink) noexcept {
+    repair_retry_ns_ = kNever;
+    while (repair_count_ != 0) {
+        const Sqn s = repair_queue_[repair_head_ & mask_];
+        if (!contains(s)) {
+            repair_head_ = (repair_head_ + 1) & mask_;
+            --repair_count_;
+            continue;  // fell off the window while queued
+        }
+        Slot& sl = slot(s);
+        const std::size_t wire = static_cast<std::size_t>(sl.header_len) + sl.tsdu_len;
+        if (!rdata_bucket_.take(wire, now_ns)) {
+            repair_retry_ns_ = rdata_bucket_.when_available(wire, now_ns);
+            return;
+        }
+        repair_head_ = (repair_head_ + 1) & mask_;
+        --repair_count_;
+        PacketSpec spec;
+        spec.type = PacketType::rdata;
+        spec.sport = cfg_.tsi.sport;
+        spec.dport = cfg_.dport;
+        spec.gsi = cfg_.tsi.gsi;
+        spec.tsdu_length = sl.tsdu_len;
+        spec.sqn = s;
+        spec.trail = trail_;
+        spec.fragment = sl.has_fragment ? &sl.fragment : nullptr;
+        const std::size_t hlen = pgm::encode(scratch_, spec);
+        if (cfg_.checksum) {
+            pgm::store_checksum(std::span<std::byte>(scratch_.data(), hlen), sl.payload_sum);
+        }
+        sl.repair_pending = false;
+        sl.last_rdata_ns = now_ns;
+        ++counters_.rdata_sent;
+        counters_.bytes_sent += hlen + sl.tsdu_len;
+        sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), hlen),
+                           std::span<const std::byte>(slot_buf(s) + sl.header_len, sl.tsdu_len),
+                           Route::downstream,
+                           {}});
+    }
+}
+
+void Source::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
+    if (repair_count_ != 0 && now_ns >= repair_retry_ns_) {
+        flush_repairs(now_ns, sink);
+    }
+    bool spm_due = false;
+    if (now_ns >= next_ambient_ns_) {
+        spm_due = true;
+        next_ambient_ns_ = now_ns + cfg_.timers.ambient_spm_ns;
+    }
+    if (now_ns >= next_heartbeat_ns_) {
+        spm_due = true;
+        ++heartbeat_index_;
+        const std::int64_t ivl = heartbeat_index_ < cfg_.timers.heartbeat_spm_ns.size()
+                                     ? cfg_.timers.heartbeat_spm_ns[heartbeat_index_]
+                                     : 0;
+        next_heartbeat_ns_ = ivl > 0 ? now_ns + ivl : kNever;
+    }
+    if (now_ns >= spmr_answer_due_ns_) {
+        spm_due = true;
+        last_spmr_answer_ns_ = now_ns;
+        spmr_answer_due_ns_ = kNever;
+    }
+    if (spm_due) {
+        send_spm(now_ns, sink);
+    }
+    if (fin_spms_left_ != 0) {
+        --fin_spms_left_;
+        send_spm(now_ns, sink);
+    }
+}
+
+std::int64_t Source::next_deadline() const noexcept {
+    std::int64_t d = std::min({next_ambient_ns_, next_heartbeat_ns_, spmr_answer_due_ns_});
+    if (repair_count_ != 0) {
+        d = std::min(d, repair_retry_ns_);
+    }
+    if (fin_spms_left_ != 0) {
+        d = INT64_MIN;
+    }
+    return d;
+}
+
+void Source::close(std::int64_t now_ns, PacketSink& sink) noexcept {
+    if (closed_) {
+        return;
+    }
+    closed_ = true;
+    send_spm(now_ns, sink);
+    fin_spms_left_ = 2;  // 3 FIN SPMs in all, like pgm_close(sock, TRUE)
+    after_data(now_ns);  // keep heartbeats going so late NAKers learn of the FIN
+}
+
+void Source::reset(std::int64_t now_ns, PacketSink& sink) noexcept {
+    closed_ = true;
+    reset_ = true;
+    send_spm(now_ns, sink);
+    fin_spms_left_ = 2;
+    after_data(now_ns);
+}
+
+}  // namespace prizma::protocol

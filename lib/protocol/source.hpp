@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <prizma/result.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "lib/pgm/packet.hpp"
+#include "lib/protocol/config.hpp"
+#include "lib/protocol/sink.hpp"
+
+namespace prizma::protocol {
+
+struct SourceCounters {
+    std::uint64_t odata_sent = 0;
+    std::uint64_t rdata_sent = 0;
+    std::uint64_t bytes_sent = 0;
+    std::uint64_t apdus_sent = 0;
+    std::uint64_t spm_sent = 0;
+    std::uint64_t ncf_sent = 0;
+    std::uint64_t nak_received = 0;      ///< NAK packets accepted
+    std::uint64_t nak_sqns_received = 0; ///< sequence numbers asked for
+    std::uint64_t nak_invalid = 0;       ///< wrong NLA/group/ports: dropped (openpgm.md §6)
+    std::uint64_t nak_out_of_window = 0; ///< sqns no longer (or not yet) in the window
+    std::uint64_t nak_eliminated = 0;    ///< §5.3 repeat NAKs inside the elimination interval
+    std::uint64_t nnak_received = 0;
+    std::uint64_t spmr_received = 0;
+    std::uint64_t back_pressured = 0;
+    std::uint64_t rate_limited = 0;
+    std::uint64_t window_evictions = 0;
+};
+
+/// The sending half of a PGM transport session (RFC 3208 §5): transmit window, ODATA framing
+/// and fragmentation, SPMs, NAK → NCF + RDATA, rate limits. Sans-I/O: time comes in as `now_ns`
+/// and packets go out through a PacketSink. Not thread-safe: one owner thread.
+class Source {
+public:
+    static Result<std::unique_ptr<Source>> create(const SourceConfig& cfg);
+
+    /// Sends the 3 initial SPMs (as OpenPGM's pgm_connect does). Call once.
+    void open(std::int64_t now_ns, PacketSink& sink) noexcept;
+
+    /// Frames `apdu` as one ODATA, or as OPT_FRAGMENT ODATAs when it exceeds max_tsdu().
+    /// Errors: message_too_large, back_pressured (window full within retention),
+    /// rate_limited (ODATA budget short), closed.
+    Result<Sqn> send(std::span<const std::byte> apdu, std::int64_t now_ns, PacketSink& sink) noexcept;
+
+    /// Zero copy: reserves room for an APDU of up to `n` ≤ max_tsdu() bytes in the window and
+    /// returns it; commit() sends the first `used` bytes. Nothing else may be sent between.
+    Result<std::span<std::byte>> claim(std::size_t n, std::int64_t now_ns) noexcept;
+    Result<Sqn> commit(std::size_t used, std::int64_t now_ns, PacketSink& sink) noexcept;
+    void abort_claim() noexcept { claimed_ = 0; }
+
+    /// Handles a NAK, NNAK or SPMR addressed to this source (TSI already matched).
+    void on_packet(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept;
+    /// Runs due timers: SPMs, pending RDATA held back by the repair budget.
+    void on_timer(std::int64_t now_ns, PacketSink& sink) noexcept;
+    [[nodiscard]] std::int64_t next_deadline() const noexcept;
+
+    /// Sends SPMs with OPT_FIN (3, as OpenPGM) and refuses further data; repairs go on.
+    void close(std::int64_t now_ns, PacketSink& sink) noexcept;
+    /// Aborts the session: SPMs with OPT_RST; receivers report everything missing as lost.
+    void reset(std::int64_t now_ns, PacketSink& sink) noexcept;
+
+    [[nodiscard]] std::size_t max_tsdu() const noexcept { return max_tsdu_; }
+    [[nodiscard]] std::size_t max_apdu() const noexcept { return max_apdu_; }
+    [[nodiscard]] Sqn trail() const noexcept { return trail_; }
+    [[nodiscard]] Sqn next_sqn() const noexcept { return next_; }
+    [[nodiscard]] const SourceCounters& counters() const noexcept { return counters_; }
+    [[nodiscard]] const SourceConfig& config() const noexcept { return cfg_; }
+
+private:
+    struct Slot {
+        Sqn sqn{};
+        std::int64_t sent_ns = 0;
+        std::int64_t last_rdata_ns = INT64_MIN / 2;
+        std::uint16_t header_len = 0;
+        std::uint16_t tsdu_len = 0;
+        std::uint16_t payload_sum = 0;
+        bool has_fragment = false;
+        bool repair_pending = false;
+        pgm::FragmentInfo fragment{};
+    };
+    struct Bucket {
+        std::uint64_t rate = 0;  // bytes per second; 0 = unlimited
+        double tokens = 0;
+        double depth = 0;
+        std::int64_t last_ns = 0;
+        void refill(std::int64_t now_ns) noexcept;
+        [[nodiscard]] bool take(std::size_t bytes, std::int64_t now_ns) noexcept;
+        [[nodiscard]] std::int64_t when_available(std::size_t bytes, std::int64_t now_ns) const noexcept;
+    };
+
+    explicit Source(const SourceConfig& cfg) noexcept;
+    [[nodiscard]] std::uint32_t in_window() const noexcept { return next_.value - trail_.value; }
+    [[nodiscard]] bool contains(Sqn s) const noexcept;
+    Slot& slot(Sqn s) noexcept { return slots_[s.value & mask_]; }
+    std::byte* slot_buf(Sqn s) noexcept { return buffers_.data() + (s.value & mask_) * stride_; }
+    Result<void> make_room(std::uint32_t n, std::int64_t now_ns) noexcept;
+    void emit_odata(Sqn s, std::size_t len, const pgm::FragmentInfo* frag, std::int64_t now_ns,
+                    PacketSink& sink) noexcept;
+    void after_data(std::int64_t now_ns) noexcept;
+    void send_spm(std::int64_t now_ns, PacketSink& sink) noexcept;
+    void handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept;
+    void flush_repairs(std::int64_t now_ns, PacketSink& sink) noexcept;
+    void send_ncf(const pgm::Packet& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept;
+
+    SourceConfig cfg_;
+    std::size_t max_tsdu_ = 0;
+    std::size_t max_frag_payload_ = 0;
+    std::size_t max_apdu_ = 0;
+    std::uint32_t mask_ = 0;
+    std::size_t stride_ = 0;
+    std::vector<Slot> slots_;
+    std::vector<std::byte> buffers_;
+    std::vector<Sqn> repair_queue_;  // ring, capacity = window capacity
+    std::size_t repair_head_ = 0;
+    std::size_t repair_count_ = 0;
+    std::vector<std::byte> scratch_;  // SPM / NCF / RDATA headers
+    Sqn trail_{};
+    Sqn next_{};
+    Sqn spm_sqn_{};
+    std::size_t claimed_ = 0;
+    bool closed_ = false;
+    bool reset_ = false;
+    std::uint8_t fin_spms_left_ = 0;
+    std::int64_t next_ambient_ns_ = kNever;
+    std::int64_t next_heartbeat_ns_ = kNever;
+    std::size_t heartbeat_index_ = 0;
+    std::int64_t last_spmr_answer_ns_ = INT64_MIN / 2;
+    std::int64_t spmr_answer_due_ns_ = kNever;
+    std::int64_t repair_retry_ns_ = kNever;
+    Bucket odata_bucket_;
+    Bucket rdata_bucket_;
+    SourceCounters counters_;
+};
+
+}  // namespace prizma::protocol

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "lib/pubsub/session.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace prizma::pubsub {
+
+Result<std::unique_ptr<Session>> Session::create(Transport& transport, const SessionConfig& cfg) {
+    if (!cfg.source && !cfg.receiver) {
+        return Errc::invalid_argument;
+    }
+    if (cfg.rx_batch == 0 || cfg.tx_batch == 0 || transport.caps().max_datagram == 0) {
+        return Errc::invalid_argument;
+    }
+    std::unique_ptr<Session> s(new Session(transport, cfg));
+    if (cfg.source) {
+        auto sc = *cfg.source;
+        if (sc.max_tpdu > s->max_datagram_) {
+            return Errc::invalid_argument;  // the source's packets must fit the transport
+        }
+        auto src = protocol::Source::create(sc);
+        if (!src) {
+            return src.error();
+        }
+        s->source_ = std::move(*src);
+    }
+    if (cfg.receiver) {
+        auto rcv = protocol::Receiver::create(*cfg.receiver);
+        if (!rcv) {
+            return rcv.error();
+        }
+        s->receiver_ = std::move(*rcv);
+    }
+    return s;
+}
+
+Session::Session(Transport& t, const SessionConfig& cfg) : transport_(t), cfg_(cfg) {
+    max_datagram_ = t.caps().max_datagram;
+    const std::size_t batch = std::min(cfg.tx_batch, std::max<std::size_t>(1, t.caps().max_tx_batch));
+    cfg_.tx_batch = batch;
+    rx_.resize(cfg.rx_batch);
+    tx_.resize(batch);
+    tx_bytes_.resize(batch * max_datagram_);
+}
+
+Session::~Session() = default;
+
+void Session::emit(const TxPacket& packet) noexcept {
+    const std::size_t len = packet.header.size() + packet.payload.size();
+    if (len > max_datagram_) {
+        ++counters_.tx_dropped;
+        return;
+    }
+    if (tx_count_ == tx_.size()) {
+        flush();
+        if (tx_count_ == tx_.size()) {
+            ++counters_.tx_dropped;  // transport stuck: PGM repair will cover it
+            return;
+        }
+    }
+    std::byte* buf = tx_bytes_.data() + tx_count_ * max_datagram_;
+    std::memcpy(buf, packet.header.data(), packet.header.size());
+    if (!packet.payload.empty()) {
+        std::memcpy(buf + packet.header.size(), packet.payload.data(), packet.payload.size());
+    }
+    tx_[tx_count_] = TxPacket{std::span<const std::byte>(buf, len), {}, packet.route, packet.to};
+    ++tx_count_;
+}
+
+void Session::flush() noexcept {
+    if (tx_count_ == 0) {
+        return;
+    }
+    auto r = transport_.send_batch(std::span<const TxPacket>(tx_.data(), tx_count_));
+    ++counters_.tx_batches;
+    if (!r) {
+        ++counters_.tx_errors;
+        if (!is_transient(r.error())) {
+            counters_.tx_dropped += tx_count_;
+            tx_count_ = 0;
+        }
+        return;
+    }
+    const std::size_t sent = *r;
+    for (std::size_t i = 0; i < sent; ++i) {
+        counters_.tx_bytes += tx_[i].header.size();
+    }
+    counters_.tx_packets += sent;
+    if (sent < tx_count_) {
+        ++counters_.tx_short;
+        // Keep the rest in order for the next flush; buffers move with them.
+        for (std::size_t i = sent; i < tx_count_; ++i) {
+            std::byte* dst = tx_bytes_.data() + (i - sent) * max_datagram_;
+            std::memmove(dst, tx_[i].header.data(), tx_[i].header.size());
+            tx_[i - sent] = TxPacket{std::span<const std::byte>(dst, tx_[i].header.size()), {},
+                                     tx_[i].route, tx_[i].to};
+        }
+    }
+    tx_count_ -= sent;
+}
+
+void Session::dispatch(const RxPacket& rx, std::int64_t now_ns) noexcept {
+    ++counters_.rx_packets;
+    counters_.rx_bytes += rx.data.size();
+    pgm::Packet pkt;
+    const auto st = pgm::parse(rx.data, pkt, cfg_.parse);
+    if (st != pgm::ParseStatus::ok) {
+        ++counters_.malformed[static_cast<std::size_t>(st)];
+        return;
+    }
+    const Tsi tsi = pkt.source_tsi();
+    const bool ours = source_ && tsi == source_->config().tsi;
+    if (pkt.is_upstream()) {
+        if (ours) {
+            source_->on_packet(pkt, now_ns, *this);
+        } else if (receiver_) {
+            receiver_->on_packet(pkt, rx.from, now_ns, *this);  // another receiver's NAK/SPMR
+        } else {
+            ++counters_.unknown_upstream;
+        }
+        return;
+    }
+    if (ours) {
+        ++counters_.own_dropped;  // multicast loops back to the sender (DESIGN: drop own TSI)
+        return;
+    }
+    if (receiver_) {
+        receiver_->on_packet(pkt, rx.from, now_ns, *this);
+    }
+}
+
+int Session::do_work(std::int64_t now_ns) noexcept {
+    int work = 0;
+    auto r = transport_.poll_rx(rx_);
+    if (!r) {
+        ++counters_.rx_errors;
+    } else if (*r != 0) {
+        for (std::size_t i = 0; i < *r; ++i) {
+            dispatch(rx_[i], now_ns);
+        }
+        transport_.release_rx(*r);
+        work += static_cast<int>(*r);
+    }
+    if (source_ && now_ns >= source_->next_deadline()) {
+        source_->on_timer(now_ns, *this);
+        ++work;
+    }
+    if (receiver_ && now_ns >= receiver_->next_deadline()) {
+        receiver_->on_timer(now_ns, *this);
+        ++work;
+    }
+    if (tx_count_ != 0) {
+        work += static_cast<int>(tx_count_);
+        flush();
+    }
+    return work;
+}
+
+Result<Sqn> Session::publish(std::span<const std::byte> apdu, std::int64_t now_ns) noexcept {
+    if (!source_) {
+        return Errc::unsupported;
+    }
+    auto r = source_->send(apdu, now_ns, *this);
+    flush();
+    return r;
+}
+
+std::int64_t Session::next_deadline() const noexcept {
+    std::int64_t d = protocol::kNever;
+    if (source_) {
+        d = std::min(d, source_->next_deadline());
+    }
+    if (receiver_) {
+        d = std::min(d, receiver_->next_deadline());
+    }
+    return d;
+}
+
+}  // namespace prizma::pubsub

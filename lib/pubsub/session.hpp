@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <prizma/result.hpp>
+#include <prizma/transport.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "lib/pgm/packet.hpp"
+#include "lib/protocol/receiver.hpp"
+#include "lib/protocol/sink.hpp"
+#include "lib/protocol/source.hpp"
+
+namespace prizma::pubsub {
+
+using pgm::Sqn;
+
+struct SessionConfig {
+    std::optional<protocol::SourceConfig> source;
+    std::optional<protocol::ReceiverConfig> receiver;
+    pgm::ParseConfig parse{};
+    std::size_t rx_batch = 64;
+    std::size_t tx_batch = 64;
+};
+
+struct SessionCounters {
+    std::uint64_t rx_packets = 0;
+    std::uint64_t rx_bytes = 0;
+    std::uint64_t tx_packets = 0;
+    std::uint64_t tx_bytes = 0;
+    std::uint64_t tx_batches = 0;
+    std::uint64_t tx_short = 0;     ///< send_batch accepted fewer than offered
+    std::uint64_t tx_dropped = 0;   ///< could not be queued (transport stuck); PGM repairs
+    std::uint64_t tx_errors = 0;
+    std::uint64_t rx_errors = 0;
+    std::uint64_t own_dropped = 0;  ///< our own multicast heard back
+    std::uint64_t unknown_upstream = 0;
+    std::array<std::uint64_t, 8> malformed{};  ///< by pgm::ParseStatus
+    [[nodiscard]] std::uint64_t malformed_total() const noexcept {
+        std::uint64_t n = 0;
+        for (auto v : malformed) {
+            n += v;
+        }
+        return n;
+    }
+};
+
+/// Glue between one Transport and the sans-I/O protocol core: receives a batch, parses and
+/// routes each packet (own TSI dropped, upstream to the Source, downstream to the Receiver),
+/// runs timers, and sends what the core emitted as batches. One owner thread.
+class Session final : public protocol::PacketSink {
+public:
+    static Result<std::unique_ptr<Session>> create(Transport& transport, const SessionConfig& cfg);
+    ~Session() override;
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+    Session(Session&&) = delete;
+    Session& operator=(Session&&) = delete;
+
+    /// One duty cycle: rx, timers, tx flush. Returns the amount of work done (0 = idle).
+    int do_work(std::int64_t now_ns) noexcept;
+    /// Publishes one APDU and flushes it to the transport.
+    Result<Sqn> publish(std::span<const std::byte> apdu, std::int64_t now_ns) noexcept;
+    [[nodiscard]] std::int64_t next_deadline() const noexcept;
+    void flush() noexcept;
+
+    void emit(const TxPacket& packet) noexcept override;
+
+    [[nodiscard]] protocol::Source* source() noexcept { return source_.get(); }
+    [[nodiscard]] protocol::Receiver* receiver() noexcept { return receiver_.get(); }
+    [[nodiscard]] const SessionCounters& counters() const noexcept { return counters_; }
+    [[nodiscard]] Transport& transport() noexcept { return transport_; }
+
+private:
+    Session(Transport& t, const SessionConfig& cfg);
+    void dispatch(const RxPacket& rx, std::int64_t now_ns) noexcept;
+
+    Transport& transport_;
+    SessionConfig cfg_;
+    std::unique_ptr<protocol::Source> source_;
+    std::unique_ptr<protocol::Receiver> receiver_;
+    std::size_t max_datagram_ = 0;
+    std::vector<RxPacket> rx_;
+    std::vector<std::byte> tx_bytes_;
+    std::vector<TxPacket> tx_;
+    std::size_t tx_count_ = 0;
+    SessionCounters counters_;
+};
+
+}  // namespace prizma::pubsub

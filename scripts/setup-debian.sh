@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything prizma needs to build, test and benchmark, from Debian 12 packages only.
+# Idempotent; works as root or through sudo.
+set -euo pipefail
+packages=(
+    cmake g++ ninja-build pkg-config git
+    libibverbs-dev libibumad-dev ibverbs-providers
+    libpgm-dev libbenchmark-dev catch2 libfmt-dev
+    clang libclang-rt-14-dev clang-format
+)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "setup-debian: all ${#packages[@]} packages present"
+    exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup-debian: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <string_view>
+
+#include "lib/protocol/config.hpp"
+#include "lib/protocol/receiver.hpp"
+#include "lib/protocol/source.hpp"
+#include "tests/support/catch.hpp"
+
+using namespace prizma::protocol;  // NOLINT(google-build-using-namespace): test file
+using prizma::Errc;
+
+TEST_CASE("timer presets are valid and ordered wan > lan > rdma", "[unit][config]") {
+    for (auto p : {Preset::wan, Preset::lan, Preset::rdma}) {
+        CHECK(validate(preset(p)).has_value());
+    }
+    CHECK(preset(Preset::rdma).nak_bo_ivl_ns <= 100 * kUs);  // microsecond-scale repair
+    CHECK(preset(Preset::rdma).nak_bo_ivl_ns < preset(Preset::lan).nak_bo_ivl_ns);
+    CHECK(preset(Preset::lan).nak_bo_ivl_ns < preset(Preset::wan).nak_bo_ivl_ns);
+    CHECK(preset("rdma").has_value());
+    CHECK(preset("fast").error() == Errc::invalid_argument);
+}
+
+TEST_CASE("a bad timer value is refused and named", "[unit][config]") {
+    Timers t = preset(Preset::lan);
+    std::string_view bad;
+    t.nak_rpt_ivl_ns = 0;
+    CHECK(validate(t, &bad).error() == Errc::invalid_argument);
+    CHECK(bad == "nak_rpt_ivl");
+    t = preset(Preset::lan);
+    t.nak_data_retries = 0;
+    CHECK_FALSE(validate(t, &bad).has_value());
+    CHECK(bad == "nak_data_retries");
+    t = preset(Preset::lan);
+    t.peer_expiry_ns = t.ambient_spm_ns;
+    CHECK_FALSE(validate(t, &bad).has_value());
+}
+
+TEST_CASE("source and receiver factories refuse bad configurations", "[unit][config]") {
+    SourceConfig sc;
+    sc.nla = prizma::pgm::Nla::ipv4(127, 0, 0, 1);
+    sc.group = prizma::pgm::Nla::ipv4(239, 1, 1, 1);
+    sc.tsi.sport = 1234;
+    REQUIRE(Source::create(sc).has_value());
+    auto bad = sc;
+    bad.tsi.sport = bad.dport;
+    CHECK(Source::create(bad).error() == Errc::invalid_argument);
+    bad = sc;
+    bad.max_tpdu = 10;
+    CHECK_FALSE(Source::create(bad).has_value());
+    bad = sc;
+    bad.nla = {};
+    CHECK_FALSE(Source::create(bad).has_value());
+    bad = sc;
+    bad.txw_sqns = 0;
+    CHECK_FALSE(Source::create(bad).has_value());
+
+    ReceiverConfig rc;
+    rc.group = sc.group;
+    REQUIRE(Receiver::create(rc).has_value());
+    auto rbad = rc;
+    rbad.rxw_sqns = 1;
+    CHECK_FALSE(Receiver::create(rbad).has_value());
+    rbad = rc;
+    rbad.max_recover_sqns = rc.rxw_sqns;
+    CHECK_FALSE(Receiver::create(rbad).has_value());
+    rbad = rc;
+    rbad.timers.nak_bo_ivl_ns = -5;
+    CHECK_FALSE(Receiver::create(rbad).has_value());
+}

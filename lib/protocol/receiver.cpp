@@ -214,15 +214,18 @@ void Receiver::mark_missing(Peer& p, Sqn last, std::int64_t now_ns) noexcept {
     if (precedes(window_end, last)) {
         last = window_end;
     }
+    // One back-off draw for the whole gap found by one packet: a burst loss then goes out as
+    // one NAK with OPT_NAK_LIST instead of a NAK per sequence number.
+    const std::int64_t deadline = backoff(now_ns);
     const std::uint32_t mask = capacity_ - 1;
     for (Sqn s = p.lead + 1; precedes_or_equal(s, last); ++s) {
         auto& sl = p.slot(s, mask);
         sl = Peer::Slot{};
         sl.state = SlotState::back_off;
-        sl.deadline = backoff(now_ns);
-        p.nak_deadline = std::min(p.nak_deadline, sl.deadline);
+        sl.deadline = deadline;
         ++p.missing;
     }
+    p.nak_deadline = std::min(p.nak_deadline, deadline);
     p.lead = last;
 }
 
@@ -628,6 +631,12 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
                     ++counters_.lost_sqns;
                 }
                 ++e;
+            }
+            if (precedes(e, p.lead) && is_missing(p.slot(e + 1, mask).state)) {
+                // The next one is still being repaired and may be the tail of the same APDU:
+                // wait, so that one loss event covers whole APDUs. Nothing could be delivered
+                // past it before it resolves anyway.
+                break;
             }
             const std::uint32_t count = span_count(s, e);
             for (Sqn x = s; precedes_or_equal(x, e); ++x) {

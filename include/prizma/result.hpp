@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <prizma/error.hpp>
-
 #include <system_error>
 #include <type_traits>
 #include <utility>
 #include <variant>
+
+#include <prizma/error.hpp>
 
 namespace prizma {
 
@@ -30,21 +30,22 @@ public:
     /// Throws `std::system_error` when empty: a programming-error fallback only.
     [[nodiscard]] T& value() & {
         check();
-        return *std::get_if<0>(&state_);
+        return *ptr();
     }
     [[nodiscard]] const T& value() const& {
         check();
-        return *std::get_if<0>(&state_);
+        return *ptr();
     }
     [[nodiscard]] T&& value() && {
         check();
-        return std::move(*std::get_if<0>(&state_));
+        return std::move(*ptr());
     }
     /// Precondition: has_value().
-    [[nodiscard]] T& operator*() & noexcept { return *std::get_if<0>(&state_); }
-    [[nodiscard]] const T& operator*() const& noexcept { return *std::get_if<0>(&state_); }
-    [[nodiscard]] T* operator->() noexcept { return std::get_if<0>(&state_); }
-    [[nodiscard]] const T* operator->() const noexcept { return std::get_if<0>(&state_); }
+    [[nodiscard]] T& operator*() & noexcept { return *ptr(); }
+    [[nodiscard]] const T& operator*() const& noexcept { return *ptr(); }
+    [[nodiscard]] T&& operator*() && noexcept { return std::move(*ptr()); }
+    [[nodiscard]] T* operator->() noexcept { return ptr(); }
+    [[nodiscard]] const T* operator->() const noexcept { return ptr(); }
     /// The error; a default (success) code when a value is held.
     [[nodiscard]] std::error_code error() const noexcept {
         const auto* ec = std::get_if<1>(&state_);
@@ -52,6 +53,21 @@ public:
     }
 
 private:
+    // Precondition of the unchecked accessors, as for std::expected: a value is held.
+    T* ptr() noexcept {
+        T* p = std::get_if<0>(&state_);
+        if (p == nullptr) {
+            __builtin_unreachable();
+        }
+        return p;
+    }
+    const T* ptr() const noexcept {
+        const T* p = std::get_if<0>(&state_);
+        if (p == nullptr) {
+            __builtin_unreachable();
+        }
+        return p;
+    }
     void check() const {
         if (!has_value()) {
             throw std::system_error(*std::get_if<1>(&state_));

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <prizma/result.hpp>
-#include <prizma/types.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
+
+#include <prizma/result.hpp>
+#include <prizma/types.hpp>
 
 namespace prizma {
 

@@ -10,8 +10,12 @@
 // aliasing assumptions (STYLE §2.7). C++20 has std::endian but not std::byteswap.
 namespace prizma::pgm {
 
-inline std::uint16_t bswap16(std::uint16_t v) noexcept { return __builtin_bswap16(v); }
-inline std::uint32_t bswap32(std::uint32_t v) noexcept { return __builtin_bswap32(v); }
+inline std::uint16_t bswap16(std::uint16_t v) noexcept {
+    return __builtin_bswap16(v);
+}
+inline std::uint32_t bswap32(std::uint32_t v) noexcept {
+    return __builtin_bswap32(v);
+}
 
 inline std::uint16_t load_be16(const std::byte* p) noexcept {
     std::uint16_t v = 0;

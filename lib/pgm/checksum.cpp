@@ -92,7 +92,9 @@ bool csum_verify(std::span<const std::byte> packet) noexcept {
     return csum_partial(packet) == 0xffff;
 }
 
-std::uint16_t csum_update16(std::uint16_t hc, std::uint16_t old_word, std::uint16_t new_word) noexcept {
+std::uint16_t csum_update16(std::uint16_t hc,
+                            std::uint16_t old_word,
+                            std::uint16_t new_word) noexcept {
     // HC' = ~(~HC + ~m + m')
     std::uint32_t s = static_cast<std::uint16_t>(~hc);
     s += static_cast<std::uint16_t>(~old_word);

@@ -28,7 +28,9 @@ bool csum_verify(std::span<const std::byte> packet) noexcept;
 
 /// RFC 1624 eqn. 3 incremental update: the checksum `hc` after a 16-bit field changed from
 /// `old_word` to `new_word`, without re-summing the rest.
-std::uint16_t csum_update16(std::uint16_t hc, std::uint16_t old_word, std::uint16_t new_word) noexcept;
+std::uint16_t csum_update16(std::uint16_t hc,
+                            std::uint16_t old_word,
+                            std::uint16_t new_word) noexcept;
 
 /// Straightforward 16-bit-at-a-time reference implementation (tests and benchmarks compare).
 std::uint16_t csum_reference(std::span<const std::byte> data) noexcept;

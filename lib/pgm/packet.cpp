@@ -126,7 +126,9 @@ ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options
 
 }  // namespace
 
-Sqn Options::nak_list_at(std::size_t i) const noexcept { return Sqn{load_be32(nak_list + 4 * i)}; }
+Sqn Options::nak_list_at(std::size_t i) const noexcept {
+    return Sqn{load_be32(nak_list + 4 * i)};
+}
 
 Tsi Packet::source_tsi() const noexcept {
     return Tsi{gsi, is_upstream() ? dport : sport};

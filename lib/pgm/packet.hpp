@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <prizma/types.hpp>
-
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+
+#include <prizma/types.hpp>
 
 #include "lib/pgm/sqn.hpp"
 
@@ -135,13 +135,13 @@ struct Packet {
 /// Why parse() refused a packet; each has its own counter.
 enum class ParseStatus : std::uint8_t {
     ok = 0,
-    truncated,       ///< shorter than its fixed part or than a length it declares
-    bad_type,        ///< version bits set or an unknown type
-    bad_checksum,    ///< non-zero checksum that does not verify
-    zero_checksum,   ///< ODATA/RDATA without a checksum (mandatory, as OpenPGM)
-    bad_options,     ///< option chain malformed: missing OPT_LENGTH, loops, lengths lie
-    bad_afi,         ///< an NLA family other than 1 or 2
-    bad_length,      ///< TSDU length disagrees with the datagram
+    truncated,      ///< shorter than its fixed part or than a length it declares
+    bad_type,       ///< version bits set or an unknown type
+    bad_checksum,   ///< non-zero checksum that does not verify
+    zero_checksum,  ///< ODATA/RDATA without a checksum (mandatory, as OpenPGM)
+    bad_options,    ///< option chain malformed: missing OPT_LENGTH, loops, lengths lie
+    bad_afi,        ///< an NLA family other than 1 or 2
+    bad_length,     ///< TSDU length disagrees with the datagram
 };
 const char* to_string(ParseStatus s) noexcept;
 
@@ -153,7 +153,9 @@ struct ParseConfig {
 };
 
 /// Validates and parses one PGM packet (the whole datagram). Never reads out of bounds.
-ParseStatus parse(std::span<const std::byte> datagram, Packet& out, const ParseConfig& cfg = {}) noexcept;
+ParseStatus parse(std::span<const std::byte> datagram,
+                  Packet& out,
+                  const ParseConfig& cfg = {}) noexcept;
 
 /// What to write: header, type-specific fields and options, but not the payload.
 struct PacketSpec {

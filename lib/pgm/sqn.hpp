@@ -25,9 +25,13 @@ constexpr std::int32_t distance(Sqn from, Sqn to) noexcept {
     return static_cast<std::int32_t>(to.value - from.value);
 }
 /// True when `a` comes strictly before `b` in serial order (RFC 1982 style, 32-bit).
-constexpr bool precedes(Sqn a, Sqn b) noexcept { return distance(a, b) > 0; }
+constexpr bool precedes(Sqn a, Sqn b) noexcept {
+    return distance(a, b) > 0;
+}
 /// True when `a` is before or equal to `b`.
-constexpr bool precedes_or_equal(Sqn a, Sqn b) noexcept { return distance(a, b) >= 0; }
+constexpr bool precedes_or_equal(Sqn a, Sqn b) noexcept {
+    return distance(a, b) >= 0;
+}
 /// Unsigned count of sequence numbers in [first, last] when first precedes_or_equal last.
 constexpr std::uint32_t span_count(Sqn first, Sqn last) noexcept {
     return last.value - first.value + 1U;

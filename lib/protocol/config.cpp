@@ -16,8 +16,8 @@ Timers preset(Preset p) noexcept {
             t.spmr_expiry_ns = 10 * kMs;
             t.peer_expiry_ns = 30 * kSec;
             t.ambient_spm_ns = 1 * kSec;
-            t.heartbeat_spm_ns = {1 * kMs, 2 * kMs, 4 * kMs, 8 * kMs, 16 * kMs,
-                                  64 * kMs, 256 * kMs, 1 * kSec, 0, 0};
+            t.heartbeat_spm_ns = {1 * kMs,  2 * kMs,   4 * kMs,  8 * kMs, 16 * kMs,
+                                  64 * kMs, 256 * kMs, 1 * kSec, 0,       0};
             t.nak_elimination_ns = 1 * kMs;
             t.spmr_answer_ivl_ns = 1 * kMs;
             break;
@@ -31,7 +31,7 @@ Timers preset(Preset p) noexcept {
             t.peer_expiry_ns = 10 * kSec;
             t.ambient_spm_ns = 100 * kMs;
             t.heartbeat_spm_ns = {20 * kUs, 50 * kUs, 100 * kUs, 200 * kUs, 500 * kUs,
-                                  1 * kMs, 10 * kMs, 100 * kMs, 0, 0};
+                                  1 * kMs,  10 * kMs, 100 * kMs, 0,         0};
             t.nak_elimination_ns = 20 * kUs;
             t.spmr_answer_ivl_ns = 20 * kUs;
             break;
@@ -60,7 +60,9 @@ Result<void> validate(const Timers& t, std::string_view* bad) noexcept {
         return Errc::invalid_argument;
     };
     constexpr std::int64_t kMaxIvl = 3600 * kSec;
-    auto bad_ivl = [](std::int64_t v) { return v <= 0 || v > kMaxIvl; };
+    auto bad_ivl = [](std::int64_t v) {
+        return v <= 0 || v > kMaxIvl;
+    };
     if (bad_ivl(t.nak_bo_ivl_ns)) {
         return fail("nak_bo_ivl");
     }

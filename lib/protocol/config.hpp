@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <prizma/result.hpp>
-#include <prizma/types.hpp>
-
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+
+#include <prizma/result.hpp>
+#include <prizma/types.hpp>
 
 #include "lib/pgm/packet.hpp"
 
@@ -32,9 +32,9 @@ struct Timers {
     std::int64_t peer_expiry_ns = 300 * kSec;   ///< silence after which a source is dropped
     std::int64_t ambient_spm_ns = 30 * kSec;    ///< §5.1.4 ambient SPM interval
     /// §5.1.5 heartbeat SPM intervals after the last data packet (0-terminated).
-    std::array<std::int64_t, 10> heartbeat_spm_ns{100 * kMs, 100 * kMs, 100 * kMs, 100 * kMs,
-                                                  1300 * kMs, 7 * kSec, 16 * kSec, 25 * kSec,
-                                                  30 * kSec, 0};
+    std::array<std::int64_t, 10> heartbeat_spm_ns{100 * kMs,  100 * kMs, 100 * kMs, 100 * kMs,
+                                                  1300 * kMs, 7 * kSec,  16 * kSec, 25 * kSec,
+                                                  30 * kSec,  0};
     std::int64_t nak_elimination_ns = 10 * kMs;  ///< §5.3 one RDATA per sqn per interval
     std::int64_t spmr_answer_ivl_ns = 10 * kMs;  ///< §13.6 SPMRs answered at most this often
 };

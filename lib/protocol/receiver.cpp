@@ -88,8 +88,8 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
 Receiver::~Receiver() = default;
 
 std::size_t Receiver::peer_count() const noexcept {
-    return static_cast<std::size_t>(std::count_if(
-        peers_.begin(), peers_.end(), [](const auto& p) { return p && p->in_use; }));
+    return static_cast<std::size_t>(
+        std::count_if(peers_.begin(), peers_.end(), [](const auto& p) { return p && p->in_use; }));
 }
 
 // RFC 3208 §6.3: NAK_RB_IVL is chosen at random, uniformly over (0, NAK_BO_IVL].
@@ -141,7 +141,9 @@ Receiver::Peer* Receiver::find_or_add(const Tsi& tsi, std::int64_t now_ns) noexc
     return nullptr;
 }
 
-void Receiver::on_packet(const pgm::Packet& pkt, const Endpoint& from, std::int64_t now_ns,
+void Receiver::on_packet(const pgm::Packet& pkt,
+                         const Endpoint& from,
+                         std::int64_t now_ns,
                          PacketSink& sink) noexcept {
     const bool upstream = pkt.is_upstream();
     // Downstream packets carry our data-destination port as dport; upstream ones as sport.
@@ -579,8 +581,8 @@ std::int64_t Receiver::next_deadline() const noexcept {
         }
         const Peer& p = *pp;
         if (!p.expired) {
-            d = std::min({d, p.nak_deadline, p.spmr_deadline,
-                          p.last_heard_ns + cfg_.timers.peer_expiry_ns});
+            d = std::min(
+                {d, p.nak_deadline, p.spmr_deadline, p.last_heard_ns + cfg_.timers.peer_expiry_ns});
         }
     }
     return d;

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <prizma/result.hpp>
-#include <prizma/types.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
+
+#include <prizma/result.hpp>
+#include <prizma/types.hpp>
 
 #include "lib/pgm/packet.hpp"
 #include "lib/protocol/config.hpp"
@@ -23,23 +23,23 @@ struct ReceiverCounters {
     std::uint64_t duplicates = 0;
     std::uint64_t apdus_delivered = 0;
     std::uint64_t bytes_delivered = 0;
-    std::uint64_t nak_sent = 0;          ///< NAK packets
-    std::uint64_t nak_sqns_sent = 0;     ///< sequence numbers asked for (incl. NAK lists)
-    std::uint64_t nak_suppressed = 0;    ///< §6.3 back-offs ended by another's NAK/NCF
+    std::uint64_t nak_sent = 0;        ///< NAK packets
+    std::uint64_t nak_sqns_sent = 0;   ///< sequence numbers asked for (incl. NAK lists)
+    std::uint64_t nak_suppressed = 0;  ///< §6.3 back-offs ended by another's NAK/NCF
     std::uint64_t ncf_received = 0;
     std::uint64_t spm_received = 0;
     std::uint64_t spmr_sent = 0;
     std::uint64_t spmr_suppressed = 0;
-    std::uint64_t repaired = 0;          ///< missing sequence numbers later filled
+    std::uint64_t repaired = 0;  ///< missing sequence numbers later filled
     std::uint64_t loss_events = 0;
     std::uint64_t lost_sqns = 0;
-    std::uint64_t outside_window = 0;    ///< data beyond the receive window, dropped (NAKed later)
-    std::uint64_t oversize = 0;          ///< TSDU larger than max_tpdu allows
-    std::uint64_t bad_fragment = 0;      ///< inconsistent OPT_FRAGMENT: APDU reported lost
-    std::uint64_t foreign_dport = 0;     ///< another session's packets
+    std::uint64_t outside_window = 0;  ///< data beyond the receive window, dropped (NAKed later)
+    std::uint64_t oversize = 0;        ///< TSDU larger than max_tpdu allows
+    std::uint64_t bad_fragment = 0;    ///< inconsistent OPT_FRAGMENT: APDU reported lost
+    std::uint64_t foreign_dport = 0;   ///< another session's packets
     std::uint64_t peers_joined = 0;
     std::uint64_t peers_left = 0;
-    std::uint64_t peers_refused = 0;     ///< new sources beyond max_peers
+    std::uint64_t peers_refused = 0;  ///< new sources beyond max_peers
 };
 
 /// What Receiver::poll hands to the application.
@@ -71,7 +71,9 @@ public:
     Receiver& operator=(Receiver&&) = delete;
 
     /// Any downstream packet (SPM, ODATA, RDATA, NCF) or another receiver's NAK/SPMR.
-    void on_packet(const pgm::Packet& p, const Endpoint& from, std::int64_t now_ns,
+    void on_packet(const pgm::Packet& p,
+                   const Endpoint& from,
+                   std::int64_t now_ns,
                    PacketSink& sink) noexcept;
     void on_timer(std::int64_t now_ns, PacketSink& sink) noexcept;
     [[nodiscard]] std::int64_t next_deadline() const noexcept;

@@ -20,8 +20,9 @@ void Source::Bucket::refill(std::int64_t now_ns) noexcept {
         return;
     }
     if (now_ns > last_ns) {
-        tokens = std::min(depth, tokens + static_cast<double>(rate)
-                                              * (static_cast<double>(now_ns - last_ns) / 1e9));
+        tokens = std::min(
+            depth,
+            tokens + static_cast<double>(rate) * (static_cast<double>(now_ns - last_ns) / 1e9));
         last_ns = now_ns;
     }
 }
@@ -72,8 +73,9 @@ Source::Source(const SourceConfig& cfg) noexcept : cfg_(cfg) {
     const auto rate_depth = [&](std::uint64_t rate) {
         const double one_ms = static_cast<double>(rate) / 1000.0;
         const double min_depth = static_cast<double>(max_apdu_ + cfg.max_fragments * 64);
-        return cfg.rate_burst_bytes != 0 ? std::max(static_cast<double>(cfg.rate_burst_bytes), min_depth)
-                                         : std::max(one_ms, min_depth);
+        return cfg.rate_burst_bytes != 0
+                   ? std::max(static_cast<double>(cfg.rate_burst_bytes), min_depth)
+                   : std::max(one_ms, min_depth);
     };
     odata_bucket_.rate = cfg.odata_rate_bytes_per_sec;
     odata_bucket_.depth = rate_depth(odata_bucket_.rate);
@@ -107,7 +109,8 @@ Result<void> Source::make_room(std::uint32_t n, std::int64_t now_ns) noexcept {
     if (in_window() + n > cap) {
         evict = in_window() + n - cap;
         const Slot& youngest_evicted = slot(trail_ + (evict - 1));
-        if (cfg_.txw_retention_ns > 0 && now_ns - youngest_evicted.sent_ns < cfg_.txw_retention_ns) {
+        if (cfg_.txw_retention_ns > 0
+            && now_ns - youngest_evicted.sent_ns < cfg_.txw_retention_ns) {
             ++counters_.back_pressured;
             return Errc::back_pressured;
         }
@@ -117,7 +120,9 @@ Result<void> Source::make_room(std::uint32_t n, std::int64_t now_ns) noexcept {
     return {};
 }
 
-Result<Sqn> Source::send(std::span<const std::byte> apdu, std::int64_t now_ns, PacketSink& sink) noexcept {
+Result<Sqn> Source::send(std::span<const std::byte> apdu,
+                         std::int64_t now_ns,
+                         PacketSink& sink) noexcept {
     if (closed_) {
         return Errc::closed;
     }
@@ -128,7 +133,8 @@ Result<Sqn> Source::send(std::span<const std::byte> apdu, std::int64_t now_ns, P
     const bool fragmented = apdu.size() > max_tsdu_;
     const std::size_t nfrag =
         fragmented ? (apdu.size() + max_frag_payload_ - 1) / max_frag_payload_ : 1;
-    const std::size_t wire = apdu.size() + nfrag * (pgm::kDataHeaderBytes + (fragmented ? 20U : 0U));
+    const std::size_t wire =
+        apdu.size() + nfrag * (pgm::kDataHeaderBytes + (fragmented ? 20U : 0U));
     if (odata_bucket_.rate != 0) {
         odata_bucket_.refill(now_ns);
         if (odata_bucket_.tokens < static_cast<double>(wire)) {
@@ -153,7 +159,8 @@ Result<Sqn> Source::send(std::span<const std::byte> apdu, std::int64_t now_ns, P
             const std::size_t len = std::min(max_frag_payload_, apdu.size() - off);
             const Sqn s = next_;
             std::byte* buf = slot_buf(s);
-            std::memcpy(buf + pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes, apdu.data() + off, len);
+            std::memcpy(buf + pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes, apdu.data() + off,
+                        len);
             const pgm::FragmentInfo frag{first, static_cast<std::uint32_t>(off),
                                          static_cast<std::uint32_t>(apdu.size())};
             emit_odata(s, len, &frag, now_ns, sink);
@@ -203,11 +210,15 @@ Result<Sqn> Source::commit(std::size_t used, std::int64_t now_ns, PacketSink& si
 }
 
 // Writes the ODATA header in front of the payload already in the slot and sends the packet.
-void Source::emit_odata(Sqn s, std::size_t len, const pgm::FragmentInfo* frag, std::int64_t now_ns,
+void Source::emit_odata(Sqn s,
+                        std::size_t len,
+                        const pgm::FragmentInfo* frag,
+                        std::int64_t now_ns,
                         PacketSink& sink) noexcept {
     std::byte* buf = slot_buf(s);
     Slot& sl = slot(s);
-    const std::size_t hlen = pgm::kDataHeaderBytes + (frag != nullptr ? pgm::kFragmentOptionBytes : 0);
+    const std::size_t hlen =
+        pgm::kDataHeaderBytes + (frag != nullptr ? pgm::kFragmentOptionBytes : 0);
     PacketSpec spec;
     spec.type = PacketType::odata;
     spec.sport = cfg_.tsi.sport;
@@ -292,7 +303,8 @@ void Source::on_packet(const pgm::Packet& p, std::int64_t now_ns, PacketSink& si
 
 void Source::handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept {
     // OpenPGM drops NAKs whose ports, source NLA or group NLA are not its own (openpgm.md §6).
-    if (p.sport != cfg_.dport || p.dport != cfg_.tsi.sport || p.nla != cfg_.nla || p.group != cfg_.group) {
+    if (p.sport != cfg_.dport || p.dport != cfg_.tsi.sport || p.nla != cfg_.nla
+        || p.group != cfg_.group) {
         ++counters_.nak_invalid;
         return;
     }

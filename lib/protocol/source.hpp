@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <prizma/result.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
+
+#include <prizma/result.hpp>
 
 #include "lib/pgm/packet.hpp"
 #include "lib/protocol/config.hpp"
@@ -22,11 +22,11 @@ struct SourceCounters {
     std::uint64_t apdus_sent = 0;
     std::uint64_t spm_sent = 0;
     std::uint64_t ncf_sent = 0;
-    std::uint64_t nak_received = 0;      ///< NAK packets accepted
-    std::uint64_t nak_sqns_received = 0; ///< sequence numbers asked for
-    std::uint64_t nak_invalid = 0;       ///< wrong NLA/group/ports: dropped (openpgm.md §6)
-    std::uint64_t nak_out_of_window = 0; ///< sqns no longer (or not yet) in the window
-    std::uint64_t nak_eliminated = 0;    ///< §5.3 repeat NAKs inside the elimination interval
+    std::uint64_t nak_received = 0;       ///< NAK packets accepted
+    std::uint64_t nak_sqns_received = 0;  ///< sequence numbers asked for
+    std::uint64_t nak_invalid = 0;        ///< wrong NLA/group/ports: dropped (openpgm.md §6)
+    std::uint64_t nak_out_of_window = 0;  ///< sqns no longer (or not yet) in the window
+    std::uint64_t nak_eliminated = 0;     ///< §5.3 repeat NAKs inside the elimination interval
     std::uint64_t nnak_received = 0;
     std::uint64_t spmr_received = 0;
     std::uint64_t back_pressured = 0;
@@ -47,7 +47,9 @@ public:
     /// Frames `apdu` as one ODATA, or as OPT_FRAGMENT ODATAs when it exceeds max_tsdu().
     /// Errors: message_too_large, back_pressured (window full within retention),
     /// rate_limited (ODATA budget short), closed.
-    Result<Sqn> send(std::span<const std::byte> apdu, std::int64_t now_ns, PacketSink& sink) noexcept;
+    Result<Sqn> send(std::span<const std::byte> apdu,
+                     std::int64_t now_ns,
+                     PacketSink& sink) noexcept;
 
     /// Zero copy: reserves room for an APDU of up to `n` ≤ max_tsdu() bytes in the window and
     /// returns it; commit() sends the first `used` bytes. Nothing else may be sent between.
@@ -92,7 +94,8 @@ private:
         std::int64_t last_ns = 0;
         void refill(std::int64_t now_ns) noexcept;
         [[nodiscard]] bool take(std::size_t bytes, std::int64_t now_ns) noexcept;
-        [[nodiscard]] std::int64_t when_available(std::size_t bytes, std::int64_t now_ns) const noexcept;
+        [[nodiscard]] std::int64_t when_available(std::size_t bytes,
+                                                  std::int64_t now_ns) const noexcept;
     };
 
     explicit Source(const SourceConfig& cfg) noexcept;
@@ -101,7 +104,10 @@ private:
     Slot& slot(Sqn s) noexcept { return slots_[s.value & mask_]; }
     std::byte* slot_buf(Sqn s) noexcept { return buffers_.data() + (s.value & mask_) * stride_; }
     Result<void> make_room(std::uint32_t n, std::int64_t now_ns) noexcept;
-    void emit_odata(Sqn s, std::size_t len, const pgm::FragmentInfo* frag, std::int64_t now_ns,
+    void emit_odata(Sqn s,
+                    std::size_t len,
+                    const pgm::FragmentInfo* frag,
+                    std::int64_t now_ns,
                     PacketSink& sink) noexcept;
     void after_data(std::int64_t now_ns) noexcept;
     void send_spm(std::int64_t now_ns, PacketSink& sink) noexcept;

@@ -37,7 +37,8 @@ Result<std::unique_ptr<Session>> Session::create(Transport& transport, const Ses
 
 Session::Session(Transport& t, const SessionConfig& cfg) : transport_(t), cfg_(cfg) {
     max_datagram_ = t.caps().max_datagram;
-    const std::size_t batch = std::min(cfg.tx_batch, std::max<std::size_t>(1, t.caps().max_tx_batch));
+    const std::size_t batch =
+        std::min(cfg.tx_batch, std::max<std::size_t>(1, t.caps().max_tx_batch));
     cfg_.tx_batch = batch;
     rx_.resize(cfg.rx_batch);
     tx_.resize(batch);
@@ -93,8 +94,8 @@ void Session::flush() noexcept {
         for (std::size_t i = sent; i < tx_count_; ++i) {
             std::byte* dst = tx_bytes_.data() + (i - sent) * max_datagram_;
             std::memmove(dst, tx_[i].header.data(), tx_[i].header.size());
-            tx_[i - sent] = TxPacket{std::span<const std::byte>(dst, tx_[i].header.size()), {},
-                                     tx_[i].route, tx_[i].to};
+            tx_[i - sent] = TxPacket{
+                std::span<const std::byte>(dst, tx_[i].header.size()), {}, tx_[i].route, tx_[i].to};
         }
     }
     tx_count_ -= sent;

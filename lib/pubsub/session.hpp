@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <prizma/result.hpp>
-#include <prizma/transport.hpp>
-
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +8,9 @@
 #include <optional>
 #include <span>
 #include <vector>
+
+#include <prizma/result.hpp>
+#include <prizma/transport.hpp>
 
 #include "lib/pgm/packet.hpp"
 #include "lib/protocol/receiver.hpp"
@@ -35,8 +35,8 @@ struct SessionCounters {
     std::uint64_t tx_packets = 0;
     std::uint64_t tx_bytes = 0;
     std::uint64_t tx_batches = 0;
-    std::uint64_t tx_short = 0;     ///< send_batch accepted fewer than offered
-    std::uint64_t tx_dropped = 0;   ///< could not be queued (transport stuck); PGM repairs
+    std::uint64_t tx_short = 0;    ///< send_batch accepted fewer than offered
+    std::uint64_t tx_dropped = 0;  ///< could not be queued (transport stuck); PGM repairs
     std::uint64_t tx_errors = 0;
     std::uint64_t rx_errors = 0;
     std::uint64_t own_dropped = 0;  ///< our own multicast heard back

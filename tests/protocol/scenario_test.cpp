@@ -18,14 +18,16 @@ namespace {
 constexpr std::uint8_t kOdata = 0x04;
 constexpr std::uint8_t kRdata = 0x05;
 
-memory::LossyTransport::Config drop(std::vector<memory::LossyTransport::Rule> rules, std::uint64_t seed = 1) {
+memory::LossyTransport::Config drop(std::vector<memory::LossyTransport::Rule> rules,
+                                    std::uint64_t seed = 1) {
     memory::LossyTransport::Config c;
     c.seed = seed;
     c.drop_rules = std::move(rules);
     return c;
 }
 
-void publish_n(Sim& sim, Sim::Node& src, std::uint64_t first, std::uint64_t n, std::size_t size = 100) {
+void publish_n(
+    Sim& sim, Sim::Node& src, std::uint64_t first, std::uint64_t n, std::size_t size = 100) {
     for (std::uint64_t i = first; i < first + n; ++i) {
         auto r = src.session->publish(make_message(i, size), sim.now);
         REQUIRE(r.has_value());
@@ -38,7 +40,10 @@ std::uint64_t index_of(const std::vector<std::byte>& m) {
     return i;
 }
 
-void require_in_order(const Sim::Node& r, std::uint64_t first, std::uint64_t n, std::size_t size = 100) {
+void require_in_order(const Sim::Node& r,
+                      std::uint64_t first,
+                      std::uint64_t n,
+                      std::size_t size = 100) {
     const auto d = r.data();
     REQUIRE(d.size() == n);
     for (std::uint64_t i = 0; i < n; ++i) {
@@ -48,7 +53,8 @@ void require_in_order(const Sim::Node& r, std::uint64_t first, std::uint64_t n, 
 
 }  // namespace
 
-TEST_CASE("lost ODATA is repaired: NAK after back-off, NCF, RDATA delivered in order", "[protocol][nak]") {
+TEST_CASE("lost ODATA is repaired: NAK after back-off, NCF, RDATA delivered in order",
+          "[protocol][nak]") {
     Sim sim;
     auto& src = sim.add_source(source_config());
     auto& rcv = sim.add_receiver(receiver_config(7), drop({{kOdata, 3, 1}}));
@@ -60,7 +66,8 @@ TEST_CASE("lost ODATA is repaired: NAK after back-off, NCF, RDATA delivered in o
     CHECK(rcv.data().size() == 3);
     const std::int64_t detected = sim.now;
     const auto bo = protocol::preset(protocol::Preset::lan).nak_bo_ivl_ns;
-    REQUIRE(sim.run_until([&] { return rcv.receiver().counters().nak_sent == 1; }, 2 * bo, 10 * kUs));
+    REQUIRE(
+        sim.run_until([&] { return rcv.receiver().counters().nak_sent == 1; }, 2 * bo, 10 * kUs));
     const std::int64_t waited = sim.now - detected;
     CHECK(waited > 0);
     CHECK(waited <= bo + 10 * kUs);  // RFC 3208 §6.3: NAK_RB_IVL within (0, NAK_BO_IVL]
@@ -110,7 +117,8 @@ TEST_CASE("burst loss is repaired with OPT_NAK_LIST NAKs", "[protocol][nak]") {
     require_in_order(rcv, 0, 100);
 }
 
-TEST_CASE("10 receivers losing the same ODATA send far fewer than 10 NAKs (NCF suppression)", "[protocol][suppression]") {
+TEST_CASE("10 receivers losing the same ODATA send far fewer than 10 NAKs (NCF suppression)",
+          "[protocol][suppression]") {
     Sim sim;
     auto& src = sim.add_source(source_config());
     std::vector<Sim::Node*> rcvs;
@@ -178,7 +186,8 @@ TEST_CASE("a lost fragment is repaired and the APDU reassembled", "[protocol][fr
     CHECK(rcv.receiver().counters().repaired == 2);
 }
 
-TEST_CASE("loss beyond the transmit window is reported, then delivery continues", "[protocol][loss]") {
+TEST_CASE("loss beyond the transmit window is reported, then delivery continues",
+          "[protocol][loss]") {
     auto sc = source_config();
     sc.txw_sqns = 32;
     Sim sim;
@@ -209,7 +218,8 @@ TEST_CASE("loss beyond the transmit window is reported, then delivery continues"
     CHECK(rcv.receiver().counters().lost_sqns == 1);
 }
 
-TEST_CASE("retries exhausted without RDATA: loss reported, delivery continues", "[protocol][loss]") {
+TEST_CASE("retries exhausted without RDATA: loss reported, delivery continues",
+          "[protocol][loss]") {
     Sim sim;
     auto& src = sim.add_source(source_config());
     auto& rcv = sim.add_receiver(receiver_config(15), drop({{kOdata, 4, 1}, {kRdata, 4, 1000}}));
@@ -257,7 +267,8 @@ TEST_CASE("late join: first_packet starts at the first sqn seen", "[protocol][jo
     CHECK(late.receiver().counters().nak_sent == 0);
 }
 
-TEST_CASE("late join: from_trail recovers the source's history, asking for an SPM first", "[protocol][join][spmr]") {
+TEST_CASE("late join: from_trail recovers the source's history, asking for an SPM first",
+          "[protocol][join][spmr]") {
     auto sc = source_config();
     sc.timers.heartbeat_spm_ns = {};  // no heartbeats: only an SPMR brings the source's NLA
     Sim sim;
@@ -385,7 +396,8 @@ TEST_CASE("zero-copy claim/commit publishes in place", "[protocol][claim]") {
     CHECK(rcv.data()[0] == msg);
 }
 
-TEST_CASE("malformed and foreign packets are counted and dropped; delivery goes on", "[protocol][malformed]") {
+TEST_CASE("malformed and foreign packets are counted and dropped; delivery goes on",
+          "[protocol][malformed]") {
     Sim sim;
     auto& src = sim.add_source(source_config());
     auto& rcv = sim.add_receiver(receiver_config(33));

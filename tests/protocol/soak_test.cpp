@@ -77,8 +77,8 @@ void soak(std::uint64_t seed, std::uint64_t messages, std::uint32_t txw, bool ex
                 while (expect < messages && last_sqn[expect] - e.sqn <= end - e.sqn) {
                     ++expect;
                 }
-                partial = expect < messages
-                          && static_cast<std::int32_t>(end - first_sqn[expect]) >= 0;
+                partial =
+                    expect < messages && static_cast<std::int32_t>(end - first_sqn[expect]) >= 0;
                 partial_next = end + 1;
                 lost_msgs += expect - before + (partial ? 1U : 0U);
                 continue;
@@ -102,13 +102,15 @@ void soak(std::uint64_t seed, std::uint64_t messages, std::uint32_t txw, bool ex
 
 }  // namespace
 
-TEST_CASE("soak: 100k messages, 3 receivers, 10% loss + dup + reorder, large window", "[protocol][soak]") {
+TEST_CASE("soak: 100k messages, 3 receivers, 10% loss + dup + reorder, large window",
+          "[protocol][soak]") {
     for (std::uint64_t seed : {1U, 2U, 3U}) {
         soak(seed, 100000, 65536, false);
     }
 }
 
-TEST_CASE("soak: small transmit window forces reported losses, never silent ones", "[protocol][soak]") {
+TEST_CASE("soak: small transmit window forces reported losses, never silent ones",
+          "[protocol][soak]") {
     for (std::uint64_t seed : {4U, 5U}) {
         soak(seed, 30000, 64, true);
     }

@@ -91,7 +91,8 @@ public:
         n->mem = net_.attach();
         Transport* t = n->mem.get();
         if (lossy) {
-            n->lossy = std::make_unique<memory::LossyTransport>(*n->mem, *lossy, [this] { return now; });
+            n->lossy =
+                std::make_unique<memory::LossyTransport>(*n->mem, *lossy, [this] { return now; });
             t = n->lossy.get();
         }
         auto s = pubsub::Session::create(*t, cfg);
@@ -125,8 +126,9 @@ public:
                 work += n->session->do_work(now);
                 if (auto* r = n->session->receiver()) {
                     work += static_cast<int>(r->poll(SIZE_MAX, [&](const protocol::Event& e) {
-                        n->events.push_back(Received{e.kind, e.sqn.value, e.count,
-                                                     std::vector<std::byte>(e.payload.begin(), e.payload.end())});
+                        n->events.push_back(
+                            Received{e.kind, e.sqn.value, e.count,
+                                     std::vector<std::byte>(e.payload.begin(), e.payload.end())});
                     }));
                 }
             }

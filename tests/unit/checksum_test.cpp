@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "lib/pgm/checksum.hpp"
+
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "lib/pgm/bytes.hpp"
-#include "lib/pgm/checksum.hpp"
 #include "tests/support/catch.hpp"
 
 using namespace prizma::pgm;  // NOLINT(google-build-using-namespace): test file
@@ -22,8 +23,9 @@ std::vector<std::byte> random_bytes(std::size_t n, std::uint32_t seed) {
 
 TEST_CASE("RFC 1071 example sums to the published value", "[unit][checksum]") {
     // RFC 1071 §3: 00 01 f2 03 f4 f5 f6 f7 -> sum 0xddf2
-    const std::vector<std::byte> d{std::byte{0x00}, std::byte{0x01}, std::byte{0xf2}, std::byte{0x03},
-                                   std::byte{0xf4}, std::byte{0xf5}, std::byte{0xf6}, std::byte{0xf7}};
+    const std::vector<std::byte> d{std::byte{0x00}, std::byte{0x01}, std::byte{0xf2},
+                                   std::byte{0x03}, std::byte{0xf4}, std::byte{0xf5},
+                                   std::byte{0xf6}, std::byte{0xf7}};
     CHECK(csum_partial(d) == 0xddf2);
     CHECK(csum_reference(d) == 0xddf2);
 }
@@ -31,7 +33,8 @@ TEST_CASE("RFC 1071 example sums to the published value", "[unit][checksum]") {
 TEST_CASE("fast checksum equals the reference for every length and alignment", "[unit][checksum]") {
     const auto buf = random_bytes(9000, 7);
     for (std::size_t off = 0; off < 8; ++off) {
-        for (std::size_t len : {0U, 1U, 2U, 3U, 7U, 8U, 31U, 32U, 33U, 63U, 100U, 1023U, 1024U, 1500U, 8192U}) {
+        for (std::size_t len :
+             {0U, 1U, 2U, 3U, 7U, 8U, 31U, 32U, 33U, 63U, 100U, 1023U, 1024U, 1500U, 8192U}) {
             const std::span<const std::byte> s(buf.data() + off, len);
             INFO("off " << off << " len " << len);
             CHECK(csum_partial(s) == csum_reference(s));
@@ -65,7 +68,8 @@ TEST_CASE("RFC 1624 incremental update matches a full recompute", "[unit][checks
     store_be16(pkt.data() + 6, 0);
     const std::uint16_t hc = csum_finish(csum_partial(pkt));
     const std::uint16_t old_word = load_be16(pkt.data() + 4);
-    const std::uint16_t new_word = static_cast<std::uint16_t>(old_word ^ 0x0100U);  // ODATA -> RDATA
+    const std::uint16_t new_word =
+        static_cast<std::uint16_t>(old_word ^ 0x0100U);  // ODATA -> RDATA
     store_be16(pkt.data() + 4, new_word);
     const std::uint16_t full = csum_finish(csum_partial(pkt));
     store_be16(pkt.data() + 6, csum_update16(hc, old_word, new_word));

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "lib/protocol/config.hpp"
+
 #include <string_view>
 
-#include "lib/protocol/config.hpp"
 #include "lib/protocol/receiver.hpp"
 #include "lib/protocol/source.hpp"
 #include "tests/support/catch.hpp"

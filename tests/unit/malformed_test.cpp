@@ -64,7 +64,8 @@ TEST_CASE("every truncation of valid packets is refused without overreading", "[
     }
 }
 
-TEST_CASE("lying lengths, option loops, bad AFIs and bad checksums are refused", "[unit][malformed]") {
+TEST_CASE("lying lengths, option loops, bad AFIs and bad checksums are refused",
+          "[unit][malformed]") {
     Packet p;
     SECTION("TSDU length larger than the datagram") {
         auto b = fragment_odata();

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "transports/memory/memory_transport.hpp"
+
 #include <array>
 #include <cstring>
 #include <vector>
@@ -6,7 +8,6 @@
 #include "lib/pgm/bytes.hpp"
 #include "tests/support/catch.hpp"
 #include "transports/memory/lossy_transport.hpp"
-#include "transports/memory/memory_transport.hpp"
 
 using namespace prizma;  // NOLINT(google-build-using-namespace): test file
 using memory::LossyTransport;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "lib/pgm/sqn.hpp"
+
 #include <type_traits>
 
-#include "lib/pgm/sqn.hpp"
 #include "tests/support/catch.hpp"
 
 using prizma::pgm::distance;
@@ -12,7 +13,9 @@ using prizma::pgm::Sqn;
 
 namespace {
 template <typename T>
-concept LessComparable = requires(T a, T b) { a < b; };
+concept LessComparable = requires(T a, T b) {
+    a < b;
+};
 }  // namespace
 
 TEST_CASE("Sqn has no ordering operators, only serial predicates", "[unit][sqn]") {

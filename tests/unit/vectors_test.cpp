@@ -77,8 +77,8 @@ std::string hex(std::span<const std::byte> b) {
 
 std::string nla_str(const Nla& n) {
     REQUIRE(n.afi == kAfiIpv4);
-    return std::to_string(n.addr[0]) + "." + std::to_string(n.addr[1]) + "." + std::to_string(n.addr[2])
-           + "." + std::to_string(n.addr[3]);
+    return std::to_string(n.addr[0]) + "." + std::to_string(n.addr[1]) + "."
+           + std::to_string(n.addr[2]) + "." + std::to_string(n.addr[3]);
 }
 
 const char* type_name(PacketType t) {
@@ -138,7 +138,8 @@ std::vector<std::byte> reencode(const Packet& p) {
 
 }  // namespace
 
-TEST_CASE("every PGM packet of the OpenPGM captures parses and matches its decode", "[unit][vectors][interop]") {
+TEST_CASE("every PGM packet of the OpenPGM captures parses and matches its decode",
+          "[unit][vectors][interop]") {
     std::ifstream tsv(kDir + "/expected.tsv");
     REQUIRE(tsv.good());
     std::map<std::string, std::map<std::uint32_t, std::vector<std::string>>> expected;
@@ -174,8 +175,11 @@ TEST_CASE("every PGM packet of the OpenPGM captures parses and matches its decod
             REQUIRE(parse(fr.pgm, p) == ParseStatus::ok);
             CHECK(csum_verify(fr.pgm));
             CHECK(std::string(type_name(p.type)) == e[2]);
-            CHECK((p.type == PacketType::spmr ? std::string("-") : std::to_string(p.sqn.value)) == e[3]);
-            CHECK(hex(std::span<const std::byte>(reinterpret_cast<const std::byte*>(p.gsi.bytes.data()), 6)) == e[4]);
+            CHECK((p.type == PacketType::spmr ? std::string("-") : std::to_string(p.sqn.value))
+                  == e[3]);
+            CHECK(hex(std::span<const std::byte>(
+                      reinterpret_cast<const std::byte*>(p.gsi.bytes.data()), 6))
+                  == e[4]);
             CHECK(std::to_string(p.tsdu_length) == e[5]);
             ++total;
             // Packets we build from the parsed fields are byte-identical.
@@ -197,13 +201,15 @@ TEST_CASE("every PGM packet of the OpenPGM captures parses and matches its decod
             CHECK(std::string(buf) == e[8]);
             std::snprintf(buf, sizeof buf, "0x%04x", p.checksum);
             CHECK(std::string(buf) == e[9]);
-            if (p.type == PacketType::spm || p.type == PacketType::odata || p.type == PacketType::rdata) {
+            if (p.type == PacketType::spm || p.type == PacketType::odata
+                || p.type == PacketType::rdata) {
                 CHECK(std::to_string(p.trail.value) == e[10]);
             }
             if (p.type == PacketType::spm) {
                 CHECK(std::to_string(p.lead.value) == e[11]);
             }
-            if (p.type == PacketType::spm || p.type == PacketType::nak || p.type == PacketType::ncf) {
+            if (p.type == PacketType::spm || p.type == PacketType::nak
+                || p.type == PacketType::ncf) {
                 CHECK(nla_str(p.nla) == e[12]);
             }
             if (p.type == PacketType::nak || p.type == PacketType::ncf) {
@@ -211,7 +217,10 @@ TEST_CASE("every PGM packet of the OpenPGM captures parses and matches its decod
             }
             std::string list;
             for (std::size_t i = 0; i < p.opts.nak_list_count; ++i) {
-                list += (i != 0 ? "," : "") + std::to_string(p.opts.nak_list_at(i).value);
+                if (i != 0) {
+                    list.push_back(',');
+                }
+                list.append(std::to_string(p.opts.nak_list_at(i).value));
             }
             CHECK((list.empty() ? std::string("-") : list) == e[14]);
             const std::string frag = p.opts.has_fragment

@@ -13,7 +13,8 @@ bool peek(std::span<const std::byte> p, std::uint8_t& type, std::uint32_t& sqn) 
         return false;
     }
     type = std::to_integer<std::uint8_t>(p[4]);
-    sqn = (std::to_integer<std::uint32_t>(p[16]) << 24U) | (std::to_integer<std::uint32_t>(p[17]) << 16U)
+    sqn = (std::to_integer<std::uint32_t>(p[16]) << 24U)
+          | (std::to_integer<std::uint32_t>(p[17]) << 16U)
           | (std::to_integer<std::uint32_t>(p[18]) << 8U) | std::to_integer<std::uint32_t>(p[19]);
     return true;
 }
@@ -82,7 +83,9 @@ LossyTransport::Verdict LossyTransport::judge(std::span<const std::byte> pkt) no
     return Verdict::pass;
 }
 
-bool LossyTransport::hold(std::span<const std::byte> data, const Endpoint& from, std::int64_t ready_ns) noexcept {
+bool LossyTransport::hold(std::span<const std::byte> data,
+                          const Endpoint& from,
+                          std::int64_t ready_ns) noexcept {
     if (free_.empty() || data.size() > stride_) {
         ++stats_.overflow;
         return false;
@@ -133,7 +136,8 @@ Result<std::size_t> LossyTransport::poll_rx(std::span<RxPacket> out) noexcept {
             if (v == Verdict::drop) {
                 continue;
             }
-            const std::int64_t ready = t + cfg_.delay_ns + (v == Verdict::reorder ? cfg_.reorder_ns : 0);
+            const std::int64_t ready =
+                t + cfg_.delay_ns + (v == Verdict::reorder ? cfg_.reorder_ns : 0);
             if (hold(rx.data, rx.from, ready) && v == Verdict::duplicate) {
                 (void)hold(rx.data, rx.from, ready);
             }
@@ -157,7 +161,8 @@ Result<std::size_t> LossyTransport::poll_rx(std::span<RxPacket> out) noexcept {
     lent_slots_.clear();
     while (n < out.size() && n < held_.size() && held_[n].ready_ns <= t) {
         const Held& h = held_[n];
-        out[n] = RxPacket{std::span<const std::byte>(pool_.data() + h.slot * stride_, h.len), h.from, 0};
+        out[n] =
+            RxPacket{std::span<const std::byte>(pool_.data() + h.slot * stride_, h.len), h.from, 0};
         lent_slots_.push_back(h.slot);
         ++n;
     }

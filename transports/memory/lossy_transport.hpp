@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <prizma/result.hpp>
-#include <prizma/transport.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
+
+#include <prizma/result.hpp>
+#include <prizma/transport.hpp>
 
 namespace prizma::memory {
 
@@ -19,15 +19,15 @@ namespace prizma::memory {
 class LossyTransport final : public Transport {
 public:
     struct Rule {
-        std::uint8_t type;   ///< PGM packet type (e.g. 0x04 ODATA)
-        std::uint32_t sqn;   ///< data / requested sqn
-        std::uint32_t times; ///< how many matching packets to drop
+        std::uint8_t type;    ///< PGM packet type (e.g. 0x04 ODATA)
+        std::uint32_t sqn;    ///< data / requested sqn
+        std::uint32_t times;  ///< how many matching packets to drop
     };
     struct Config {
         std::uint64_t seed = 1;
-        double drop = 0.0;        ///< probability
-        double duplicate = 0.0;   ///< probability
-        double reorder = 0.0;     ///< probability a packet is held back by reorder_ns
+        double drop = 0.0;       ///< probability
+        double duplicate = 0.0;  ///< probability
+        double reorder = 0.0;    ///< probability a packet is held back by reorder_ns
         std::int64_t reorder_ns = 100'000;
         std::int64_t delay_ns = 0;  ///< added to every packet
         std::uint32_t type_mask = 0xffffffffU;
@@ -53,7 +53,8 @@ public:
 
     [[nodiscard]] std::string_view name() const noexcept override { return inner_.name(); }
     [[nodiscard]] TransportCaps caps() const noexcept override { return inner_.caps(); }
-    [[nodiscard]] Result<std::size_t> send_batch(std::span<const TxPacket> packets) noexcept override;
+    [[nodiscard]] Result<std::size_t> send_batch(
+        std::span<const TxPacket> packets) noexcept override;
     [[nodiscard]] Result<std::size_t> poll_rx(std::span<RxPacket> out) noexcept override;
     void release_rx(std::size_t count) noexcept override;
     [[nodiscard]] int wakeup_fd() const noexcept override { return inner_.wakeup_fd(); }
@@ -74,7 +75,9 @@ private:
     enum class Verdict : std::uint8_t { pass, drop, duplicate, reorder };
     Verdict judge(std::span<const std::byte> pkt) noexcept;
     double uniform() noexcept;
-    bool hold(std::span<const std::byte> data, const Endpoint& from, std::int64_t ready_ns) noexcept;
+    bool hold(std::span<const std::byte> data,
+              const Endpoint& from,
+              std::int64_t ready_ns) noexcept;
     [[nodiscard]] std::int64_t now() const { return clock_ ? clock_() : 0; }
 
     Transport& inner_;

@@ -71,7 +71,9 @@ Endpoint MemoryTransport::address_of(std::uint32_t id) noexcept {
     return e;
 }
 
-Endpoint MemoryTransport::address() const noexcept { return address_of(id_); }
+Endpoint MemoryTransport::address() const noexcept {
+    return address_of(id_);
+}
 
 bool MemoryTransport::push(std::uint32_t from, const TxPacket& p) noexcept {
     const std::size_t len = p.header.size() + p.payload.size();

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <prizma/result.hpp>
-#include <prizma/transport.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <prizma/result.hpp>
+#include <prizma/transport.hpp>
 
 namespace prizma::memory {
 
@@ -63,7 +63,8 @@ public:
 
     [[nodiscard]] std::string_view name() const noexcept override { return "mem"; }
     [[nodiscard]] TransportCaps caps() const noexcept override;
-    [[nodiscard]] Result<std::size_t> send_batch(std::span<const TxPacket> packets) noexcept override;
+    [[nodiscard]] Result<std::size_t> send_batch(
+        std::span<const TxPacket> packets) noexcept override;
     [[nodiscard]] Result<std::size_t> poll_rx(std::span<RxPacket> out) noexcept override;
     void release_rx(std::size_t count) noexcept override;
     [[nodiscard]] int wakeup_fd() const noexcept override { return -1; }

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: Apache-2.0
+// The source state machine driven directly: packets out are captured and parsed.
+#include "lib/protocol/source.hpp"
+
+#include <array>
+#include <vector>
+
+#include "lib/pgm/checksum.hpp"
+#include "tests/support/catch.hpp"
+#include "tests/support/sim.hpp"
+
+using namespace prizma;  // NOLINT(google-build-using-namespace): test file
+using pgm::PacketType;
+using pgm::Sqn;
+using protocol::kMs;
+
+namespace {
+
+struct Capture final : protocol::PacketSink {
+    std::vector<std::vector<std::byte>> packets;
+    void emit(const TxPacket& p) noexcept override {
+        std::vector<std::byte> b(p.header.begin(), p.header.end());
+        b.insert(b.end(), p.payload.begin(), p.payload.end());
+        packets.push_back(std::move(b));
+    }
+    std::vector<pgm::Packet> parsed() const {
+        std::vector<pgm::Packet> out;
+        for (const auto& b : packets) {
+            pgm::Packet p;
+            REQUIRE(pgm::parse(b, p) == pgm::ParseStatus::ok);  // checksums verify too
+            out.push_back(p);
+        }
+        return out;
+    }
+    std::size_t count(PacketType t) const {
+        std::size_t n = 0;
+        for (const auto& p : parsed()) {
+            n += p.type == t ? 1U : 0U;
+        }
+        return n;
+    }
+};
+
+std::vector<std::byte> nak(const protocol::SourceConfig& c,
+                           Sqn s,
+                           std::vector<Sqn> list = {},
+                           pgm::Nla nla = pgm::Nla::ipv4(10, 0, 0, 1)) {
+    pgm::PacketSpec spec;
+    spec.type = PacketType::nak;
+    spec.sport = c.dport;
+    spec.dport = c.tsi.sport;
+    spec.gsi = c.tsi.gsi;
+    spec.sqn = s;
+    spec.nla = nla;
+    spec.group = c.group;
+    spec.nak_list = list;
+    std::vector<std::byte> b(pgm::encoded_size(spec));
+    REQUIRE(pgm::encode(b, spec) == b.size());
+    pgm::store_checksum(b, 0);
+    return b;
+}
+
+pgm::Packet parse(const std::vector<std::byte>& b) {
+    pgm::Packet p;
+    REQUIRE(pgm::parse(b, p) == pgm::ParseStatus::ok);
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("source opens with 3 SPMs of an empty window, as OpenPGM", "[protocol][source]") {
+    auto cfg = testing::source_config();
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    const auto p = cap.parsed();
+    REQUIRE(p.size() == 3);
+    for (std::uint32_t i = 0; i < 3; ++i) {
+        CHECK(p[i].type == PacketType::spm);
+        CHECK(p[i].sqn == Sqn{i});
+        CHECK(p[i].trail == Sqn{0});
+        CHECK(p[i].lead == Sqn{0xffffffffU});
+        CHECK(p[i].nla == cfg.nla);
+    }
+}
+
+TEST_CASE("NAKs with a foreign NLA, group or ports are dropped; valid ones get NCF + RDATA",
+          "[protocol][source]") {
+    auto cfg = testing::source_config();
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    for (int i = 0; i < 5; ++i) {
+        REQUIRE(src->send(testing::make_message(static_cast<std::uint64_t>(i), 100), 0, cap)
+                    .has_value());
+    }
+    cap.packets.clear();
+    const auto bad = nak(cfg, Sqn{2}, {}, pgm::Nla::ipv4(10, 0, 0, 99));
+    src->on_packet(parse(bad), 1000, cap);
+    CHECK(cap.packets.empty());
+    CHECK(src->counters().nak_invalid == 1);
+
+    const auto good = nak(cfg, Sqn{1}, {Sqn{3}, Sqn{4}});
+    src->on_packet(parse(good), 2000, cap);
+    const auto out = cap.parsed();
+    REQUIRE(out.size() == 4);
+    CHECK(out[0].type == PacketType::ncf);  // NCF first, mirroring the list
+    CHECK(out[0].sqn == Sqn{1});
+    CHECK(out[0].opts.nak_list_count == 2);
+    for (std::size_t i = 1; i < 4; ++i) {
+        CHECK(out[i].type == PacketType::rdata);
+        CHECK(out[i].payload.size() == 100);
+    }
+    CHECK(out[1].sqn == Sqn{1});
+    CHECK(out[3].sqn == Sqn{4});
+    // NAK elimination: the same NAK again at once gets an NCF but no second RDATA.
+    cap.packets.clear();
+    src->on_packet(parse(good), 3000, cap);
+    CHECK(cap.count(PacketType::ncf) == 1);
+    CHECK(cap.count(PacketType::rdata) == 0);
+    CHECK(src->counters().nak_eliminated == 3);
+    // After the elimination interval it is served again.
+    cap.packets.clear();
+    src->on_packet(parse(good), 3000 + cfg.timers.nak_elimination_ns, cap);
+    CHECK(cap.count(PacketType::rdata) == 3);
+}
+
+TEST_CASE("a NAK for data that left the window gets an SPM with the trail, no RDATA",
+          "[protocol][source]") {
+    auto cfg = testing::source_config();
+    cfg.txw_sqns = 8;
+    cfg.max_fragments = 4;
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    for (int i = 0; i < 20; ++i) {
+        REQUIRE(src->send(testing::make_message(1, 10), 0, cap).has_value());
+    }
+    CHECK(src->trail() == Sqn{12});
+    cap.packets.clear();
+    src->on_packet(parse(nak(cfg, Sqn{3})), 10, cap);
+    const auto out = cap.parsed();
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].type == PacketType::spm);
+    CHECK(out[0].trail == Sqn{12});
+    CHECK(out[0].lead == Sqn{19});
+    CHECK(src->counters().nak_out_of_window == 1);
+}
+
+TEST_CASE("SPMRs are answered at most once per interval; heartbeats follow data",
+          "[protocol][source][spm]") {
+    auto cfg = testing::source_config();
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    cap.packets.clear();
+    pgm::PacketSpec spec;
+    spec.type = PacketType::spmr;
+    spec.sport = cfg.dport;
+    spec.dport = cfg.tsi.sport;
+    spec.gsi = cfg.tsi.gsi;
+    std::vector<std::byte> spmr(16);
+    REQUIRE(pgm::encode(spmr, spec) == 16);
+    pgm::store_checksum(spmr, 0);
+    src->on_packet(parse(spmr), 10 * kMs, cap);
+    src->on_packet(parse(spmr), 10 * kMs + 1, cap);
+    src->on_packet(parse(spmr), 10 * kMs + 2, cap);
+    CHECK(cap.count(PacketType::spm) == 1);
+    CHECK(src->next_deadline() == 10 * kMs + cfg.timers.spmr_answer_ivl_ns);
+    src->on_timer(src->next_deadline(), cap);
+    CHECK(cap.count(PacketType::spm) == 2);  // the held-back SPMRs got one more answer
+
+    // Heartbeats: after data, SPMs at the configured growing intervals, then none.
+    cap.packets.clear();
+    const std::int64_t t0 = 20 * kMs;
+    REQUIRE(src->send(testing::make_message(1, 10), t0, cap).has_value());
+    std::vector<std::int64_t> spm_times;
+    for (std::int64_t t = t0; t < t0 + 3 * protocol::kSec; t += 100 * protocol::kUs) {
+        const std::size_t before = cap.count(PacketType::spm);
+        src->on_timer(t, cap);
+        if (cap.count(PacketType::spm) > before) {
+            spm_times.push_back(t - t0);
+        }
+    }
+    REQUIRE(spm_times.size() >= 4);
+    CHECK(spm_times[0] == cfg.timers.heartbeat_spm_ns[0]);
+    CHECK(spm_times[1] - spm_times[0] == cfg.timers.heartbeat_spm_ns[1]);
+    CHECK(spm_times[2] - spm_times[1] == cfg.timers.heartbeat_spm_ns[2]);
+}
+
+TEST_CASE("close sends 3 SPMs with OPT_FIN and still repairs", "[protocol][source][fin]") {
+    auto cfg = testing::source_config();
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    REQUIRE(src->send(testing::make_message(1, 10), 0, cap).has_value());
+    cap.packets.clear();
+    src->close(1, cap);
+    src->on_timer(2, cap);
+    src->on_timer(3, cap);
+    const auto out = cap.parsed();
+    REQUIRE(out.size() == 3);
+    for (const auto& p : out) {
+        CHECK(p.type == PacketType::spm);
+        CHECK(p.opts.fin);
+    }
+    cap.packets.clear();
+    src->on_packet(parse(nak(cfg, Sqn{0})), 10, cap);
+    CHECK(cap.count(PacketType::rdata) == 1);
+}
+
+TEST_CASE("RDATA respects its own rate budget and is sent later, not dropped",
+          "[protocol][source][rate]") {
+    auto cfg = testing::source_config();
+    cfg.rdata_rate_bytes_per_sec = 100'000;  // depth ~ one max APDU (~23 KB)
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    for (int i = 0; i < 60; ++i) {
+        REQUIRE(src->send(testing::make_message(1, 1400), 0, cap).has_value());
+    }
+    cap.packets.clear();
+    std::vector<Sqn> list;
+    for (std::uint32_t s = 1; s < 60; ++s) {
+        list.push_back(Sqn{s});
+    }
+    src->on_packet(parse(nak(cfg, Sqn{0}, list)), 0, cap);
+    const std::size_t first_burst = cap.count(PacketType::rdata);
+    CHECK(first_burst > 0);
+    CHECK(first_burst < 60);
+    std::int64_t t = 0;
+    while (cap.count(PacketType::rdata) < 60 && t < 5 * protocol::kSec) {
+        t = src->next_deadline();
+        src->on_timer(t, cap);
+    }
+    CHECK(cap.count(PacketType::rdata) == 60);
+    // 60 x 1424 B at 100 kB/s after the initial bucket: the last RDATA waits ~0.6 s.
+    CHECK(t > 300 * kMs);
+}

@@ -13,17 +13,53 @@ namespace {
 std::atomic<std::uint64_t> g_allocations{0};
 }  // namespace
 
-void* operator new(std::size_t n) {
+// The replacements below pair operator new with std::free through malloc; GCC cannot see that
+// every allocation in this binary comes from them.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace {
+void* counted_alloc(std::size_t n) noexcept {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(n == 0 ? 1 : n)) {  // NOLINT(cppcoreguidelines-no-malloc)
+    return std::malloc(n == 0 ? 1 : n);  // NOLINT(cppcoreguidelines-no-malloc)
+}
+void* counted_alloc_or_throw(std::size_t n) {
+    if (void* p = counted_alloc(n)) {
         return p;
     }
     throw std::bad_alloc();
 }
+}  // namespace
+
+// Every replaceable allocation function, so that nothing allocated by the default one is
+// released by ours (ASan checks the pairing).
+void* operator new(std::size_t n) {
+    return counted_alloc_or_throw(n);
+}
+void* operator new[](std::size_t n) {
+    return counted_alloc_or_throw(n);
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+    return counted_alloc(n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+    return counted_alloc(n);
+}
 void operator delete(void* p) noexcept {
     std::free(p);
 }  // NOLINT
+void operator delete[](void* p) noexcept {
+    std::free(p);
+}  // NOLINT
 void operator delete(void* p, std::size_t) noexcept {
+    std::free(p);
+}  // NOLINT
+void operator delete[](void* p, std::size_t) noexcept {
+    std::free(p);
+}  // NOLINT
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+    std::free(p);
+}  // NOLINT
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
     std::free(p);
 }  // NOLINT
 

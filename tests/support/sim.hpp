@@ -86,7 +86,7 @@ public:
     explicit Sim(memory::MemoryNetwork::Config net = {}) : net_(net) {}
 
     Node& add(const pubsub::SessionConfig& cfg,
-              std::optional<memory::LossyTransport::Config> lossy = std::nullopt) {
+              const memory::LossyTransport::Config* lossy = nullptr) {
         auto n = std::make_unique<Node>();
         n->mem = net_.attach();
         Transport* t = n->mem.get();
@@ -105,17 +105,21 @@ public:
         nodes_.push_back(std::move(n));
         return *nodes_.back();
     }
-    Node& add_source(const protocol::SourceConfig& c,
-                     std::optional<memory::LossyTransport::Config> lossy = std::nullopt) {
+    Node& add_source(const protocol::SourceConfig& c) {
         pubsub::SessionConfig sc;
         sc.source = c;
-        return add(sc, std::move(lossy));
+        return add(sc);
     }
-    Node& add_receiver(const protocol::ReceiverConfig& c,
-                       std::optional<memory::LossyTransport::Config> lossy = std::nullopt) {
+    Node& add_receiver(const protocol::ReceiverConfig& c) {
         pubsub::SessionConfig sc;
         sc.receiver = c;
-        return add(sc, std::move(lossy));
+        return add(sc);
+    }
+    Node& add_receiver(const protocol::ReceiverConfig& c,
+                       const memory::LossyTransport::Config& lossy) {
+        pubsub::SessionConfig sc;
+        sc.receiver = c;
+        return add(sc, &lossy);
     }
 
     /// Drives every node until nothing more happens at the current time, collecting events.

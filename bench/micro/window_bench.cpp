@@ -130,7 +130,7 @@ BENCHMARK(BM_NakScan)->Arg(64)->Arg(1024)->Iterations(3000);
 
 // End to end over the memory transport: publish -> batch -> ring -> parse -> window -> deliver.
 static void BM_PublishDeliverMemory(benchmark::State& state) {
-    memory::MemoryNetwork net(memory::MemoryNetwork::Config{1472, 4096, 64});
+    memory::MemoryNetwork net(memory::MemoryNetwork::Config{1472, 4096, 64, false});
     auto tp = net.attach();
     auto tr = net.attach();
     pubsub::SessionConfig pc;

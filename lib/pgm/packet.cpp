@@ -130,10 +130,6 @@ Sqn Options::nak_list_at(std::size_t i) const noexcept {
     return Sqn{load_be32(nak_list + 4 * i)};
 }
 
-Tsi Packet::source_tsi() const noexcept {
-    return Tsi{gsi, is_upstream() ? dport : sport};
-}
-
 const char* to_string(ParseStatus s) noexcept {
     switch (s) {
         case ParseStatus::ok: return "ok";

@@ -126,7 +126,9 @@ struct Packet {
 
     /// The TSI of the source this packet concerns: downstream packets carry it as
     /// (GSI, sport); upstream ones (NAK, NNAK, SPMR) as (GSI, dport).
-    [[nodiscard]] Tsi source_tsi() const noexcept;
+    [[nodiscard]] Tsi source_tsi() const noexcept {
+        return Tsi{gsi, is_upstream() ? dport : sport};
+    }
     [[nodiscard]] bool is_upstream() const noexcept {
         return type == PacketType::nak || type == PacketType::nnak || type == PacketType::spmr;
     }

@@ -36,9 +36,18 @@ struct Receiver::Peer {
         std::uint8_t ncf_retries = 0;
         std::uint8_t data_retries = 0;
         bool has_fragment = false;
+        bool has_buf = false;
         std::uint16_t len = 0;
+        std::uint32_t off = 0;    // payload offset in `buffers`
+        std::uint32_t alloc = 0;  // index of its record in `allocs`
         std::int64_t deadline = kNever;
         pgm::FragmentInfo fragment{};
+    };
+    // Payloads are packed into `buffers` in arrival order; records in `allocs` (same order)
+    // let the oldest space be reclaimed once delivered, even when repairs arrive late.
+    struct Alloc {
+        std::uint32_t off = 0;
+        bool freed = false;
     };
     bool in_use = false;
     Tsi tsi{};
@@ -62,6 +71,48 @@ struct Receiver::Peer {
     bool left_reported = false;
     std::vector<Slot> slots;
     std::vector<std::byte> buffers;
+    std::vector<Alloc> allocs;
+    std::size_t alloc_first = 0;  // oldest live record
+    std::size_t alloc_count = 0;
+    std::size_t head_off = 0;
+
+    std::byte* store(Slot& sl, std::size_t len) noexcept {
+        const std::size_t n = (len + 63) & ~std::size_t{63};
+        const std::size_t size = buffers.size();
+        std::size_t off = SIZE_MAX;
+        if (alloc_count == 0) {
+            off = 0;
+        } else if (alloc_count < allocs.size()) {
+            const std::size_t t = allocs[alloc_first].off;
+            if (head_off >= t) {
+                off = head_off + n <= size ? head_off : (n < t ? 0 : SIZE_MAX);
+            } else if (head_off + n < t) {
+                off = head_off;
+            }
+        }
+        if (off == SIZE_MAX) {
+            return nullptr;
+        }
+        const std::size_t idx = (alloc_first + alloc_count) % allocs.size();
+        allocs[idx] = Alloc{static_cast<std::uint32_t>(off), false};
+        ++alloc_count;
+        head_off = off + n;
+        sl.has_buf = true;
+        sl.off = static_cast<std::uint32_t>(off);
+        sl.alloc = static_cast<std::uint32_t>(idx);
+        return buffers.data() + off;
+    }
+    void release(Slot& sl) noexcept {
+        if (!sl.has_buf) {
+            return;
+        }
+        sl.has_buf = false;
+        allocs[sl.alloc].freed = true;
+        while (alloc_count != 0 && allocs[alloc_first].freed) {
+            alloc_first = (alloc_first + 1) % allocs.size();
+            --alloc_count;
+        }
+    }
 
     Slot& slot(Sqn s, std::uint32_t mask) noexcept { return slots[s.value & mask]; }
     [[nodiscard]] bool in_range(Sqn s) const noexcept {
@@ -79,7 +130,9 @@ Result<std::unique_ptr<Receiver>> Receiver::create(const ReceiverConfig& cfg) {
 Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     capacity_ = std::bit_ceil(cfg.rxw_sqns);
     stride_ = cfg.max_tpdu - pgm::kDataHeaderBytes;
+    buf_stride_ = (stride_ + 63) & ~std::size_t{63};
     peers_.resize(cfg.max_peers);
+    live_.reserve(cfg.max_peers);
     reassembly_.resize(pgm::kMaxApduBytes);
     scratch_.resize(512);
     rng_ = cfg.seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL;
@@ -88,8 +141,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
 Receiver::~Receiver() = default;
 
 std::size_t Receiver::peer_count() const noexcept {
-    return static_cast<std::size_t>(
-        std::count_if(peers_.begin(), peers_.end(), [](const auto& p) { return p && p->in_use; }));
+    return live_.size();
 }
 
 // RFC 3208 §6.3: NAK_RB_IVL is chosen at random, uniformly over (0, NAK_BO_IVL].
@@ -103,9 +155,9 @@ std::int64_t Receiver::backoff(std::int64_t now_ns) noexcept {
 }
 
 Receiver::Peer* Receiver::find(const Tsi& tsi) noexcept {
-    for (auto& p : peers_) {
-        if (p && p->in_use && p->tsi == tsi) {
-            return p.get();
+    for (Peer* p : live_) {
+        if (p->tsi == tsi) {
+            return p;
         }
     }
     return nullptr;
@@ -120,20 +172,26 @@ Receiver::Peer* Receiver::find_or_add(const Tsi& tsi, std::int64_t now_ns) noexc
         if (!p) {
             p = std::make_unique<Peer>();
             p->slots.resize(capacity_);
-            p->buffers.resize(static_cast<std::size_t>(capacity_) * stride_);
+            p->buffers.resize((static_cast<std::size_t>(capacity_) + 1) * buf_stride_);
+            // Live payloads are at most one per window slot; delivered ones not yet reclaimed
+            // (stored after the oldest live one, i.e. repairs) at most as many again.
+            p->allocs.resize(2 * static_cast<std::size_t>(capacity_) + 2);
         }
         if (!p->in_use) {
             auto slots = std::move(p->slots);
             auto buffers = std::move(p->buffers);
+            auto allocs = std::move(p->allocs);
             std::fill(slots.begin(), slots.end(), Peer::Slot{});
             *p = Peer{};
             p->slots = std::move(slots);
             p->buffers = std::move(buffers);
+            p->allocs = std::move(allocs);
             p->in_use = true;
             p->tsi = tsi;
             p->last_heard_ns = now_ns;
             p->joined_pending = true;
             ++counters_.peers_joined;
+            live_.push_back(p.get());  // capacity reserved: no allocation
             return p.get();
         }
     }
@@ -354,11 +412,9 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
         return;
     }
     const std::uint32_t mask = capacity_ - 1;
+    const bool beyond_lead = precedes(p.lead, s);
     bool was_missing = false;
-    if (precedes(p.lead, s)) {
-        mark_missing(p, s - 1, now_ns);
-        p.lead = s;
-    } else {
+    if (!beyond_lead) {
         const auto st = p.slot(s, mask).state;
         if (st == SlotState::have || st == SlotState::lost) {
             ++counters_.duplicates;
@@ -367,19 +423,33 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
         }
         was_missing = is_missing(st);
     }
+    Peer::Slot fresh{};
+    std::byte* dst = p.store(fresh, pkt.payload.size());
+    if (dst == nullptr) {
+        // No buffer space: dropped now; as a missing sqn it is NAKed again later.
+        ++counters_.outside_window;
+        if (beyond_lead) {
+            mark_missing(p, s, now_ns);
+        }
+        apply_trail(p, now_ns);
+        return;
+    }
+    if (beyond_lead) {
+        mark_missing(p, s - 1, now_ns);
+        p.lead = s;
+    }
     auto& sl = p.slot(s, mask);
     if (was_missing) {
         --p.missing;
         ++counters_.repaired;
     }
-    sl = Peer::Slot{};
+    sl = fresh;
     sl.state = SlotState::have;
     sl.len = static_cast<std::uint16_t>(pkt.payload.size());
     sl.has_fragment = pkt.opts.has_fragment;
     sl.fragment = pkt.opts.fragment;
     if (!pkt.payload.empty()) {
-        std::memcpy(p.buffers.data() + static_cast<std::size_t>(s.value & mask) * stride_,
-                    pkt.payload.data(), pkt.payload.size());
+        std::memcpy(dst, pkt.payload.data(), pkt.payload.size());
     }
     apply_trail(p, now_ns);
 }
@@ -438,10 +508,7 @@ void Receiver::on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns)
 }
 
 void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
-    for (auto& pp : peers_) {
-        if (!pp || !pp->in_use) {
-            continue;
-        }
+    for (Peer* pp : live_) {
         Peer& p = *pp;
         if (!p.expired && now_ns - p.last_heard_ns >= cfg_.timers.peer_expiry_ns) {
             p.expired = true;
@@ -575,10 +642,7 @@ void Receiver::send_spmr(Peer& p, PacketSink& sink) noexcept {
 
 std::int64_t Receiver::next_deadline() const noexcept {
     std::int64_t d = kNever;
-    for (const auto& pp : peers_) {
-        if (!pp || !pp->in_use) {
-            continue;
-        }
+    for (const Peer* pp : live_) {
         const Peer& p = *pp;
         if (!p.expired) {
             d = std::min(
@@ -589,15 +653,33 @@ std::int64_t Receiver::next_deadline() const noexcept {
 }
 
 bool Receiver::next_event(Event& out) noexcept {
-    const std::size_t n = peers_.size();
+    const std::size_t n = live_.size();
+    if (n == 0) {
+        return false;
+    }
+    if (rr_ >= n) {
+        rr_ = 0;
+    }
     for (std::size_t i = 0; i < n; ++i) {
-        auto& pp = peers_[(rr_ + i) % n];
-        if (pp && pp->in_use && peer_event(*pp, out)) {
-            rr_ = (rr_ + i) % n;  // stay on this peer while it has events; fair on empty
+        std::size_t j = rr_ + i;
+        if (j >= n) {
+            j -= n;
+        }
+        Peer* p = live_[j];
+        const bool got = peer_event(*p, out);
+        if (!p->in_use) {
+            live_.erase(live_.begin() + static_cast<std::ptrdiff_t>(j));  // a source left: rare
+            if (got) {
+                return true;
+            }
+            return next_event(out);
+        }
+        if (got) {
+            rr_ = j;  // stay on this peer while it has events
             return true;
         }
     }
-    rr_ = (rr_ + 1) % n;
+    rr_ = rr_ + 1 < n ? rr_ + 1 : 0;
     return false;
 }
 
@@ -616,6 +698,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
         auto& sl = p.slot(s, mask);
         if (sl.state == SlotState::have && sl.has_fragment && sl.fragment.first_sqn != s) {
             // The head of this APDU is gone (lost or never seen): the tail is lost with it.
+            p.release(sl);
             sl.state = SlotState::lost;
             ++counters_.lost_sqns;
         }
@@ -630,6 +713,8 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
                     break;
                 }
                 if (orphan_tail) {
+                    p.release(nx);
+                    nx.state = SlotState::lost;
                     ++counters_.lost_sqns;
                 }
                 ++e;
@@ -656,13 +741,15 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
         }
         const std::byte* base = p.buffers.data();
         if (!sl.has_fragment) {
+            // Released now, but the bytes stay untouched until the next packet is stored.
+            p.release(sl);
             sl.state = SlotState::empty;
             p.next = s + 1;
             ++counters_.apdus_delivered;
             counters_.bytes_delivered += sl.len;
             out.kind = Event::Kind::data;
             out.sqn = s;
-            out.payload = std::span<const std::byte>(base + (s.value & mask) * stride_, sl.len);
+            out.payload = std::span<const std::byte>(base + sl.off, sl.len);
             return true;
         }
         // Reassembly (OPT_FRAGMENT, §9.2): fragments s, s+1, ... with consecutive offsets.
@@ -702,6 +789,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
                     if (is_missing(p.slot(y, mask).state)) {
                         --p.missing;
                     }
+                    p.release(p.slot(y, mask));
                     p.slot(y, mask).state = SlotState::lost;
                     ++counters_.lost_sqns;
                 }
@@ -714,8 +802,9 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
         std::size_t pos = 0;
         for (Sqn y = s; precedes(y, x); ++y) {
             auto& fy = p.slot(y, mask);
-            std::memcpy(reassembly_.data() + pos, base + (y.value & mask) * stride_, fy.len);
+            std::memcpy(reassembly_.data() + pos, base + fy.off, fy.len);
             pos += fy.len;
+            p.release(fy);
             fy.state = SlotState::empty;
         }
         p.next = x;

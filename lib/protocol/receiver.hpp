@@ -121,9 +121,11 @@ private:
 
     ReceiverConfig cfg_;
     std::uint32_t capacity_ = 0;
-    std::size_t stride_ = 0;
+    std::size_t stride_ = 0;      // largest TSDU
+    std::size_t buf_stride_ = 0;  // stride_ rounded to a cache line
     std::vector<std::unique_ptr<Peer>> peers_;
-    std::size_t rr_ = 0;  // round-robin start for delivery
+    std::vector<Peer*> live_;  // peers in use, in join order
+    std::size_t rr_ = 0;       // round-robin start for delivery
     std::vector<std::byte> reassembly_;
     std::vector<std::byte> scratch_;
     std::uint64_t rng_ = 0;

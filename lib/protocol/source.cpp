@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstring>
 
+#include "lib/pgm/bytes.hpp"
 #include "lib/pgm/checksum.hpp"
 
 namespace prizma::protocol {
@@ -65,11 +66,18 @@ Source::Source(const SourceConfig& cfg) noexcept : cfg_(cfg) {
     mask_ = cap - 1;
     stride_ = (cfg.max_tpdu + 63) & ~std::size_t{63};
     slots_.resize(cap);
-    buffers_.resize(static_cast<std::size_t>(cap) * stride_);
+    // Worst case: every packet of a full window at max size, plus the end-of-buffer waste.
+    buffers_.resize((static_cast<std::size_t>(cap) + 1) * stride_);
     repair_queue_.resize(cap);
     scratch_.resize(256 + cfg.max_tpdu);
     trail_ = cfg.initial_sqn;
     next_ = cfg.initial_sqn;
+    PacketSpec tmpl;
+    tmpl.type = PacketType::odata;
+    tmpl.sport = cfg.tsi.sport;
+    tmpl.dport = cfg.dport;
+    tmpl.gsi = cfg.tsi.gsi;
+    (void)pgm::encode(odata_template_, tmpl);
     const auto rate_depth = [&](std::uint64_t rate) {
         const double one_ms = static_cast<double>(rate) / 1000.0;
         const double min_depth = static_cast<double>(max_apdu_ + cfg.max_fragments * 64);
@@ -120,11 +128,51 @@ Result<void> Source::make_room(std::uint32_t n, std::int64_t now_ns) noexcept {
     return {};
 }
 
+// Packs the packet for sqn `s` after the previous one (64-byte aligned), wrapping to the start
+// when the end is reached. The window's sqn limit keeps the live bytes within the buffer, so
+// this only evicts (or reports back-pressure) if that invariant were ever broken.
+Result<std::byte*> Source::place(Sqn s, std::size_t bytes) noexcept {
+    const std::size_t n = (bytes + 63) & ~std::size_t{63};
+    const std::size_t size = buffers_.size();
+    for (;;) {
+        std::size_t off = SIZE_MAX;
+        if (in_window() == 0) {
+            off = 0;
+        } else {
+            const std::size_t t = slot(trail_).offset;
+            const std::size_t h = head_off_;
+            if (h >= t) {
+                off = h + n <= size ? h : (n < t ? 0 : SIZE_MAX);
+            } else if (h + n < t) {
+                off = h;
+            }
+        }
+        if (off != SIZE_MAX) {
+            slot(s).offset = static_cast<std::uint32_t>(off);
+            head_off_ = off + n;
+            return buffers_.data() + off;
+        }
+        if (in_window() == 0 || trail_ == s) {
+            return Errc::message_too_large;
+        }
+        if (cfg_.txw_retention_ns > 0
+            && last_now_ns_ - slot(trail_).sent_ns < cfg_.txw_retention_ns) {
+            ++counters_.back_pressured;
+            return Errc::back_pressured;
+        }
+        trail_ = trail_ + 1;
+        ++counters_.window_evictions;
+    }
+}
+
 Result<Sqn> Source::send(std::span<const std::byte> apdu,
                          std::int64_t now_ns,
                          PacketSink& sink) noexcept {
     if (closed_) {
         return Errc::closed;
+    }
+    if (claim_active_) {
+        return Errc::invalid_argument;  // commit or abort the claim first
     }
     if (apdu.size() > max_apdu_) {
         return Errc::message_too_large;
@@ -146,9 +194,14 @@ Result<Sqn> Source::send(std::span<const std::byte> apdu,
         return r.error();
     }
     (void)odata_bucket_.take(wire, now_ns);
+    last_now_ns_ = now_ns;
     const Sqn first = next_;
     if (!fragmented) {
-        std::byte* buf = slot_buf(first);
+        auto placed = place(first, pgm::kDataHeaderBytes + apdu.size());
+        if (!placed) {
+            return placed.error();
+        }
+        std::byte* buf = *placed;
         if (!apdu.empty()) {
             std::memcpy(buf + pgm::kDataHeaderBytes, apdu.data(), apdu.size());
         }
@@ -158,7 +211,11 @@ Result<Sqn> Source::send(std::span<const std::byte> apdu,
         while (off < apdu.size()) {
             const std::size_t len = std::min(max_frag_payload_, apdu.size() - off);
             const Sqn s = next_;
-            std::byte* buf = slot_buf(s);
+            auto placed = place(s, pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes + len);
+            if (!placed) {
+                return placed.error();  // cannot happen while the window invariant holds
+            }
+            std::byte* buf = *placed;
             std::memcpy(buf + pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes, apdu.data() + off,
                         len);
             const pgm::FragmentInfo frag{first, static_cast<std::uint32_t>(off),
@@ -189,18 +246,22 @@ Result<std::span<std::byte>> Source::claim(std::size_t n, std::int64_t now_ns) n
     if (auto r = make_room(1, now_ns); !r) {
         return r.error();
     }
+    last_now_ns_ = now_ns;
+    auto placed = place(next_, pgm::kDataHeaderBytes + n);
+    if (!placed) {
+        return placed.error();
+    }
     claimed_ = n;
-    return std::span<std::byte>(slot_buf(next_) + pgm::kDataHeaderBytes, n);
+    claim_active_ = true;
+    return std::span<std::byte>(*placed + pgm::kDataHeaderBytes, n);
 }
 
 Result<Sqn> Source::commit(std::size_t used, std::int64_t now_ns, PacketSink& sink) noexcept {
-    if (claimed_ == 0 && used != 0) {
-        return Errc::invalid_argument;
-    }
-    if (used > claimed_) {
+    if (!claim_active_ || used > claimed_) {
         return Errc::invalid_argument;
     }
     claimed_ = 0;
+    claim_active_ = false;
     (void)odata_bucket_.take(used + pgm::kDataHeaderBytes, now_ns);
     const Sqn s = next_;
     emit_odata(s, used, nullptr, now_ns, sink);
@@ -219,16 +280,24 @@ void Source::emit_odata(Sqn s,
     Slot& sl = slot(s);
     const std::size_t hlen =
         pgm::kDataHeaderBytes + (frag != nullptr ? pgm::kFragmentOptionBytes : 0);
-    PacketSpec spec;
-    spec.type = PacketType::odata;
-    spec.sport = cfg_.tsi.sport;
-    spec.dport = cfg_.dport;
-    spec.gsi = cfg_.tsi.gsi;
-    spec.tsdu_length = static_cast<std::uint16_t>(len);
-    spec.sqn = s;
-    spec.trail = trail_;
-    spec.fragment = frag;
-    (void)pgm::encode(std::span<std::byte>(buf, hlen), spec);
+    if (frag == nullptr) {
+        // Common case: the fixed 16-byte header from a template, then the variable fields.
+        std::memcpy(buf, odata_template_.data(), pgm::kHeaderBytes);
+        pgm::store_be16(buf + 14, static_cast<std::uint16_t>(len));
+        pgm::store_be32(buf + 16, s.value);
+        pgm::store_be32(buf + 20, trail_.value);
+    } else {
+        PacketSpec spec;
+        spec.type = PacketType::odata;
+        spec.sport = cfg_.tsi.sport;
+        spec.dport = cfg_.dport;
+        spec.gsi = cfg_.tsi.gsi;
+        spec.tsdu_length = static_cast<std::uint16_t>(len);
+        spec.sqn = s;
+        spec.trail = trail_;
+        spec.fragment = frag;
+        (void)pgm::encode(std::span<std::byte>(buf, hlen), spec);
+    }
     const std::span<const std::byte> payload(buf + hlen, len);
     sl.payload_sum = cfg_.checksum ? pgm::csum_partial(payload) : 0;
     if (cfg_.checksum) {

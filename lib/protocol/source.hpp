@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -55,7 +56,10 @@ public:
     /// returns it; commit() sends the first `used` bytes. Nothing else may be sent between.
     Result<std::span<std::byte>> claim(std::size_t n, std::int64_t now_ns) noexcept;
     Result<Sqn> commit(std::size_t used, std::int64_t now_ns, PacketSink& sink) noexcept;
-    void abort_claim() noexcept { claimed_ = 0; }
+    void abort_claim() noexcept {
+        claimed_ = 0;
+        claim_active_ = false;
+    }
 
     /// Handles a NAK, NNAK or SPMR addressed to this source (TSI already matched).
     void on_packet(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept;
@@ -78,6 +82,7 @@ public:
 private:
     struct Slot {
         Sqn sqn{};
+        std::uint32_t offset = 0;  // of the packet in buffers_
         std::int64_t sent_ns = 0;
         std::int64_t last_rdata_ns = INT64_MIN / 2;
         std::uint16_t header_len = 0;
@@ -102,8 +107,9 @@ private:
     [[nodiscard]] std::uint32_t in_window() const noexcept { return next_.value - trail_.value; }
     [[nodiscard]] bool contains(Sqn s) const noexcept;
     Slot& slot(Sqn s) noexcept { return slots_[s.value & mask_]; }
-    std::byte* slot_buf(Sqn s) noexcept { return buffers_.data() + (s.value & mask_) * stride_; }
+    std::byte* slot_buf(Sqn s) noexcept { return buffers_.data() + slot(s).offset; }
     Result<void> make_room(std::uint32_t n, std::int64_t now_ns) noexcept;
+    Result<std::byte*> place(Sqn s, std::size_t bytes) noexcept;
     void emit_odata(Sqn s,
                     std::size_t len,
                     const pgm::FragmentInfo* frag,
@@ -122,15 +128,19 @@ private:
     std::uint32_t mask_ = 0;
     std::size_t stride_ = 0;
     std::vector<Slot> slots_;
-    std::vector<std::byte> buffers_;
-    std::vector<Sqn> repair_queue_;  // ring, capacity = window capacity
+    std::vector<std::byte> buffers_;  // packets packed in send order (cache-friendly)
+    std::size_t head_off_ = 0;        // where the next packet goes in buffers_
+    std::vector<Sqn> repair_queue_;   // ring, capacity = window capacity
     std::size_t repair_head_ = 0;
     std::size_t repair_count_ = 0;
     std::vector<std::byte> scratch_;  // SPM / NCF / RDATA headers
+    std::array<std::byte, pgm::kDataHeaderBytes> odata_template_{};
     Sqn trail_{};
     Sqn next_{};
     Sqn spm_sqn_{};
     std::size_t claimed_ = 0;
+    bool claim_active_ = false;
+    std::int64_t last_now_ns_ = 0;
     bool closed_ = false;
     bool reset_ = false;
     std::uint8_t fin_spms_left_ = 0;

@@ -25,6 +25,9 @@ void MemoryNetwork::detach(MemoryTransport* t) noexcept {
 void MemoryNetwork::deliver(std::uint32_t from, const TxPacket& p) noexcept {
     if (p.route == Route::downstream) {
         for (auto* t : endpoints_) {
+            if (!cfg_.loopback && t->id_ == from) {
+                continue;
+            }
             if (!t->push(from, p)) {
                 ++overflow_;
             }

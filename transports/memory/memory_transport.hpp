@@ -27,6 +27,7 @@ public:
         std::size_t max_datagram = 1472;
         std::size_t ring_slots = 8192;  ///< inbound packets held per endpoint
         std::size_t max_tx_batch = 64;
+        bool loopback = true;  ///< downstream packets also reach their sender (multicast loop)
     };
     MemoryNetwork() : MemoryNetwork(Config{}) {}
     explicit MemoryNetwork(const Config& cfg) : cfg_(cfg) {}

@@ -1,0 +1,697 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "transports/udp/udp_transport.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+namespace prizma::udp {
+namespace {
+
+constexpr std::uint16_t kFamily4 = 4;
+constexpr std::uint16_t kFamily6 = 6;
+constexpr std::size_t kGroBuffer = 65536;
+constexpr std::size_t kMaxGsoSegments = 64;
+
+std::error_code errno_code() noexcept {
+    return {errno, std::system_category()};
+}
+
+/// Move-only file descriptor; closes on destruction.
+class UniqueFd {
+public:
+    UniqueFd() noexcept = default;
+    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+    UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+    UniqueFd& operator=(UniqueFd&& o) noexcept {
+        reset(o.release());
+        return *this;
+    }
+    UniqueFd(const UniqueFd&) = delete;
+    UniqueFd& operator=(const UniqueFd&) = delete;
+    ~UniqueFd() { reset(); }
+    [[nodiscard]] int get() const noexcept { return fd_; }
+    int release() noexcept { return std::exchange(fd_, -1); }
+    void reset(int fd = -1) noexcept {
+        if (fd_ >= 0) {
+            (void)::close(fd_);  // nothing useful to do on a close error of a UDP socket
+        }
+        fd_ = fd;
+    }
+
+private:
+    int fd_ = -1;
+};
+
+struct Addr {
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    [[nodiscard]] int family() const noexcept { return ss.ss_family; }
+    [[nodiscard]] bool is_multicast() const noexcept {
+        if (family() == AF_INET) {
+            const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+            return IN_MULTICAST(ntohl(a->sin_addr.s_addr));
+        }
+        const auto* a6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+        return IN6_IS_ADDR_MULTICAST(&a6->sin6_addr);
+    }
+    const sockaddr* sa() const noexcept { return reinterpret_cast<const sockaddr*>(&ss); }
+};
+
+bool make_addr(const std::string& host, std::uint16_t port, Addr& out) noexcept {
+    out = Addr{};
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&out.ss);
+    if (::inet_pton(AF_INET, host.c_str(), &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(port);
+        out.len = sizeof(sockaddr_in);
+        return true;
+    }
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&out.ss);
+    if (::inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(port);
+        out.len = sizeof(sockaddr_in6);
+        return true;
+    }
+    return false;
+}
+
+Endpoint to_endpoint(const sockaddr_storage& ss) noexcept {
+    Endpoint e;
+    if (ss.ss_family == AF_INET) {
+        const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+        e.family = kFamily4;
+        e.port = ntohs(a->sin_port);
+        std::memcpy(e.addr.data(), &a->sin_addr, 4);
+    } else if (ss.ss_family == AF_INET6) {
+        const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+        e.family = kFamily6;
+        e.port = ntohs(a->sin6_port);
+        std::memcpy(e.addr.data(), &a->sin6_addr, 16);
+    }
+    return e;
+}
+
+bool from_endpoint(const Endpoint& e, Addr& out) noexcept {
+    out = Addr{};
+    if (e.family == kFamily4) {
+        auto* a = reinterpret_cast<sockaddr_in*>(&out.ss);
+        a->sin_family = AF_INET;
+        a->sin_port = htons(e.port);
+        std::memcpy(&a->sin_addr, e.addr.data(), 4);
+        out.len = sizeof(sockaddr_in);
+        return true;
+    }
+    if (e.family == kFamily6) {
+        auto* a = reinterpret_cast<sockaddr_in6*>(&out.ss);
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(e.port);
+        std::memcpy(&a->sin6_addr, e.addr.data(), 16);
+        out.len = sizeof(sockaddr_in6);
+        return true;
+    }
+    return false;
+}
+
+unsigned ifindex_of(const Addr& a) noexcept {
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) != 0) {
+        return 0;
+    }
+    unsigned idx = 0;
+    for (ifaddrs* i = list; i != nullptr && idx == 0; i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a.family()) {
+            continue;
+        }
+        const bool same =
+            a.family() == AF_INET
+                ? std::memcmp(&reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr,
+                              &reinterpret_cast<const sockaddr_in*>(&a.ss)->sin_addr, 4)
+                      == 0
+                : std::memcmp(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr,
+                              &reinterpret_cast<const sockaddr_in6*>(&a.ss)->sin6_addr, 16)
+                      == 0;
+        if (same) {
+            idx = ::if_nametoindex(i->ifa_name);
+        }
+    }
+    ::freeifaddrs(list);
+    return idx;
+}
+
+template <typename T>
+bool set_opt(int fd, int level, int name, T value) noexcept {
+    return ::setsockopt(fd, level, name, &value, sizeof value) == 0;
+}
+
+bool parse_uint(std::string_view s, std::uint64_t max, std::uint64_t& out) noexcept {
+    if (s.empty()) {
+        return false;
+    }
+    std::uint64_t v = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{} || p != s.data() + s.size() || v > max) {
+        return false;
+    }
+    out = v;
+    return true;
+}
+
+}  // namespace
+
+Result<UdpConfig> parse_uri(std::string_view uri,
+                            std::string* error,
+                            std::vector<std::pair<std::string, std::string>>* extra,
+                            std::span<const std::string_view> known_extra) {
+    auto fail = [&](std::string msg) -> Result<UdpConfig> {
+        if (error != nullptr) {
+            *error = std::move(msg);
+        }
+        return Errc::invalid_argument;
+    };
+    constexpr std::string_view kScheme = "udp://";
+    if (!uri.starts_with(kScheme)) {
+        return fail("not a udp:// URI: '" + std::string(uri) + "'");
+    }
+    std::string_view rest = uri.substr(kScheme.size());
+    std::string_view query;
+    if (const auto q = rest.find('?'); q != std::string_view::npos) {
+        query = rest.substr(q + 1);
+        rest = rest.substr(0, q);
+    }
+    UdpConfig cfg;
+    std::string_view host;
+    std::string_view port;
+    if (rest.starts_with('[')) {
+        const auto close = rest.find(']');
+        if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
+            return fail("expected [IPv6]:PORT in '" + std::string(uri) + "'");
+        }
+        host = rest.substr(1, close - 1);
+        port = rest.substr(close + 2);
+    } else {
+        const auto colon = rest.rfind(':');
+        if (colon == std::string_view::npos) {
+            return fail("missing :PORT in '" + std::string(uri) + "'");
+        }
+        host = rest.substr(0, colon);
+        port = rest.substr(colon + 1);
+    }
+    cfg.group = std::string(host);
+    Addr probe;
+    if (!make_addr(cfg.group, 0, probe)) {
+        return fail("bad address '" + cfg.group + "' (expected an IPv4 or IPv6 literal)");
+    }
+    std::uint64_t v = 0;
+    if (!parse_uint(port, 65535, v) || v == 0) {
+        return fail("bad port '" + std::string(port) + "' (1-65535)");
+    }
+    cfg.port = static_cast<std::uint16_t>(v);
+    while (!query.empty()) {
+        const auto amp = query.find('&');
+        const std::string_view kv = query.substr(0, amp);
+        query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+        const auto eq = kv.find('=');
+        if (eq == std::string_view::npos) {
+            return fail("query item without '=': '" + std::string(kv) + "'");
+        }
+        const std::string_view k = kv.substr(0, eq);
+        const std::string_view val = kv.substr(eq + 1);
+        auto flag = [&](bool& b) -> bool {
+            if (val == "1" || val == "true") {
+                b = true;
+                return true;
+            }
+            if (val == "0" || val == "false") {
+                b = false;
+                return true;
+            }
+            return false;
+        };
+        bool ok = true;
+        if (k == "iface") {
+            Addr a;
+            if (!make_addr(std::string(val), 0, a)) {
+                return fail("bad iface '" + std::string(val)
+                            + "' (expected the interface's IP address)");
+            }
+            cfg.iface = std::string(val);
+        } else if (k == "ttl") {
+            ok = parse_uint(val, 255, v) && v >= 1;
+            cfg.ttl = static_cast<int>(v);
+        } else if (k == "rcvbuf") {
+            ok = parse_uint(val, 1U << 30, v);
+            cfg.rcvbuf = static_cast<int>(v);
+        } else if (k == "sndbuf") {
+            ok = parse_uint(val, 1U << 30, v);
+            cfg.sndbuf = static_cast<int>(v);
+        } else if (k == "busy_poll") {
+            ok = parse_uint(val, 1000000, v);
+            cfg.busy_poll_us = static_cast<int>(v);
+        } else if (k == "loop") {
+            ok = flag(cfg.loop);
+        } else if (k == "gso") {
+            ok = flag(cfg.gso);
+        } else if (k == "gro") {
+            ok = flag(cfg.gro);
+        } else if (std::find(known_extra.begin(), known_extra.end(), k) != known_extra.end()) {
+            if (extra != nullptr) {
+                extra->emplace_back(std::string(k), std::string(val));
+            }
+        } else {
+            return fail("unknown key '" + std::string(k) + "' in '" + std::string(uri) + "'");
+        }
+        if (!ok) {
+            return fail("bad value '" + std::string(val) + "' for '" + std::string(k) + "'");
+        }
+    }
+    return cfg;
+}
+
+struct UdpTransport::Impl {
+    UdpConfig cfg;
+    Addr group;
+    Addr iface;
+    bool multicast = false;
+    UniqueFd rx;  // group traffic (wildcard:port, joined) or unicast group address
+    UniqueFd uc;  // iface:port, for unicast NAKs/SPMRs; also the send socket when present
+    UniqueFd ep;  // epoll over both, the wakeup fd
+    int tx = -1;
+    std::size_t max_datagram = 0;
+    // receive
+    std::size_t rx_slot = 0;
+    std::vector<std::byte> rx_buf;
+    std::vector<mmsghdr> rx_msgs;
+    std::vector<iovec> rx_iov;
+    std::vector<sockaddr_storage> rx_from;
+    std::vector<std::array<char, 64>> rx_ctl;
+    std::vector<RxPacket> pending;  // segments received, not yet handed out
+    std::size_t pending_pos = 0;
+    std::size_t lent = 0;
+    bool poll_uc_first = false;
+    // send
+    std::vector<mmsghdr> tx_msgs;
+    std::vector<iovec> tx_iov;
+    std::vector<Addr> tx_addr;
+    std::vector<std::array<char, 64>> tx_ctl;
+};
+
+Endpoint UdpTransport::endpoint_for(std::uint16_t afi,
+                                    const std::uint8_t* addr,
+                                    std::uint16_t port) noexcept {
+    Endpoint e;
+    e.family = afi == 1 ? kFamily4 : kFamily6;
+    e.port = port;
+    std::memcpy(e.addr.data(), addr, afi == 1 ? 4 : 16);
+    return e;
+}
+
+Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
+                                                           std::string* error) {
+    auto fail = [&](std::string msg, std::error_code ec) -> Result<std::unique_ptr<UdpTransport>> {
+        if (error != nullptr) {
+            *error = std::move(msg)
+                     + (ec.category() == std::system_category() ? ": " + ec.message() : "");
+        }
+        return ec;
+    };
+    auto impl = std::make_unique<Impl>();
+    impl->cfg = cfg;
+    if (!make_addr(cfg.group, cfg.port, impl->group)) {
+        return fail("bad group address '" + cfg.group + "'", Errc::invalid_argument);
+    }
+    impl->multicast = impl->group.is_multicast();
+    const int fam = impl->group.family();
+    if (cfg.iface.empty()) {
+        if (impl->multicast) {
+            return fail(
+                "multicast group " + cfg.group + " needs iface=ADDR (never the default route)",
+                Errc::invalid_argument);
+        }
+    } else if (!make_addr(cfg.iface, cfg.port, impl->iface) || impl->iface.family() != fam) {
+        return fail("bad iface '" + cfg.iface + "' for group " + cfg.group, Errc::invalid_argument);
+    }
+    unsigned ifindex = 0;
+    if (!cfg.iface.empty()) {
+        ifindex = ifindex_of(impl->iface);
+        if (ifindex == 0) {
+            return fail("no local interface has address " + cfg.iface, Errc::invalid_argument);
+        }
+    }
+    impl->max_datagram =
+        cfg.max_datagram != 0 ? cfg.max_datagram : (fam == AF_INET ? 1472U : 1452U);
+    auto make_socket = [&](const Addr& bind_to) -> Result<UniqueFd> {
+        UniqueFd fd(::socket(fam, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (fd.get() < 0) {
+            return errno_code();
+        }
+        (void)set_opt(fd.get(), SOL_SOCKET, SO_REUSEADDR, 1);
+        (void)set_opt(fd.get(), SOL_SOCKET, SO_REUSEPORT, 1);
+        if (::bind(fd.get(), bind_to.sa(), bind_to.len) != 0) {
+            return errno_code();
+        }
+        return fd;
+    };
+    // Downstream receive socket.
+    Addr rx_bind;
+    if (impl->multicast) {
+        rx_bind = Addr{};
+        if (fam == AF_INET) {
+            auto* a = reinterpret_cast<sockaddr_in*>(&rx_bind.ss);
+            a->sin_family = AF_INET;
+            a->sin_port = htons(cfg.port);
+            a->sin_addr.s_addr = htonl(INADDR_ANY);
+            rx_bind.len = sizeof(sockaddr_in);
+        } else {
+            auto* a = reinterpret_cast<sockaddr_in6*>(&rx_bind.ss);
+            a->sin6_family = AF_INET6;
+            a->sin6_port = htons(cfg.port);
+            a->sin6_addr = in6addr_any;
+            rx_bind.len = sizeof(sockaddr_in6);
+        }
+    } else {
+        rx_bind = impl->group;
+    }
+    auto rx = make_socket(rx_bind);
+    if (rx) {
+        impl->rx = std::move(*rx);
+    } else if (impl->multicast || rx.error().value() != EADDRNOTAVAIL) {
+        return fail("cannot bind UDP port " + std::to_string(cfg.port), rx.error());
+    }
+    // Unicast socket on the interface address: unicast NAKs to our NLA land here (a specific
+    // address wins the kernel's lookup over same-host wildcard sockets, openpgm.md §8.5).
+    if (cfg.bind_unicast && !cfg.iface.empty()
+        && !(impl->rx.get() >= 0 && !impl->multicast && cfg.iface == cfg.group)) {
+        auto uc = make_socket(impl->iface);
+        if (!uc) {
+            return fail("cannot bind " + cfg.iface + ":" + std::to_string(cfg.port), uc.error());
+        }
+        impl->uc = std::move(*uc);
+    }
+    impl->tx = impl->uc.get() >= 0 ? impl->uc.get() : impl->rx.get();
+    if (impl->tx < 0) {
+        UniqueFd fd(::socket(fam, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (fd.get() < 0) {
+            return fail("socket", errno_code());
+        }
+        impl->uc = std::move(fd);
+        impl->tx = impl->uc.get();
+    }
+    for (int fd : {impl->rx.get(), impl->uc.get()}) {
+        if (fd < 0) {
+            continue;
+        }
+        (void)set_opt(fd, SOL_SOCKET, SO_RCVBUF, cfg.rcvbuf);
+        (void)set_opt(fd, SOL_SOCKET, SO_SNDBUF, cfg.sndbuf);
+        if (cfg.busy_poll_us > 0) {
+            (void)set_opt(fd, SOL_SOCKET, SO_BUSY_POLL, cfg.busy_poll_us);
+        }
+    }
+    if (impl->multicast) {
+        if (fam == AF_INET) {
+            ip_mreqn mreq{};
+            mreq.imr_multiaddr = reinterpret_cast<const sockaddr_in*>(&impl->group.ss)->sin_addr;
+            mreq.imr_address = reinterpret_cast<const sockaddr_in*>(&impl->iface.ss)->sin_addr;
+            mreq.imr_ifindex = static_cast<int>(ifindex);
+            if (::setsockopt(impl->rx.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof mreq)
+                != 0) {
+                return fail("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
+            }
+            (void)set_opt(impl->rx.get(), IPPROTO_IP, IP_MULTICAST_ALL, 0);
+            ip_mreqn out{};
+            out.imr_address = mreq.imr_address;
+            out.imr_ifindex = static_cast<int>(ifindex);
+            if (::setsockopt(impl->tx, IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out) != 0) {
+                return fail("IP_MULTICAST_IF " + cfg.iface, errno_code());
+            }
+            (void)set_opt(impl->tx, IPPROTO_IP, IP_MULTICAST_TTL, cfg.ttl);
+            (void)set_opt(impl->tx, IPPROTO_IP, IP_MULTICAST_LOOP, cfg.loop ? 1 : 0);
+        } else {
+            ipv6_mreq mreq{};
+            mreq.ipv6mr_multiaddr =
+                reinterpret_cast<const sockaddr_in6*>(&impl->group.ss)->sin6_addr;
+            mreq.ipv6mr_interface = ifindex;
+            if (::setsockopt(impl->rx.get(), IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &mreq, sizeof mreq)
+                != 0) {
+                return fail("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
+            }
+            (void)set_opt(impl->tx, IPPROTO_IPV6, IPV6_MULTICAST_IF, ifindex);
+            (void)set_opt(impl->tx, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, cfg.ttl);
+            (void)set_opt(impl->tx, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, cfg.loop ? 1U : 0U);
+        }
+    }
+    std::unique_ptr<UdpTransport> t(new UdpTransport(std::move(impl)));
+    Impl& im = *t->impl_;
+    // Read back the buffer sizes: the kernel caps them at net.core.rmem_max silently.
+    int eff = 0;
+    socklen_t elen = sizeof eff;
+    const int probe_fd = im.rx.get() >= 0 ? im.rx.get() : im.uc.get();
+    if (::getsockopt(probe_fd, SOL_SOCKET, SO_RCVBUF, &eff, &elen) == 0) {
+        t->counters_.rcvbuf_effective = eff / 2;  // Linux reports double the payload size
+        t->counters_.rcvbuf_capped = eff / 2 < cfg.rcvbuf ? 1U : 0U;
+    }
+    elen = sizeof eff;
+    if (::getsockopt(im.tx, SOL_SOCKET, SO_SNDBUF, &eff, &elen) == 0) {
+        t->counters_.sndbuf_effective = eff / 2;
+    }
+    // Probe GSO/GRO: a kernel without them refuses the socket option.
+    t->gso_ = cfg.gso && set_opt(im.tx, SOL_UDP, UDP_SEGMENT, 0);
+    t->gro_ = cfg.gro;
+    for (int fd : {im.rx.get(), im.uc.get()}) {
+        if (fd >= 0 && cfg.gro) {
+            t->gro_ = set_opt(fd, SOL_UDP, UDP_GRO, 1) && t->gro_;
+        }
+    }
+    im.rx_slot = t->gro_ ? kGroBuffer : im.max_datagram + 64;
+    const std::size_t n = std::max<std::size_t>(1, cfg.batch);
+    im.rx_buf.resize(n * im.rx_slot);
+    im.rx_msgs.resize(n);
+    im.rx_iov.resize(n);
+    im.rx_from.resize(n);
+    im.rx_ctl.resize(n);
+    im.pending.reserve(n * (t->gro_ ? kMaxGsoSegments : 1));
+    im.tx_msgs.resize(n);
+    im.tx_iov.resize(2 * n);
+    im.tx_addr.resize(n);
+    im.tx_ctl.resize(n);
+    // Wakeup: one epoll fd over both sockets.
+    im.ep.reset(::epoll_create1(EPOLL_CLOEXEC));
+    for (int fd : {im.rx.get(), im.uc.get()}) {
+        if (fd >= 0 && im.ep.get() >= 0) {
+            epoll_event ev{};
+            ev.events = EPOLLIN;
+            ev.data.fd = fd;
+            (void)::epoll_ctl(im.ep.get(), EPOLL_CTL_ADD, fd, &ev);
+        }
+    }
+    if (!cfg.iface.empty()) {
+        t->local_ = to_endpoint(im.iface.ss);
+    }
+    return t;
+}
+
+UdpTransport::UdpTransport(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+UdpTransport::~UdpTransport() = default;
+
+TransportCaps UdpTransport::caps() const noexcept {
+    return TransportCaps{impl_->max_datagram, impl_->tx_msgs.size(), 0};
+}
+
+int UdpTransport::wakeup_fd() const noexcept {
+    return impl_->ep.get();
+}
+
+// Batches into sendmmsg; a run of downstream packets of one size (the last may be shorter)
+// becomes a single GSO message (UDP_SEGMENT): one pass through the stack for up to 64.
+Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) noexcept {
+    Impl& im = *impl_;
+    std::size_t done = 0;
+    while (done < packets.size()) {
+        std::size_t nmsg = 0;
+        std::size_t niov = 0;
+        std::size_t consumed = done;
+        std::array<std::size_t, 64> per_msg{};
+        const std::size_t max_msgs = std::min(im.tx_msgs.size(), per_msg.size());
+        std::size_t skipped = 0;
+        while (consumed < packets.size() && nmsg < max_msgs && niov + 2 <= im.tx_iov.size()) {
+            const TxPacket& p = packets[consumed];
+            Addr& dst = im.tx_addr[nmsg];
+            if (p.route == Route::downstream) {
+                dst = im.group;
+            } else if (!from_endpoint(p.to, dst)) {
+                ++consumed;  // no address: nothing can be done with it
+                ++skipped;
+                ++counters_.tx_errors;
+                continue;
+            }
+            mmsghdr& m = im.tx_msgs[nmsg];
+            m = mmsghdr{};
+            m.msg_hdr.msg_name = &dst.ss;
+            m.msg_hdr.msg_namelen = dst.len;
+            m.msg_hdr.msg_iov = &im.tx_iov[niov];
+            const std::size_t size = p.header.size() + p.payload.size();
+            std::size_t segs = 0;
+            std::size_t total = 0;
+            // Gather this packet and, with GSO, following downstream packets of the same size.
+            while (consumed < packets.size() && niov + 2 <= im.tx_iov.size()) {
+                const TxPacket& q = packets[consumed];
+                const std::size_t qs = q.header.size() + q.payload.size();
+                if (segs != 0) {
+                    const bool same_run = gso_ && q.route == Route::downstream
+                                          && p.route == Route::downstream && qs <= size
+                                          && segs < kMaxGsoSegments && total + qs <= 65000;
+                    if (!same_run) {
+                        break;
+                    }
+                }
+                im.tx_iov[niov++] = iovec{const_cast<std::byte*>(q.header.data()), q.header.size()};
+                if (!q.payload.empty()) {
+                    im.tx_iov[niov++] =
+                        iovec{const_cast<std::byte*>(q.payload.data()), q.payload.size()};
+                }
+                ++segs;
+                total += qs;
+                ++consumed;
+                if (qs < size) {
+                    break;  // a shorter one can only end a GSO run
+                }
+            }
+            m.msg_hdr.msg_iovlen = static_cast<std::size_t>(&im.tx_iov[niov] - m.msg_hdr.msg_iov);
+            if (segs > 1) {
+                auto& ctl = im.tx_ctl[nmsg];
+                m.msg_hdr.msg_control = ctl.data();
+                m.msg_hdr.msg_controllen = CMSG_SPACE(sizeof(std::uint16_t));
+                cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr);
+                c->cmsg_level = SOL_UDP;
+                c->cmsg_type = UDP_SEGMENT;
+                c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+                const auto gso_size = static_cast<std::uint16_t>(size);
+                std::memcpy(CMSG_DATA(c), &gso_size, sizeof gso_size);
+                ++counters_.tx_gso_sends;
+            }
+            per_msg[nmsg] = segs;
+            ++nmsg;
+        }
+        if (nmsg == 0) {
+            done = consumed;
+            continue;
+        }
+        const int rc =
+            ::sendmmsg(im.tx, im.tx_msgs.data(), static_cast<unsigned>(nmsg), MSG_DONTWAIT);
+        ++counters_.tx_syscalls;
+        if (rc < 0) {
+            if (errno == EAGAIN || errno == ENOBUFS) {
+                return done;  // queue full: the rest later
+            }
+            if ((errno == EIO || errno == EINVAL) && gso_) {
+                gso_ = false;  // no GSO on this path after all: resend without it
+                continue;
+            }
+            ++counters_.tx_errors;
+            return done != 0 ? Result<std::size_t>(done) : Result<std::size_t>(errno_code());
+        }
+        std::size_t sent_pkts = 0;
+        for (int i = 0; i < rc; ++i) {
+            sent_pkts += per_msg[static_cast<std::size_t>(i)];
+        }
+        counters_.tx_datagrams += sent_pkts;
+        if (static_cast<std::size_t>(rc) < nmsg) {
+            return done + sent_pkts + skipped;
+        }
+        done = consumed;
+    }
+    return done;
+}
+
+Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
+    Impl& im = *impl_;
+    if (im.pending_pos == im.pending.size()) {
+        im.pending.clear();
+        im.pending_pos = 0;
+        const int fds[2] = {im.poll_uc_first ? im.uc.get() : im.rx.get(),
+                            im.poll_uc_first ? im.rx.get() : im.uc.get()};
+        im.poll_uc_first = !im.poll_uc_first;
+        std::size_t slot = 0;
+        for (int fd : fds) {
+            if (fd < 0 || slot == im.rx_msgs.size()) {
+                continue;
+            }
+            const std::size_t n = im.rx_msgs.size() - slot;
+            for (std::size_t i = slot; i < slot + n; ++i) {
+                im.rx_iov[i] = iovec{im.rx_buf.data() + i * im.rx_slot, im.rx_slot};
+                mmsghdr& m = im.rx_msgs[i];
+                m = mmsghdr{};
+                m.msg_hdr.msg_name = &im.rx_from[i];
+                m.msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+                m.msg_hdr.msg_iov = &im.rx_iov[i];
+                m.msg_hdr.msg_iovlen = 1;
+                m.msg_hdr.msg_control = im.rx_ctl[i].data();
+                m.msg_hdr.msg_controllen = im.rx_ctl[i].size();
+            }
+            const int rc =
+                ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+            if (rc < 0) {
+                if (errno == EAGAIN) {  // == EWOULDBLOCK on Linux
+                    continue;
+                }
+                return errno_code();
+            }
+            for (std::size_t i = slot; i < slot + static_cast<std::size_t>(rc); ++i) {
+                const mmsghdr& m = im.rx_msgs[i];
+                std::size_t seg = m.msg_len;
+                for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c != nullptr;
+                     c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
+                    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+                        int gs = 0;
+                        std::memcpy(&gs, CMSG_DATA(c), sizeof gs);
+                        if (gs > 0) {
+                            seg = static_cast<std::size_t>(gs);
+                        }
+                    }
+                }
+                const Endpoint from = to_endpoint(im.rx_from[i]);
+                const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
+                ++counters_.rx_datagrams;
+                for (std::size_t off = 0; off < m.msg_len; off += seg) {
+                    const std::size_t len = std::min<std::size_t>(seg, m.msg_len - off);
+                    im.pending.push_back(
+                        RxPacket{std::span<const std::byte>(base + off, len), from, 0});
+                    if (off != 0) {
+                        ++counters_.rx_gro_segments;
+                    }
+                }
+            }
+            slot += static_cast<std::size_t>(rc);
+        }
+    }
+    const std::size_t k = std::min(out.size(), im.pending.size() - im.pending_pos);
+    std::copy_n(im.pending.begin() + static_cast<std::ptrdiff_t>(im.pending_pos), k, out.begin());
+    im.lent = k;
+    return k;
+}
+
+void UdpTransport::release_rx(std::size_t count) noexcept {
+    impl_->pending_pos += std::min(count, impl_->lent);
+    impl_->lent = 0;
+}
+
+}  // namespace prizma::udp

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <prizma/result.hpp>
+#include <prizma/transport.hpp>
+
+namespace prizma::udp {
+
+/// PGM over UDP, OpenPGM's encapsulation: the PGM packet is the whole UDP payload.
+struct UdpConfig {
+    std::string group;       ///< downstream destination: multicast group or unicast address
+    std::uint16_t port = 0;  ///< UDP port, multicast and unicast alike (OpenPGM: both equal)
+    std::string iface;       ///< local interface address (required for multicast)
+    int ttl = 1;             ///< multicast hops
+    bool loop = true;        ///< IP_MULTICAST_LOOP (same-host subscribers need it)
+    int rcvbuf = 8 << 20;    ///< SO_RCVBUF wanted (read back; warning counter if capped)
+    int sndbuf = 8 << 20;
+    bool gso = true;       ///< UDP_SEGMENT for runs of same-size packets, if the kernel has it
+    bool gro = true;       ///< UDP_GRO on receive, if the kernel has it
+    int busy_poll_us = 0;  ///< SO_BUSY_POLL; 0 = off
+    /// Sources: also bind iface:port, so unicast NAKs/SPMRs sent to our NLA reach this socket
+    /// (a specific address wins over same-host wildcard sockets). Receivers must not.
+    bool bind_unicast = false;
+    std::size_t max_datagram = 0;  ///< 0 = 1472 (IPv4) / 1452 (IPv6)
+    std::size_t batch = 64;
+};
+
+/// Parses
+/// `udp://GROUP:PORT?iface=ADDR&ttl=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&gro=0|1&busy_poll=US`
+/// ([v6]:PORT for IPv6). Other keys are refused; `known_extra` lists keys the caller handles
+/// (e.g. "dport"), which are returned in `extra`. The error text names the bad value.
+Result<UdpConfig> parse_uri(std::string_view uri,
+                            std::string* error,
+                            std::vector<std::pair<std::string, std::string>>* extra = nullptr,
+                            std::span<const std::string_view> known_extra = {});
+
+struct UdpCounters {
+    std::uint64_t rx_datagrams = 0;
+    std::uint64_t rx_gro_segments = 0;
+    std::uint64_t tx_datagrams = 0;
+    std::uint64_t tx_syscalls = 0;
+    std::uint64_t tx_gso_sends = 0;
+    std::uint64_t tx_errors = 0;
+    std::uint64_t rcvbuf_capped = 0;  ///< 1 when SO_RCVBUF read back smaller than asked
+    int rcvbuf_effective = 0;
+    int sndbuf_effective = 0;
+};
+
+class UdpTransport final : public Transport {
+public:
+    static Result<std::unique_ptr<UdpTransport>> create(const UdpConfig& cfg,
+                                                        std::string* error = nullptr);
+    ~UdpTransport() override;
+    UdpTransport(const UdpTransport&) = delete;
+    UdpTransport& operator=(const UdpTransport&) = delete;
+    UdpTransport(UdpTransport&&) = delete;
+    UdpTransport& operator=(UdpTransport&&) = delete;
+
+    [[nodiscard]] std::string_view name() const noexcept override { return "udp"; }
+    [[nodiscard]] TransportCaps caps() const noexcept override;
+    [[nodiscard]] Result<std::size_t> send_batch(
+        std::span<const TxPacket> packets) noexcept override;
+    [[nodiscard]] Result<std::size_t> poll_rx(std::span<RxPacket> out) noexcept override;
+    void release_rx(std::size_t count) noexcept override;
+    [[nodiscard]] int wakeup_fd() const noexcept override;
+    [[nodiscard]] Result<void> arm_wakeup() noexcept override { return {}; }
+
+    [[nodiscard]] const UdpCounters& counters() const noexcept { return counters_; }
+    [[nodiscard]] bool gso_enabled() const noexcept { return gso_; }
+    [[nodiscard]] bool gro_enabled() const noexcept { return gro_; }
+    /// The interface address as a PGM NLA family/bytes (AFI 1 or 2) for SPMs.
+    [[nodiscard]] Endpoint local_address() const noexcept { return local_; }
+    /// An Endpoint for IP address `addr` and UDP `port` (AFI-style bytes).
+    static Endpoint endpoint_for(std::uint16_t afi,
+                                 const std::uint8_t* addr,
+                                 std::uint16_t port) noexcept;
+
+private:
+    struct Impl;
+    explicit UdpTransport(std::unique_ptr<Impl> impl) noexcept;
+    std::unique_ptr<Impl> impl_;
+    UdpCounters counters_;
+    Endpoint local_{};
+    bool gso_ = false;
+    bool gro_ = false;
+};
+
+}  // namespace prizma::udp

@@ -66,6 +66,9 @@ void Session::emit(const TxPacket& packet) noexcept {
         std::memcpy(buf + packet.header.size(), packet.payload.data(), packet.payload.size());
     }
     tx_[tx_count_] = TxPacket{std::span<const std::byte>(buf, len), {}, packet.route, packet.to};
+    if (packet.route == Route::unicast && cfg_.unicast_port != 0) {
+        tx_[tx_count_].to.port = cfg_.unicast_port;
+    }
     ++tx_count_;
 }
 

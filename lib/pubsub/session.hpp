@@ -27,6 +27,9 @@ struct SessionConfig {
     pgm::ParseConfig parse{};
     std::size_t rx_batch = 64;
     std::size_t tx_batch = 64;
+    /// When set, unicast packets (NAK, SPMR) go to this port of the peer's address: over UDP,
+    /// OpenPGM sources listen on the channel's port only, whatever port their SPMs came from.
+    std::uint16_t unicast_port = 0;
 };
 
 struct SessionCounters {

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <prizma/counters.hpp>
+#include <prizma/message.hpp>
+#include <prizma/options.hpp>
+#include <prizma/result.hpp>
+#include <prizma/types.hpp>
+
+namespace prizma {
+
+namespace detail {
+struct Channel;
+}  // namespace detail
+
+class Context;
+
+/// Zero-copy publication: room for one message inside the transmit window. Write into data(),
+/// then commit(); a Claim destroyed without commit() is aborted. Move-only; owner thread only.
+class Claim {
+public:
+    Claim(Claim&& o) noexcept : ch_(std::exchange(o.ch_, nullptr)), buf_(o.buf_) {}
+    Claim& operator=(Claim&& o) noexcept;
+    Claim(const Claim&) = delete;
+    Claim& operator=(const Claim&) = delete;
+    ~Claim();
+    /// The claimed bytes (size = the n given to try_claim).
+    [[nodiscard]] std::span<std::byte> data() const noexcept { return buf_; }
+    /// Sends the first `used` bytes; returns the message's sequence number.
+    Result<std::uint32_t> commit(std::size_t used) noexcept;
+
+private:
+    friend class Publisher;
+    Claim(detail::Channel* ch, std::span<std::byte> buf) noexcept : ch_(ch), buf_(buf) {}
+    detail::Channel* ch_;
+    std::span<std::byte> buf_;
+};
+
+/// Sends messages on one channel. A handle: valid while its Context lives. Not thread-safe:
+/// call it from the Context's owner thread only.
+class Publisher {
+public:
+    /// Copies `message` into the transmit window and queues it (fragmented when larger than one
+    /// packet); it leaves at the next Context::poll() or when the send batch fills. Never blocks.
+    /// Errors: Errc::back_pressured (window full within retention), Errc::rate_limited,
+    /// Errc::message_too_large, Errc::closed; is_transient() tells which to retry.
+    /// @code
+    ///   while (auto r = pub.offer(bytes); !r && prizma::is_transient(r.error())) ctx->poll();
+    /// @endcode
+    Result<std::uint32_t> offer(std::span<const std::byte> message) noexcept;
+    /// Zero-copy: reserves n ≤ max_packet_payload() bytes in the window.
+    Result<Claim> try_claim(std::size_t n) noexcept;
+    /// Sends the 3 OPT_FIN SPMs; the channel keeps answering NAKs until the Context ends.
+    void close() noexcept;
+    [[nodiscard]] std::size_t max_message_size() const noexcept;
+    [[nodiscard]] std::size_t max_packet_payload() const noexcept;
+    [[nodiscard]] Tsi tsi() const noexcept;
+    [[nodiscard]] ChannelCounters counters() const noexcept;
+
+private:
+    friend class Context;
+    explicit Publisher(detail::Channel* ch) noexcept : ch_(ch) {}
+    detail::Channel* ch_;
+};
+
+/// Receives messages on one channel: every source's messages once and in order, and a loss
+/// event for anything that cannot be repaired. A handle, valid while its Context lives; owner
+/// thread only.
+class Subscriber {
+public:
+    /// Delivers up to `limit` messages/events to `handler(const prizma::Message&)`; returns
+    /// how many. Does not touch the network: Context::poll() does. The consumed position moves
+    /// before the handler runs, so an exception from it propagates and loses nothing else.
+    /// @code
+    ///   sub.poll(64, [](const prizma::Message& m) { if (m.kind == prizma::MessageKind::data)
+    ///   use(m.payload); });
+    /// @endcode
+    template <typename Handler>
+    std::size_t poll(std::size_t limit, Handler&& handler) {
+        std::size_t n = 0;
+        Message m;
+        while (n < limit && next(m)) {
+            ++n;
+            handler(static_cast<const Message&>(m));
+        }
+        return n;
+    }
+    /// The next message or event, if any. The payload stays valid until the next call.
+    bool next(Message& out) noexcept;
+    [[nodiscard]] ChannelCounters counters() const noexcept;
+
+private:
+    friend class Context;
+    explicit Subscriber(detail::Channel* ch) noexcept : ch_(ch) {}
+    detail::Channel* ch_;
+};
+
+/// Owns channels (each with its transport) and drives them. One owner thread: every method,
+/// and every method of its Publishers and Subscribers, must be called from it.
+///
+/// Channel URIs:
+///  - `udp://GROUP:PORT?iface=ADDR&dport=N&ttl=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&gro=0|1`
+///    PGM over UDP as OpenPGM encapsulates it; PORT is the UDP port, dport the PGM
+///    data-destination port (default 7500).
+///  - `mem://NAME:DPORT?loss=P&seed=N` an in-process network (tests, examples; one thread).
+class Context {
+public:
+    /// @code
+    ///   auto ctx = prizma::Context::create().value();
+    ///   auto pub = ctx->add_publisher("udp://239.192.0.1:7600?iface=127.0.0.1").value();
+    /// @endcode
+    static Result<std::unique_ptr<Context>> create();
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+    Context(Context&&) = delete;
+    Context& operator=(Context&&) = delete;
+
+    /// Errors: Errc::invalid_argument / unsupported (the text in `error` names the bad value),
+    /// or the OS error of socket setup.
+    Result<Publisher> add_publisher(std::string_view uri,
+                                    const ChannelOptions& options = {},
+                                    std::string* error = nullptr);
+    Result<Subscriber> add_subscriber(std::string_view uri,
+                                      const ChannelOptions& options = {},
+                                      std::string* error = nullptr);
+
+    /// One duty cycle over every channel: receive, timers, send. Returns the work done
+    /// (0 = idle). Reads the clock once.
+    int poll() noexcept;
+    /// Steady-clock time (ns) of the next protocol timer; INT64_MAX when none.
+    [[nodiscard]] std::int64_t next_deadline_ns() const noexcept;
+    /// Blocks until a transport is readable or the next timer is due (at most `max_wait`).
+    /// Channels that can only be busy-polled (mem://) make this return at once.
+    void wait(std::chrono::nanoseconds max_wait) noexcept;
+    /// Sum of every channel's counters.
+    [[nodiscard]] ChannelCounters counters() const noexcept;
+    /// The steady clock used by the protocol, in ns.
+    static std::int64_t now_ns() noexcept;
+
+private:
+    struct Impl;
+    Context() noexcept;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prizma

@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Umbrella header: the whole public API.
+#include <prizma/context.hpp>
+#include <prizma/counters.hpp>
+#include <prizma/error.hpp>
+#include <prizma/message.hpp>
+#include <prizma/options.hpp>
+#include <prizma/result.hpp>
+#include <prizma/transport.hpp>
+#include <prizma/types.hpp>

@@ -1,0 +1,470 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <arpa/inet.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <prizma/context.hpp>
+
+#include "lib/protocol/config.hpp"
+#include "lib/pubsub/session.hpp"
+#include "transports/memory/lossy_transport.hpp"
+#include "transports/memory/memory_transport.hpp"
+#include "transports/udp/udp_transport.hpp"
+
+namespace prizma {
+namespace detail {
+
+struct Channel {
+    std::shared_ptr<memory::MemoryNetwork> net;
+    std::unique_ptr<Transport> base;
+    std::unique_ptr<memory::LossyTransport> lossy;
+    std::unique_ptr<pubsub::Session> session;
+};
+
+}  // namespace detail
+
+namespace {
+
+// mem:// networks by name, shared by every Context of the process (one thread drives them).
+std::shared_ptr<memory::MemoryNetwork> memory_network(const std::string& name) {
+    static std::mutex mu;
+    static std::map<std::string, std::weak_ptr<memory::MemoryNetwork>> nets;
+    const std::lock_guard<std::mutex> lock(mu);
+    auto& w = nets[name];
+    auto sp = w.lock();
+    if (!sp) {
+        sp = std::make_shared<memory::MemoryNetwork>(
+            memory::MemoryNetwork::Config{1472, 16384, 64, true});
+        w = sp;
+    }
+    return sp;
+}
+
+bool parse_u64(std::string_view s, std::uint64_t max, std::uint64_t& out) {
+    std::uint64_t v = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc{} || p != s.data() + s.size() || v > max) {
+        return false;
+    }
+    out = v;
+    return true;
+}
+
+pgm::Nla nla_of(const std::string& ip) {
+    pgm::Nla n;
+    in6_addr a6{};
+    if (::inet_pton(AF_INET, ip.c_str(), n.addr.data()) == 1) {
+        n.afi = pgm::kAfiIpv4;
+    } else if (::inet_pton(AF_INET6, ip.c_str(), &a6) == 1) {
+        n.afi = pgm::kAfiIpv6;
+        std::memcpy(n.addr.data(), &a6, 16);
+    }
+    return n;
+}
+
+Result<void> fail(std::string* error,
+                  std::string msg,
+                  std::error_code ec = Errc::invalid_argument) {
+    if (error != nullptr) {
+        *error = std::move(msg);
+    }
+    return ec;
+}
+
+}  // namespace
+
+struct Context::Impl {
+    std::vector<std::unique_ptr<detail::Channel>> channels;
+    Gsi gsi{};
+    std::mt19937_64 rng{std::random_device{}()};
+    int epoll_fd = -1;
+    bool busy_only = false;
+
+    Result<detail::Channel*> add(std::string_view uri,
+                                 const ChannelOptions& o,
+                                 bool publisher,
+                                 std::string* error);
+};
+
+Result<detail::Channel*> Context::Impl::add(std::string_view uri,
+                                            const ChannelOptions& o,
+                                            bool publisher,
+                                            std::string* error) {
+    auto ch = std::make_unique<detail::Channel>();
+    auto timers = protocol::preset(o.preset);
+    if (!timers) {
+        (void)fail(error, "unknown preset '" + o.preset + "' (wan, lan, rdma)");
+        return Errc::invalid_argument;
+    }
+    std::uint16_t dport = 7500;
+    pgm::Nla nla;
+    pgm::Nla group;
+    pubsub::SessionConfig sc;
+    if (uri.starts_with("udp://")) {
+        std::vector<std::pair<std::string, std::string>> extra;
+        const std::string_view known[] = {"dport"};
+        auto cfg = udp::parse_uri(uri, error, &extra, known);
+        if (!cfg) {
+            return cfg.error();
+        }
+        for (const auto& [k, v] : extra) {
+            std::uint64_t x = 0;
+            if (!parse_u64(v, 65535, x) || x == 0) {
+                (void)fail(error, "bad dport '" + v + "' (1-65535)");
+                return Errc::invalid_argument;
+            }
+            dport = static_cast<std::uint16_t>(x);
+        }
+        cfg->bind_unicast = publisher;
+        auto t = udp::UdpTransport::create(*cfg, error);
+        if (!t) {
+            return t.error();
+        }
+        group = nla_of(cfg->group);
+        nla = cfg->iface.empty() ? nla_of(cfg->group) : nla_of(cfg->iface);
+        sc.unicast_port = cfg->port;
+        ch->base = std::move(*t);
+    } else if (uri.starts_with("mem://")) {
+        std::string_view rest = uri.substr(6);
+        std::string_view query;
+        if (const auto q = rest.find('?'); q != std::string_view::npos) {
+            query = rest.substr(q + 1);
+            rest = rest.substr(0, q);
+        }
+        const auto colon = rest.rfind(':');
+        std::uint64_t x = 0;
+        if (colon == std::string_view::npos || colon == 0
+            || !parse_u64(rest.substr(colon + 1), 65535, x) || x == 0) {
+            (void)fail(error, "expected mem://NAME:DPORT, got '" + std::string(uri) + "'");
+            return Errc::invalid_argument;
+        }
+        dport = static_cast<std::uint16_t>(x);
+        ch->net = memory_network(std::string(rest.substr(0, colon)));
+        ch->base = ch->net->attach();
+        memory::LossyTransport::Config lc;
+        bool lossy = false;
+        while (!query.empty()) {
+            const auto amp = query.find('&');
+            const std::string_view kv = query.substr(0, amp);
+            query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+            const auto eq = kv.find('=');
+            const std::string_view k = kv.substr(0, eq);
+            const std::string v(eq == std::string_view::npos ? std::string_view{}
+                                                             : kv.substr(eq + 1));
+            if (k == "loss") {
+                char* end = nullptr;
+                lc.drop = std::strtod(v.c_str(), &end);
+                if (v.empty() || *end != '\0' || lc.drop < 0 || lc.drop >= 1) {
+                    (void)fail(error, "bad loss '" + v + "' (0 <= loss < 1)");
+                    return Errc::invalid_argument;
+                }
+                lossy = true;
+            } else if (k == "seed" && parse_u64(v, UINT64_MAX, x)) {
+                lc.seed = x;
+            } else {
+                (void)fail(error, "unknown or bad key '" + std::string(kv) + "' in '"
+                                      + std::string(uri) + "'");
+                return Errc::invalid_argument;
+            }
+        }
+        if (lossy) {
+            ch->lossy = std::make_unique<memory::LossyTransport>(*ch->base, lc, &Context::now_ns);
+        }
+        nla = pgm::Nla::ipv4(127, 0, 0, 1);
+        group = pgm::Nla::ipv4(239, 0, 0, 1);
+    } else {
+        (void)fail(error,
+                   "unsupported channel scheme in '" + std::string(uri) + "' (udp://, mem://)",
+                   Errc::unsupported);
+        return Errc::unsupported;
+    }
+    Transport& t = ch->lossy ? static_cast<Transport&>(*ch->lossy) : *ch->base;
+    if (publisher) {
+        protocol::SourceConfig c;
+        c.tsi.gsi = gsi;
+        c.tsi.sport = o.source_port;
+        while (c.tsi.sport == 0 || c.tsi.sport == dport) {
+            c.tsi.sport = static_cast<std::uint16_t>(1024 + rng() % 64000);
+        }
+        c.dport = dport;
+        c.nla = nla;
+        c.group = group;
+        c.txw_sqns = o.window_sqns;
+        c.txw_retention_ns = o.retention_ns;
+        c.max_tpdu = t.caps().max_datagram;
+        c.odata_rate_bytes_per_sec = o.rate_bytes_per_sec;
+        c.rdata_rate_bytes_per_sec = o.repair_rate_bytes_per_sec;
+        c.timers = *timers;
+        sc.source = c;
+    } else {
+        protocol::ReceiverConfig c;
+        c.dport = dport;
+        c.group = group;
+        c.rxw_sqns = o.window_sqns;
+        c.max_tpdu = t.caps().max_datagram;
+        c.max_peers = o.max_sources;
+        c.join = o.recover_history ? protocol::JoinPolicy::from_trail
+                                   : protocol::JoinPolicy::first_packet;
+        c.max_recover_sqns = std::min(o.max_recover_sqns, o.window_sqns - 1);
+        c.passive = o.passive;
+        c.seed = rng();
+        c.timers = *timers;
+        sc.receiver = c;
+    }
+    auto s = pubsub::Session::create(t, sc);
+    if (!s) {
+        (void)fail(error,
+                   "bad channel options for '" + std::string(uri) + "': " + s.error().message());
+        return s.error();
+    }
+    ch->session = std::move(*s);
+    if (publisher) {
+        ch->session->source()->open(Context::now_ns(), *ch->session);
+        ch->session->flush();
+    }
+    const int wfd = t.wakeup_fd();
+    if (wfd < 0) {
+        busy_only = true;
+    } else if (epoll_fd >= 0) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = wfd;
+        (void)::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wfd, &ev);
+    }
+    channels.push_back(std::move(ch));
+    return channels.back().get();
+}
+
+Context::Context() noexcept = default;
+
+Context::~Context() {
+    if (impl_ && impl_->epoll_fd >= 0) {
+        (void)::close(impl_->epoll_fd);
+    }
+}
+
+Result<std::unique_ptr<Context>> Context::create() {
+    std::unique_ptr<Context> c(new Context());
+    c->impl_ = std::make_unique<Impl>();
+    for (auto& b : c->impl_->gsi.bytes) {
+        b = static_cast<std::uint8_t>(c->impl_->rng());
+    }
+    c->impl_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+    return c;
+}
+
+std::int64_t Context::now_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+Result<Publisher> Context::add_publisher(std::string_view uri,
+                                         const ChannelOptions& options,
+                                         std::string* error) {
+    auto ch = impl_->add(uri, options, true, error);
+    if (!ch) {
+        return ch.error();
+    }
+    return Publisher(*ch);
+}
+
+Result<Subscriber> Context::add_subscriber(std::string_view uri,
+                                           const ChannelOptions& options,
+                                           std::string* error) {
+    auto ch = impl_->add(uri, options, false, error);
+    if (!ch) {
+        return ch.error();
+    }
+    return Subscriber(*ch);
+}
+
+int Context::poll() noexcept {
+    const std::int64_t now = now_ns();
+    int work = 0;
+    for (auto& ch : impl_->channels) {
+        work += ch->session->do_work(now);
+    }
+    return work;
+}
+
+std::int64_t Context::next_deadline_ns() const noexcept {
+    std::int64_t d = INT64_MAX;
+    for (const auto& ch : impl_->channels) {
+        d = std::min(d, ch->session->next_deadline());
+    }
+    return d;
+}
+
+void Context::wait(std::chrono::nanoseconds max_wait) noexcept {
+    if (impl_->busy_only || impl_->epoll_fd < 0) {
+        return;
+    }
+    const std::int64_t now = now_ns();
+    std::int64_t until = now + max_wait.count();
+    until = std::min(until, next_deadline_ns());
+    if (until <= now) {
+        return;
+    }
+    const auto ms =
+        static_cast<int>(std::min<std::int64_t>((until - now + 999'999) / 1'000'000, 60'000));
+    epoll_event ev{};
+    (void)::epoll_wait(impl_->epoll_fd, &ev, 1, ms);
+}
+
+namespace {
+ChannelCounters snapshot(const detail::Channel& ch) {
+    ChannelCounters c;
+    const auto& s = ch.session->counters();
+    c.packets_sent = s.tx_packets;
+    c.packets_received = s.rx_packets;
+    c.bytes_sent = s.tx_bytes;
+    c.bytes_received = s.rx_bytes;
+    c.malformed = s.malformed_total();
+    c.short_sends = s.tx_short;
+    if (const auto* src = ch.session->source()) {
+        const auto& k = src->counters();
+        c.odata_sent = k.odata_sent;
+        c.rdata_sent = k.rdata_sent;
+        c.spm_sent = k.spm_sent;
+        c.ncf_sent = k.ncf_sent;
+        c.naks_received = k.nak_received;
+        c.back_pressured = k.back_pressured;
+        c.rate_limited = k.rate_limited;
+    }
+    if (const auto* rcv = ch.session->receiver()) {
+        const auto& k = rcv->counters();
+        c.messages_delivered = k.apdus_delivered;
+        c.bytes_delivered = k.bytes_delivered;
+        c.odata_received = k.odata_received;
+        c.rdata_received = k.rdata_received;
+        c.naks_sent = k.nak_sent;
+        c.naks_suppressed = k.nak_suppressed;
+        c.ncf_received = k.ncf_received;
+        c.repaired = k.repaired;
+        c.duplicates = k.duplicates;
+        c.loss_events = k.loss_events;
+        c.lost_sqns = k.lost_sqns;
+        c.sources = rcv->peer_count();
+    }
+    return c;
+}
+}  // namespace
+
+ChannelCounters Context::counters() const noexcept {
+    ChannelCounters sum;
+    for (const auto& ch : impl_->channels) {
+        const ChannelCounters c = snapshot(*ch);
+        sum.packets_sent += c.packets_sent;
+        sum.packets_received += c.packets_received;
+        sum.bytes_sent += c.bytes_sent;
+        sum.bytes_received += c.bytes_received;
+        sum.malformed += c.malformed;
+        sum.odata_sent += c.odata_sent;
+        sum.rdata_sent += c.rdata_sent;
+        sum.naks_received += c.naks_received;
+        sum.messages_delivered += c.messages_delivered;
+        sum.naks_sent += c.naks_sent;
+        sum.repaired += c.repaired;
+        sum.loss_events += c.loss_events;
+        sum.lost_sqns += c.lost_sqns;
+    }
+    return sum;
+}
+
+// ---- Publisher / Claim / Subscriber ----------------------------------------------------------
+
+Result<std::uint32_t> Publisher::offer(std::span<const std::byte> message) noexcept {
+    // Queued in the channel's batch: it leaves at the next Context::poll() or when the batch
+    // is full, so bursts go out in one sendmmsg / GSO send.
+    auto r = ch_->session->source()->send(message, Context::now_ns(), *ch_->session);
+    if (!r) {
+        return r.error();
+    }
+    return r->value;
+}
+
+Result<Claim> Publisher::try_claim(std::size_t n) noexcept {
+    auto r = ch_->session->source()->claim(n, Context::now_ns());
+    if (!r) {
+        return r.error();
+    }
+    return Claim(ch_, *r);
+}
+
+void Publisher::close() noexcept {
+    ch_->session->source()->close(Context::now_ns(), *ch_->session);
+    ch_->session->flush();
+}
+
+std::size_t Publisher::max_message_size() const noexcept {
+    return ch_->session->source()->max_apdu();
+}
+std::size_t Publisher::max_packet_payload() const noexcept {
+    return ch_->session->source()->max_tsdu();
+}
+Tsi Publisher::tsi() const noexcept {
+    return ch_->session->source()->config().tsi;
+}
+ChannelCounters Publisher::counters() const noexcept {
+    return snapshot(*ch_);
+}
+
+Claim& Claim::operator=(Claim&& o) noexcept {
+    if (this != &o) {
+        if (ch_ != nullptr) {
+            ch_->session->source()->abort_claim();
+        }
+        ch_ = std::exchange(o.ch_, nullptr);
+        buf_ = o.buf_;
+    }
+    return *this;
+}
+
+Claim::~Claim() {
+    if (ch_ != nullptr) {
+        ch_->session->source()->abort_claim();
+    }
+}
+
+Result<std::uint32_t> Claim::commit(std::size_t used) noexcept {
+    if (ch_ == nullptr) {
+        return Errc::invalid_argument;
+    }
+    auto* ch = std::exchange(ch_, nullptr);
+    auto r = ch->session->source()->commit(used, Context::now_ns(), *ch->session);
+    ch->session->flush();
+    if (!r) {
+        return r.error();
+    }
+    return r->value;
+}
+
+bool Subscriber::next(Message& out) noexcept {
+    protocol::Event ev;
+    if (!ch_->session->receiver()->next_event(ev)) {
+        return false;
+    }
+    out.kind = static_cast<MessageKind>(ev.kind);
+    out.tsi = ev.tsi;
+    out.sqn = ev.sqn.value;
+    out.count = ev.count;
+    out.payload = ev.payload;
+    return true;
+}
+
+ChannelCounters Subscriber::counters() const noexcept {
+    return snapshot(*ch_);
+}
+
+}  // namespace prizma

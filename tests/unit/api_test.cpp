@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// The public API over mem:// channels: Context, Publisher, Subscriber, Claim, URI errors.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <prizma/prizma.hpp>
+
+#include "tests/support/catch.hpp"
+
+namespace {
+
+std::vector<std::byte> msg(std::uint64_t i, std::size_t size) {
+    std::vector<std::byte> m(size);
+    std::memcpy(m.data(), &i, 8);
+    for (std::size_t k = 8; k < size; ++k) {
+        m[k] = static_cast<std::byte>((i + k) & 0xffU);
+    }
+    return m;
+}
+
+}  // namespace
+
+TEST_CASE("API: publisher and two subscribers on mem://, one losing 5%, all delivered",
+          "[unit][api]") {
+    auto ctx = std::move(*prizma::Context::create());
+    std::string err;
+    auto s1 = ctx->add_subscriber("mem://api-bus:7500", {}, &err);
+    REQUIRE(s1.has_value());
+    auto s2 = ctx->add_subscriber("mem://api-bus:7500?loss=0.05&seed=3", {}, &err);
+    REQUIRE(s2.has_value());
+    auto pub = ctx->add_publisher("mem://api-bus:7500", {}, &err);
+    REQUIRE(pub.has_value());
+    constexpr std::uint64_t kN = 5000;
+    std::vector<std::vector<std::byte>> got1;
+    std::vector<std::vector<std::byte>> got2;
+    std::uint64_t joined = 0;
+    std::uint64_t sent = 0;
+    const std::int64_t deadline = prizma::Context::now_ns() + 20'000'000'000LL;
+    while ((got1.size() < kN || got2.size() < kN) && prizma::Context::now_ns() < deadline) {
+        if (sent < kN) {
+            const std::size_t size = sent % 50 == 0 ? 5000 : 100;  // some fragmented
+            if (pub->offer(msg(sent, size))) {
+                ++sent;
+            }
+        }
+        (void)ctx->poll();
+        s1->poll(64, [&](const prizma::Message& m) {
+            if (m.kind == prizma::MessageKind::data) {
+                got1.emplace_back(m.payload.begin(), m.payload.end());
+            } else if (m.kind == prizma::MessageKind::joined) {
+                ++joined;
+                CHECK(m.tsi == pub->tsi());
+            }
+        });
+        s2->poll(64, [&](const prizma::Message& m) {
+            if (m.kind == prizma::MessageKind::data) {
+                got2.emplace_back(m.payload.begin(), m.payload.end());
+            }
+        });
+    }
+    REQUIRE(got1.size() == kN);
+    REQUIRE(got2.size() == kN);
+    for (std::uint64_t i = 0; i < kN; ++i) {
+        const std::size_t size = i % 50 == 0 ? 5000 : 100;
+        REQUIRE(got1[i] == msg(i, size));
+        REQUIRE(got2[i] == msg(i, size));
+    }
+    CHECK(joined == 1);
+    CHECK(s2->counters().repaired > 0);
+    CHECK(s2->counters().naks_sent > 0);
+    CHECK(pub->counters().rdata_sent > 0);
+    CHECK(ctx->counters().messages_delivered == 2 * kN);
+}
+
+TEST_CASE("API: zero-copy claim, abort on destruction", "[unit][api]") {
+    auto ctx = std::move(*prizma::Context::create());
+    auto sub = std::move(*ctx->add_subscriber("mem://claim-bus:7501"));
+    auto pub = std::move(*ctx->add_publisher("mem://claim-bus:7501"));
+    {
+        auto aborted = pub.try_claim(50);
+        REQUIRE(aborted.has_value());
+    }  // dropped without commit: nothing sent
+    auto c = pub.try_claim(64);
+    REQUIRE(c.has_value());
+    std::memset(c->data().data(), 0x5a, 40);
+    REQUIRE(c->commit(40).has_value());
+    CHECK(pub.try_claim(pub.max_packet_payload() + 1).error() == prizma::Errc::message_too_large);
+    std::vector<std::size_t> sizes;
+    for (int i = 0; i < 10; ++i) {
+        (void)ctx->poll();
+        sub.poll(8, [&](const prizma::Message& m) {
+            if (m.kind == prizma::MessageKind::data) {
+                sizes.push_back(m.payload.size());
+                CHECK(m.payload[39] == std::byte{0x5a});
+            }
+        });
+    }
+    CHECK(sizes == std::vector<std::size_t>{40});
+}
+
+TEST_CASE("API: bad channel URIs and options give clear errors", "[unit][api]") {
+    auto ctx = std::move(*prizma::Context::create());
+    std::string err;
+    CHECK(ctx->add_publisher("tcp://1.2.3.4:5", {}, &err).error() == prizma::Errc::unsupported);
+    CHECK(err.find("tcp://") != std::string::npos);
+    CHECK_FALSE(ctx->add_subscriber("mem://nodport", {}, &err).has_value());
+    CHECK(err.find("mem://NAME:DPORT") != std::string::npos);
+    CHECK_FALSE(ctx->add_subscriber("mem://b:7500?loss=2", {}, &err).has_value());
+    CHECK(err.find("loss") != std::string::npos);
+    CHECK_FALSE(
+        ctx->add_subscriber("udp://239.1.1.1:7600?iface=127.0.0.1&dport=0", {}, &err).has_value());
+    CHECK(err.find("dport") != std::string::npos);
+    CHECK_FALSE(ctx->add_subscriber("udp://239.1.1.1:7600", {}, &err).has_value());
+    CHECK(err.find("iface") != std::string::npos);
+    prizma::ChannelOptions o;
+    o.preset = "warp";
+    CHECK_FALSE(ctx->add_publisher("mem://b:7500", o, &err).has_value());
+    CHECK(err.find("warp") != std::string::npos);
+    o = {};
+    o.window_sqns = 0;
+    CHECK_FALSE(ctx->add_publisher("mem://b:7500", o, &err).has_value());
+}

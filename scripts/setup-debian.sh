@@ -6,7 +6,7 @@ packages=(
     cmake g++ ninja-build pkg-config git
     libibverbs-dev libibumad-dev ibverbs-providers
     libpgm-dev libbenchmark-dev catch2 libfmt-dev
-    clang libclang-rt-14-dev clang-format
+    clang libclang-rt-14-dev clang-format tshark iproute2
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -20,5 +20,6 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "setup-debian: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections 2>/dev/null || true
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -110,20 +110,43 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
     pgm::Nla nla;
     pgm::Nla group;
     pubsub::SessionConfig sc;
+    memory::LossyTransport::Config fault;
+    bool lossy = false;
     if (uri.starts_with("udp://")) {
         std::vector<std::pair<std::string, std::string>> extra;
-        const std::string_view known[] = {"dport"};
+        const std::string_view known[] = {"dport", "loss", "tx_loss", "seed"};
         auto cfg = udp::parse_uri(uri, error, &extra, known);
         if (!cfg) {
             return cfg.error();
         }
         for (const auto& [k, v] : extra) {
             std::uint64_t x = 0;
-            if (!parse_u64(v, 65535, x) || x == 0) {
-                (void)fail(error, "bad dport '" + v + "' (1-65535)");
-                return Errc::invalid_argument;
+            if (k == "dport") {
+                if (!parse_u64(v, 65535, x) || x == 0) {
+                    (void)fail(error, "bad dport '" + v + "' (1-65535)");
+                    return Errc::invalid_argument;
+                }
+                dport = static_cast<std::uint16_t>(x);
+            } else if (k == "seed") {
+                if (!parse_u64(v, UINT64_MAX, x)) {
+                    (void)fail(error, "bad seed '" + v + "'");
+                    return Errc::invalid_argument;
+                }
+                fault.seed = x;
+            } else {
+                // Fault injection for tests: loss = drop on receive (every packet type),
+                // tx_loss = drop our own ODATA on send (every receiver misses it).
+                char* end = nullptr;
+                const double p = std::strtod(v.c_str(), &end);
+                if (v.empty() || *end != '\0' || p < 0 || p >= 1) {
+                    (void)fail(error, "bad " + k + " '" + v + "' (0 <= p < 1)");
+                    return Errc::invalid_argument;
+                }
+                fault.drop = p;
+                fault.on_send = k == "tx_loss";
+                fault.type_mask = fault.on_send ? 1U << 4U : 0xffffffffU;
+                lossy = true;
             }
-            dport = static_cast<std::uint16_t>(x);
         }
         cfg->bind_unicast = publisher;
         auto t = udp::UdpTransport::create(*cfg, error);
@@ -134,6 +157,10 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         nla = cfg->iface.empty() ? nla_of(cfg->group) : nla_of(cfg->iface);
         sc.unicast_port = cfg->port;
         ch->base = std::move(*t);
+        if (lossy) {
+            ch->lossy =
+                std::make_unique<memory::LossyTransport>(*ch->base, fault, &Context::now_ns);
+        }
     } else if (uri.starts_with("mem://")) {
         std::string_view rest = uri.substr(6);
         std::string_view query;
@@ -151,8 +178,7 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         dport = static_cast<std::uint16_t>(x);
         ch->net = memory_network(std::string(rest.substr(0, colon)));
         ch->base = ch->net->attach();
-        memory::LossyTransport::Config lc;
-        bool lossy = false;
+        memory::LossyTransport::Config& lc = fault;
         while (!query.empty()) {
             const auto amp = query.find('&');
             const std::string_view kv = query.substr(0, amp);

@@ -372,25 +372,9 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
         return fd;
     };
     // Downstream receive socket.
-    Addr rx_bind;
-    if (impl->multicast) {
-        rx_bind = Addr{};
-        if (fam == AF_INET) {
-            auto* a = reinterpret_cast<sockaddr_in*>(&rx_bind.ss);
-            a->sin_family = AF_INET;
-            a->sin_port = htons(cfg.port);
-            a->sin_addr.s_addr = htonl(INADDR_ANY);
-            rx_bind.len = sizeof(sockaddr_in);
-        } else {
-            auto* a = reinterpret_cast<sockaddr_in6*>(&rx_bind.ss);
-            a->sin6_family = AF_INET6;
-            a->sin6_port = htons(cfg.port);
-            a->sin6_addr = in6addr_any;
-            rx_bind.len = sizeof(sockaddr_in6);
-        }
-    } else {
-        rx_bind = impl->group;
-    }
+    // Bound to the group address itself: only that group's datagrams arrive, and same-host
+    // unicast NAKs to ADDR:port can never be hashed to a receiver's socket.
+    Addr rx_bind = impl->group;
     auto rx = make_socket(rx_bind);
     if (rx) {
         impl->rx = std::move(*rx);

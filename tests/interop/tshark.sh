@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Wireshark's PGM dissector decodes a capture of prizma traffic (ODATA, RDATA, SPM, NAK, NCF,
+# SPMR, fragments) with no malformed packet and no bad checksum. The sender runs with gso=0:
+# on lo a capture sees a GSO send as one unsegmented super-packet, which no dissector parses
+# (on a NIC the segments are split before the wire).
+# Usage: tshark.sh PRIZMA_SEND PRIZMA_RECV
+set -u
+send=$1 recv=$2
+port=$(( 23000 + ($$ % 400) * 2 ))
+group=239.192.78.$(( $$ % 200 + 10 ))
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cap=$dir/prizma.pcap
+tshark -q -i lo -f "udp port $port" -w "$cap" -a duration:8 >"$dir/tshark.log" 2>&1 &
+tpid=$!
+sleep 1.5
+"$recv" "udp://$group:$port?iface=127.0.0.1&loss=0.03&seed=3" --count 1000 --timeout 5 >"$dir/recv.log" 2>&1 &
+rpid=$!
+sleep 0.3
+"$send" "udp://$group:$port?iface=127.0.0.1&tx_loss=0.03&seed=9&gso=0" --count 1000 --size 3000 --rate 2000 \
+    --linger 1.5 >"$dir/send.log" 2>&1
+wait "$rpid"; rrc=$?
+wait "$tpid"
+decode=$dir/decode.txt
+tshark -r "$cap" -d "udp.port==$port,pgm" -o pgm.check_checksum:TRUE -V >"$decode" 2>&1
+types=$(tshark -r "$cap" -d "udp.port==$port,pgm" -T fields -e pgm.hdr.type 2>/dev/null | sort | uniq -c)
+echo "PGM packet types in the capture (count type):"; echo "$types" | sed 's/^/    /'
+packets=$(tshark -r "$cap" -d "udp.port==$port,pgm" -Y pgm 2>/dev/null | wc -l)
+malformed=$(grep -c -i "malformed" "$decode")
+# The PGM checksum verdict is the "[Checksum Status: ...]" line (tshark 4.0 also prints the
+# raw checksum field through the status names, e.g. "Checksum Status: Unknown [correct]").
+badsum=$(grep -c "^ *\[Checksum Status: Bad\]" "$decode")
+goodsum=$(grep -c "^ *\[Checksum Status: Good\]" "$decode")
+echo "decoded $packets PGM packets, $malformed malformed, $badsum bad and $goodsum good checksums; receiver exit $rrc"
+for t in 0x00 0x04 0x05 0x08 0x0a; do  # SPM ODATA RDATA NAK NCF must all be present
+    if ! echo "$types" | grep -q " $t\$"; then echo "missing PGM type $t"; exit 1; fi
+done
+[ "$packets" -gt 1000 ] && [ "$malformed" -eq 0 ] && [ "$badsum" -eq 0 ] && [ "$goodsum" -eq "$packets" ] \
+    && [ "$rrc" -eq 0 ]

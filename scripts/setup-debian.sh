@@ -6,7 +6,7 @@ packages=(
     cmake g++ ninja-build pkg-config git
     libibverbs-dev libibumad-dev ibverbs-providers
     libpgm-dev libbenchmark-dev catch2 libfmt-dev
-    clang libclang-rt-14-dev clang-format tshark iproute2
+    clang libclang-rt-14-dev clang-format tshark iproute2 iptables
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -4,13 +4,25 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace prizma {
 
 /// Global Source Identifier (RFC 3208 §3.1): 48 bits, unique per source host/application.
 struct Gsi {
     std::array<std::uint8_t, 6> bytes{};
-    friend bool operator==(const Gsi&, const Gsi&) = default;
+    /// Compared as two integer loads: this runs for every received packet.
+    friend bool operator==(const Gsi& a, const Gsi& b) noexcept {
+        std::uint32_t a4 = 0;
+        std::uint32_t b4 = 0;
+        std::uint16_t a2 = 0;
+        std::uint16_t b2 = 0;
+        std::memcpy(&a4, a.bytes.data(), 4);
+        std::memcpy(&b4, b.bytes.data(), 4);
+        std::memcpy(&a2, a.bytes.data() + 4, 2);
+        std::memcpy(&b2, b.bytes.data() + 4, 2);
+        return a4 == b4 && a2 == b2;
+    }
 };
 
 /// Transport Session Identifier = GSI + PGM source port (RFC 3208 §3.1). Identifies a source.

@@ -21,6 +21,26 @@ std::uint16_t fold64(std::uint64_t s) noexcept {
 // Native-order ones'-complement sum: 32-bit words zero-extended into 64-bit accumulators
 // (a plain loop the compiler vectorises); 2^32 words would be needed to overflow.
 std::uint64_t sum_native(const std::byte* p, std::size_t n) noexcept {
+    if (n < 256) {
+        // Small packets: 16-bit words into a 32-bit sum (cannot overflow below 128 Ki words);
+        // cheaper to set up than the 32-bit-word loop below.
+        std::uint32_t t = 0;
+        const std::size_t half = n / 2;
+        for (std::size_t i = 0; i < half; ++i) {
+            std::uint16_t w = 0;
+            std::memcpy(&w, p + 2 * i, sizeof w);
+            t += w;
+        }
+        if ((n & 1U) != 0) {
+            const std::uint8_t last = std::to_integer<std::uint8_t>(p[n - 1]);
+            if constexpr (std::endian::native == std::endian::little) {
+                t += last;
+            } else {
+                t += static_cast<std::uint32_t>(last) << 8U;
+            }
+        }
+        return t;
+    }
     std::uint64_t s = 0;
     const std::size_t words = n / 4;
     for (std::size_t i = 0; i < words; ++i) {

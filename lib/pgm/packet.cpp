@@ -38,6 +38,7 @@ ParseStatus read_nla(std::span<const std::byte> d, std::size_t& off, Nla& out) n
     if (d.size() < off + 4 + n) {
         return ParseStatus::truncated;
     }
+    out.addr = {};
     std::memcpy(out.addr.data(), d.data() + off + 4, n);
     off += 4 + n;
     return ParseStatus::ok;
@@ -153,7 +154,14 @@ ParseStatus parse(std::span<const std::byte> d, Packet& out, const ParseConfig& 
     if (!is_known_type(type_byte)) {
         return ParseStatus::bad_type;
     }
-    out = Packet{};
+    // Every field is set below or reset here (no whole-struct clear: this runs per packet).
+    out.sqn = Sqn{};
+    out.trail = Sqn{};
+    out.lead = Sqn{};
+    out.nla.afi = 0;
+    out.group.afi = 0;
+    out.opts = Options{};
+    out.payload = {};
     out.sport = load_be16(h);
     out.dport = load_be16(h + 2);
     out.type = static_cast<PacketType>(type_byte);

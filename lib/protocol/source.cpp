@@ -299,9 +299,11 @@ void Source::emit_odata(Sqn s,
         (void)pgm::encode(std::span<std::byte>(buf, hlen), spec);
     }
     const std::span<const std::byte> payload(buf + hlen, len);
-    sl.payload_sum = cfg_.checksum ? pgm::csum_partial(payload) : 0;
     if (cfg_.checksum) {
-        pgm::store_checksum(std::span<std::byte>(buf, hlen), sl.payload_sum);
+        // One pass over header + payload (contiguous here; the checksum field is still 0).
+        // The payload's own sum, needed for RDATA, is derived later from this one.
+        sl.packet_sum = pgm::csum_partial(std::span<const std::byte>(buf, hlen + len));
+        pgm::store_be16(buf + 6, pgm::csum_finish(sl.packet_sum));
     }
     sl.sqn = s;
     sl.sent_ns = now_ns;
@@ -467,7 +469,17 @@ void Source::flush_repairs(std::int64_t now_ns, PacketSink& sink) noexcept {
         spec.fragment = sl.has_fragment ? &sl.fragment : nullptr;
         const std::size_t hlen = pgm::encode(scratch_, spec);
         if (cfg_.checksum) {
-            pgm::store_checksum(std::span<std::byte>(scratch_.data(), hlen), sl.payload_sum);
+            // Payload sum = ODATA packet sum - ODATA header sum (ones' complement), so only
+            // the headers are summed again, never the payload.
+            std::byte* odata = slot_buf(s);
+            const std::uint16_t stored = pgm::load_be16(odata + 6);
+            pgm::store_be16(odata + 6, 0);
+            const std::uint16_t odata_hdr =
+                pgm::csum_partial(std::span<const std::byte>(odata, sl.header_len));
+            pgm::store_be16(odata + 6, stored);
+            const auto payload_sum =
+                pgm::csum_add(sl.packet_sum, static_cast<std::uint16_t>(~odata_hdr));
+            pgm::store_checksum(std::span<std::byte>(scratch_.data(), hlen), payload_sum);
         }
         sl.repair_pending = false;
         sl.last_rdata_ns = now_ns;

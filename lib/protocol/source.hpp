@@ -87,7 +87,7 @@ private:
         std::int64_t last_rdata_ns = INT64_MIN / 2;
         std::uint16_t header_len = 0;
         std::uint16_t tsdu_len = 0;
-        std::uint16_t payload_sum = 0;
+        std::uint16_t packet_sum = 0;  // ODATA header + payload, checksum field zero
         bool has_fragment = false;
         bool repair_pending = false;
         pgm::FragmentInfo fragment{};

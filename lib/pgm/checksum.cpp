@@ -18,6 +18,12 @@ std::uint16_t fold64(std::uint64_t s) noexcept {
     return static_cast<std::uint16_t>(s);
 }
 
+// The odd last byte is the high byte of a big-endian word padded with zero.
+std::uint32_t odd_byte(const std::byte* p) noexcept {
+    const std::uint32_t last = std::to_integer<std::uint8_t>(*p);
+    return std::endian::native == std::endian::little ? last : last << 8U;
+}
+
 // Native-order ones'-complement sum: 32-bit words zero-extended into 64-bit accumulators
 // (a plain loop the compiler vectorises); 2^32 words would be needed to overflow.
 std::uint64_t sum_native(const std::byte* p, std::size_t n) noexcept {
@@ -32,12 +38,7 @@ std::uint64_t sum_native(const std::byte* p, std::size_t n) noexcept {
             t += w;
         }
         if ((n & 1U) != 0) {
-            const std::uint8_t last = std::to_integer<std::uint8_t>(p[n - 1]);
-            if constexpr (std::endian::native == std::endian::little) {
-                t += last;
-            } else {
-                t += static_cast<std::uint32_t>(last) << 8U;
-            }
+            t += odd_byte(p + n - 1);
         }
         return t;
     }
@@ -58,13 +59,7 @@ std::uint64_t sum_native(const std::byte* p, std::size_t n) noexcept {
         n -= 2;
     }
     if (n == 1) {
-        // The odd last byte is the high byte of a big-endian word padded with zero.
-        const std::uint8_t last = std::to_integer<std::uint8_t>(*p);
-        if constexpr (std::endian::native == std::endian::little) {
-            s += last;
-        } else {
-            s += static_cast<std::uint64_t>(last) << 8U;
-        }
+        s += odd_byte(p);
     }
     return s;
 }

@@ -129,6 +129,12 @@ struct Packet {
     [[nodiscard]] Tsi source_tsi() const noexcept {
         return Tsi{gsi, is_upstream() ? dport : sport};
     }
+    /// NAK/NNAK/NCF: how many sequence numbers the packet names (its own + OPT_NAK_LIST).
+    [[nodiscard]] std::size_t requested_count() const noexcept { return 1U + opts.nak_list_count; }
+    /// The i-th of them, i < requested_count().
+    [[nodiscard]] Sqn requested(std::size_t i) const noexcept {
+        return i == 0 ? sqn : opts.nak_list_at(i - 1);
+    }
     [[nodiscard]] bool is_upstream() const noexcept {
         return type == PacketType::nak || type == PacketType::nnak || type == PacketType::spmr;
     }

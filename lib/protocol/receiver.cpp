@@ -460,9 +460,9 @@ void Receiver::on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noex
         return;
     }
     const std::uint32_t mask = capacity_ - 1;
-    const std::size_t total = 1 + pkt.opts.nak_list_count;
+    const std::size_t total = pkt.requested_count();
     for (std::size_t i = 0; i < total; ++i) {
-        const Sqn s = i == 0 ? pkt.sqn : pkt.opts.nak_list_at(i - 1);
+        const Sqn s = pkt.requested(i);
         if (precedes(s, p.next) || distance(p.next, s) >= static_cast<std::int32_t>(capacity_)) {
             continue;
         }
@@ -490,9 +490,9 @@ void Receiver::on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns)
         return;
     }
     const std::uint32_t mask = capacity_ - 1;
-    const std::size_t total = 1 + pkt.opts.nak_list_count;
+    const std::size_t total = pkt.requested_count();
     for (std::size_t i = 0; i < total; ++i) {
-        const Sqn s = i == 0 ? pkt.sqn : pkt.opts.nak_list_at(i - 1);
+        const Sqn s = pkt.requested(i);
         if (!p.in_range(s)) {
             continue;
         }

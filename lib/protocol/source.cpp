@@ -382,10 +382,10 @@ void Source::handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& s
     ++counters_.nak_received;
     std::array<Sqn, pgm::kMaxNakList + 1> in_window{};
     std::size_t n_in = 0;
-    const std::size_t total = 1 + p.opts.nak_list_count;
+    const std::size_t total = p.requested_count();
     bool out_of_window = false;
     for (std::size_t i = 0; i < total; ++i) {
-        const Sqn s = i == 0 ? p.sqn : p.opts.nak_list_at(i - 1);
+        const Sqn s = p.requested(i);
         ++counters_.nak_sqns_received;
         if (!contains(s)) {
             ++counters_.nak_out_of_window;

@@ -391,19 +391,34 @@ ChannelCounters Context::counters() const noexcept {
     ChannelCounters sum;
     for (const auto& ch : impl_->channels) {
         const ChannelCounters c = snapshot(*ch);
-        sum.packets_sent += c.packets_sent;
-        sum.packets_received += c.packets_received;
-        sum.bytes_sent += c.bytes_sent;
-        sum.bytes_received += c.bytes_received;
-        sum.malformed += c.malformed;
-        sum.odata_sent += c.odata_sent;
-        sum.rdata_sent += c.rdata_sent;
-        sum.naks_received += c.naks_received;
-        sum.messages_delivered += c.messages_delivered;
-        sum.naks_sent += c.naks_sent;
-        sum.repaired += c.repaired;
-        sum.loss_events += c.loss_events;
-        sum.lost_sqns += c.lost_sqns;
+        // Every field, in declaration order (counters.hpp).
+        for (auto [to, from] : {std::pair{&sum.packets_sent, c.packets_sent},
+                                {&sum.packets_received, c.packets_received},
+                                {&sum.bytes_sent, c.bytes_sent},
+                                {&sum.bytes_received, c.bytes_received},
+                                {&sum.malformed, c.malformed},
+                                {&sum.short_sends, c.short_sends},
+                                {&sum.odata_sent, c.odata_sent},
+                                {&sum.rdata_sent, c.rdata_sent},
+                                {&sum.spm_sent, c.spm_sent},
+                                {&sum.ncf_sent, c.ncf_sent},
+                                {&sum.naks_received, c.naks_received},
+                                {&sum.back_pressured, c.back_pressured},
+                                {&sum.rate_limited, c.rate_limited},
+                                {&sum.messages_delivered, c.messages_delivered},
+                                {&sum.bytes_delivered, c.bytes_delivered},
+                                {&sum.odata_received, c.odata_received},
+                                {&sum.rdata_received, c.rdata_received},
+                                {&sum.naks_sent, c.naks_sent},
+                                {&sum.naks_suppressed, c.naks_suppressed},
+                                {&sum.ncf_received, c.ncf_received},
+                                {&sum.repaired, c.repaired},
+                                {&sum.duplicates, c.duplicates},
+                                {&sum.loss_events, c.loss_events},
+                                {&sum.lost_sqns, c.lost_sqns},
+                                {&sum.sources, c.sources}}) {
+            *to += from;
+        }
     }
     return sum;
 }

@@ -70,7 +70,12 @@ TEST_CASE("API: publisher and two subscribers on mem://, one losing 5%, all deli
     CHECK(s2->counters().repaired > 0);
     CHECK(s2->counters().naks_sent > 0);
     CHECK(pub->counters().rdata_sent > 0);
-    CHECK(ctx->counters().messages_delivered == 2 * kN);
+    const auto total = ctx->counters();
+    CHECK(total.messages_delivered == 2 * kN);
+    CHECK(total.odata_sent == pub->counters().odata_sent);
+    CHECK(total.repaired == s1->counters().repaired + s2->counters().repaired);
+    CHECK(total.naks_suppressed == s1->counters().naks_suppressed + s2->counters().naks_suppressed);
+    CHECK(total.sources == 2);  // each subscriber knows the one source
 }
 
 TEST_CASE("API: zero-copy claim, abort on destruction", "[unit][api]") {

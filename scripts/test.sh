@@ -2,8 +2,9 @@
 # Builds prizma and runs the whole test suite, as CI does:
 #   1. clang-format check
 #   2. gcc build, warnings as errors, ASan + UBSan: unit, protocol, headers tests (ctest)
-#   3. clang libFuzzer build of the packet parser + state machines, run for FUZZ_SECONDS
-#   4. Release build: benchmark smoke run and the demo
+#   3. ThreadSanitizer build of the cross-thread tests
+#   4. clang libFuzzer build of the packet parser + state machines, run for FUZZ_SECONDS
+#   5. Release build: benchmark smoke run and the demo
 # Installs its own dependencies from Debian packages first (scripts/setup-debian.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,12 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DPRIZMA_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build build/asan -j 2
 ctest --test-dir build/asan -j 2 --output-on-failure --timeout 900
+
+echo "== ThreadSanitizer: the cross-thread pieces (AgentRunner, PublishQueue)"
+cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIZMA_SANITIZE=thread \
+      -DPRIZMA_WARNINGS_AS_ERRORS=ON -DPRIZMA_BUILD_BENCHMARKS=OFF -DPRIZMA_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build build/tsan -j 2 --target prizma_unit_tests
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[runner]"
 
 echo "== fuzz (${FUZZ_SECONDS}s)"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \

@@ -2,11 +2,14 @@
 #pragma once
 
 // Umbrella header: the whole public API.
+#include <prizma/agent_runner.hpp>
 #include <prizma/context.hpp>
 #include <prizma/counters.hpp>
 #include <prizma/error.hpp>
+#include <prizma/idle_strategy.hpp>
 #include <prizma/message.hpp>
 #include <prizma/options.hpp>
+#include <prizma/publish_queue.hpp>
 #include <prizma/result.hpp>
 #include <prizma/transport.hpp>
 #include <prizma/types.hpp>

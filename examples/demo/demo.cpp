@@ -76,6 +76,15 @@ struct Subscriber {
 
 int main(int argc, char** argv) {
     Args args;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+            fmt::print(
+                "usage: prizma-demo [--messages N] [--loss P] [--size BYTES] [--seed S]\n"
+                "  1 publisher -> 2 subscribers on an in-memory network, each losing P of\n"
+                "  the packets; exits 0 when both got every message once, in order.\n");
+            return 0;
+        }
+    }
     try {
         if (!parse_args(argc, argv, args)) {
             fmt::print(stderr,

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "lib/pgm/checksum.hpp"
+#include "lib/protocol/packed_ring.hpp"
 
 namespace prizma::protocol {
 
@@ -78,19 +79,12 @@ struct Receiver::Peer {
 
     std::byte* store(Slot& sl, std::size_t len) noexcept {
         const std::size_t n = (len + 63) & ~std::size_t{63};
-        const std::size_t size = buffers.size();
-        std::size_t off = SIZE_MAX;
-        if (alloc_count == 0) {
-            off = 0;
-        } else if (alloc_count < allocs.size()) {
-            const std::size_t t = allocs[alloc_first].off;
-            if (head_off >= t) {
-                off = head_off + n <= size ? head_off : (n < t ? 0 : SIZE_MAX);
-            } else if (head_off + n < t) {
-                off = head_off;
-            }
+        if (alloc_count == allocs.size()) {
+            return nullptr;
         }
-        if (off == SIZE_MAX) {
+        const std::size_t off =
+            ring_fit(alloc_count == 0, head_off, allocs[alloc_first].off, n, buffers.size());
+        if (off == kNoFit) {
             return nullptr;
         }
         const std::size_t idx = (alloc_first + alloc_count) % allocs.size();
@@ -336,6 +330,14 @@ void Receiver::apply_trail(Peer& p, std::int64_t now_ns) noexcept {
     }
 }
 
+// The source's trail only moves forward (serial order); an older value is ignored.
+void Receiver::note_trail(Peer& p, Sqn trail) noexcept {
+    if (!p.has_trail || precedes(p.trail, trail)) {
+        p.trail = trail;
+    }
+    p.has_trail = true;
+}
+
 void Receiver::on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
     ++counters_.spm_received;
     // §6.2: SPMs are sequenced; only a newer one (within half the number space) counts.
@@ -360,10 +362,7 @@ void Receiver::on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noex
         // Empty window: lead = trail - 1. first_packet starts after the current lead.
         start(p, pkt.lead + 1, pkt.trail, true);
     }
-    if (!p.has_trail || precedes(p.trail, pkt.trail)) {
-        p.trail = pkt.trail;
-    }
-    p.has_trail = true;
+    note_trail(p, pkt.trail);
     apply_trail(p, now_ns);
     // §6.3: SPM_LEAD beyond what we have reveals tail loss.
     mark_missing(p, pkt.lead, now_ns);
@@ -397,10 +396,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
             p.spmr_deadline = now_ns + cfg_.timers.spmr_expiry_ns;
         }
     }
-    if (!p.has_trail || precedes(p.trail, pkt.trail)) {
-        p.trail = pkt.trail;
-        p.has_trail = true;
-    }
+    note_trail(p, pkt.trail);
     if (precedes(s, p.next)) {
         ++counters_.duplicates;
         apply_trail(p, now_ns);

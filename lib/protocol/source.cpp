@@ -8,6 +8,7 @@
 
 #include "lib/pgm/bytes.hpp"
 #include "lib/pgm/checksum.hpp"
+#include "lib/protocol/packed_ring.hpp"
 
 namespace prizma::protocol {
 
@@ -108,46 +109,36 @@ bool Source::contains(Sqn s) const noexcept {
 
 // RFC 3208 §3.3 / Appendix F: the window advances with data; the oldest packet leaves when
 // room is needed, unless it is still inside the configured retention time.
+// Drops the `n` oldest packets from the window, unless the youngest of them is still inside
+// the configured retention time (then nothing is dropped and the caller is back-pressured).
+Result<void> Source::evict(std::uint32_t n, std::int64_t now_ns) noexcept {
+    if (n == 0) {
+        return {};
+    }
+    const Slot& youngest_evicted = slot(trail_ + (n - 1));
+    if (cfg_.txw_retention_ns > 0 && now_ns - youngest_evicted.sent_ns < cfg_.txw_retention_ns) {
+        ++counters_.back_pressured;
+        return Errc::back_pressured;
+    }
+    trail_ = trail_ + n;
+    counters_.window_evictions += n;
+    return {};
+}
+
 Result<void> Source::make_room(std::uint32_t n, std::int64_t now_ns) noexcept {
     const std::uint32_t cap = mask_ + 1;
     if (n > cap) {
         return Errc::message_too_large;
     }
-    std::uint32_t evict = 0;
-    if (in_window() + n > cap) {
-        evict = in_window() + n - cap;
-        const Slot& youngest_evicted = slot(trail_ + (evict - 1));
-        if (cfg_.txw_retention_ns > 0
-            && now_ns - youngest_evicted.sent_ns < cfg_.txw_retention_ns) {
-            ++counters_.back_pressured;
-            return Errc::back_pressured;
-        }
-    }
-    trail_ = trail_ + evict;
-    counters_.window_evictions += evict;
-    return {};
+    return evict(in_window() + n > cap ? in_window() + n - cap : 0, now_ns);
 }
 
-// Packs the packet for sqn `s` after the previous one (64-byte aligned), wrapping to the start
-// when the end is reached. The window's sqn limit keeps the live bytes within the buffer, so
-// this only evicts (or reports back-pressure) if that invariant were ever broken.
-Result<std::byte*> Source::place(Sqn s, std::size_t bytes) noexcept {
+Result<std::byte*> Source::place(Sqn s, std::size_t bytes, std::int64_t now_ns) noexcept {
     const std::size_t n = (bytes + 63) & ~std::size_t{63};
-    const std::size_t size = buffers_.size();
     for (;;) {
-        std::size_t off = SIZE_MAX;
-        if (in_window() == 0) {
-            off = 0;
-        } else {
-            const std::size_t t = slot(trail_).offset;
-            const std::size_t h = head_off_;
-            if (h >= t) {
-                off = h + n <= size ? h : (n < t ? 0 : SIZE_MAX);
-            } else if (h + n < t) {
-                off = h;
-            }
-        }
-        if (off != SIZE_MAX) {
+        const std::size_t off =
+            ring_fit(in_window() == 0, head_off_, slot(trail_).offset, n, buffers_.size());
+        if (off != kNoFit) {
             slot(s).offset = static_cast<std::uint32_t>(off);
             head_off_ = off + n;
             return buffers_.data() + off;
@@ -155,13 +146,9 @@ Result<std::byte*> Source::place(Sqn s, std::size_t bytes) noexcept {
         if (in_window() == 0 || trail_ == s) {
             return Errc::message_too_large;
         }
-        if (cfg_.txw_retention_ns > 0
-            && last_now_ns_ - slot(trail_).sent_ns < cfg_.txw_retention_ns) {
-            ++counters_.back_pressured;
-            return Errc::back_pressured;
+        if (auto r = evict(1, now_ns); !r) {
+            return r.error();
         }
-        trail_ = trail_ + 1;
-        ++counters_.window_evictions;
     }
 }
 
@@ -194,10 +181,9 @@ Result<Sqn> Source::send(std::span<const std::byte> apdu,
         return r.error();
     }
     (void)odata_bucket_.take(wire, now_ns);
-    last_now_ns_ = now_ns;
     const Sqn first = next_;
     if (!fragmented) {
-        auto placed = place(first, pgm::kDataHeaderBytes + apdu.size());
+        auto placed = place(first, pgm::kDataHeaderBytes + apdu.size(), now_ns);
         if (!placed) {
             return placed.error();
         }
@@ -211,7 +197,7 @@ Result<Sqn> Source::send(std::span<const std::byte> apdu,
         while (off < apdu.size()) {
             const std::size_t len = std::min(max_frag_payload_, apdu.size() - off);
             const Sqn s = next_;
-            auto placed = place(s, pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes + len);
+            auto placed = place(s, pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes + len, now_ns);
             if (!placed) {
                 return placed.error();  // cannot happen while the window invariant holds
             }
@@ -246,8 +232,7 @@ Result<std::span<std::byte>> Source::claim(std::size_t n, std::int64_t now_ns) n
     if (auto r = make_room(1, now_ns); !r) {
         return r.error();
     }
-    last_now_ns_ = now_ns;
-    auto placed = place(next_, pgm::kDataHeaderBytes + n);
+    auto placed = place(next_, pgm::kDataHeaderBytes + n, now_ns);
     if (!placed) {
         return placed.error();
     }

@@ -109,7 +109,8 @@ private:
     Slot& slot(Sqn s) noexcept { return slots_[s.value & mask_]; }
     std::byte* slot_buf(Sqn s) noexcept { return buffers_.data() + slot(s).offset; }
     Result<void> make_room(std::uint32_t n, std::int64_t now_ns) noexcept;
-    Result<std::byte*> place(Sqn s, std::size_t bytes) noexcept;
+    Result<void> evict(std::uint32_t n, std::int64_t now_ns) noexcept;
+    Result<std::byte*> place(Sqn s, std::size_t bytes, std::int64_t now_ns) noexcept;
     void emit_odata(Sqn s,
                     std::size_t len,
                     const pgm::FragmentInfo* frag,
@@ -140,7 +141,6 @@ private:
     Sqn spm_sqn_{};
     std::size_t claimed_ = 0;
     bool claim_active_ = false;
-    std::int64_t last_now_ns_ = 0;
     bool closed_ = false;
     bool reset_ = false;
     std::uint8_t fin_spms_left_ = 0;

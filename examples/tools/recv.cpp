@@ -76,6 +76,11 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "prizma-recv: {}: {}\n", uri, err.empty() ? sub.error().message() : err);
         return 1;
     }
+    // Ready line (scripts wait for it before starting a sender); on verbs it names the QP a
+    // unicast publisher must send to.
+    const std::string local = sub->local_address();
+    fmt::print(stderr, "prizma-recv: listening on {}{}{}\n", uri, local.empty() ? "" : " at ",
+               local);
     const auto n = static_cast<std::uint64_t>(count);
     std::vector<std::uint8_t> seen(n, 0);
     std::uint64_t received = 0;

@@ -97,6 +97,9 @@ public:
     /// The next message or event, if any. The payload stays valid until the next call.
     bool next(Message& out) noexcept;
     [[nodiscard]] ChannelCounters counters() const noexcept;
+    /// Where this subscriber can be reached, as text: on verbs "GID qpn=N" (what a unicast
+    /// publisher needs: `verbs://DEV/ADDR:DPORT?qpn=N`); empty for other transports.
+    [[nodiscard]] std::string local_address() const;
 
 private:
     friend class Context;
@@ -111,6 +114,9 @@ private:
 ///  - `udp://GROUP:PORT?iface=ADDR&dport=N&ttl=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&gro=0|1`
 ///    PGM over UDP as OpenPGM encapsulates it; PORT is the UDP port, dport the PGM
 ///    data-destination port (default 7500).
+///  - `verbs://DEVICE[:PORT]/GROUP:DPORT?gid_index=N&qkey=N&qpn=N&rx_depth=N&...` PGM over an
+///    RDMA UD QP (libibverbs): multicast GROUP (IPv4/IPv6), or a unicast peer address plus its
+///    QP number. DEVICE may be a local IP address/[GID] instead of a device name.
 ///  - `mem://NAME:DPORT?loss=P&seed=N` an in-process network (tests, examples; one thread).
 class Context {
 public:

@@ -66,7 +66,15 @@ public:
     /// An fd that becomes readable when poll_rx() would make progress (after arm_wakeup());
     /// -1 when the transport can only be busy-polled.
     [[nodiscard]] virtual int wakeup_fd() const noexcept = 0;
-    [[nodiscard]] virtual Result<void> arm_wakeup() noexcept = 0;
+    /// Prepares wakeup_fd() for a blocking wait. true: armed, nothing pending, safe to sleep;
+    /// false: datagrams are already waiting (call poll_rx() instead of sleeping).
+    [[nodiscard]] virtual Result<bool> arm_wakeup() noexcept = 0;
+    /// The protocol no longer needs to reach `peer` (its session expired): drop any per-peer
+    /// state such as a cached address handle.
+    virtual void forget(const Endpoint& peer) noexcept { (void)peer; }
+    /// This transport's own address (verbs: GID + QP number), for tools and for unicast
+    /// set-ups where the peer must be told where to send; family 0 when not meaningful.
+    [[nodiscard]] virtual Endpoint local_endpoint() const noexcept { return {}; }
 };
 
 }  // namespace prizma

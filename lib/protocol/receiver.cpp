@@ -511,6 +511,7 @@ void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
             lose_all_missing(p);
             p.nak_deadline = kNever;
             p.spmr_deadline = kNever;
+            sink.forget(p.from);  // e.g. the verbs address handle of its source
             continue;
         }
         if (p.expired) {

@@ -16,6 +16,8 @@ public:
     PacketSink& operator=(PacketSink&&) = default;
     virtual ~PacketSink() = default;
     virtual void emit(const TxPacket& packet) noexcept = 0;
+    /// The core will not send to `peer` again (its session expired).
+    virtual void forget(const Endpoint& peer) noexcept { (void)peer; }
 };
 
 }  // namespace prizma::protocol

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstring>
@@ -20,6 +21,9 @@
 #include "transports/memory/lossy_transport.hpp"
 #include "transports/memory/memory_transport.hpp"
 #include "transports/udp/udp_transport.hpp"
+#if PRIZMA_HAVE_VERBS
+#include "transports/verbs/verbs_transport.hpp"
+#endif
 
 namespace prizma {
 namespace detail {
@@ -81,6 +85,36 @@ Result<void> fail(std::string* error,
     return ec;
 }
 
+// Fault-injection keys of udp:// and verbs:// channels (for tests): loss = drop on receive
+// (every packet type), tx_loss = drop our own ODATA on send (every receiver misses it),
+// seed = the fault generator's seed.
+bool fault_key(const std::string& k,
+               const std::string& v,
+               memory::LossyTransport::Config& fault,
+               bool& lossy,
+               std::string* error) {
+    if (k == "seed") {
+        std::uint64_t x = 0;
+        if (!parse_u64(v, UINT64_MAX, x)) {
+            (void)fail(error, "bad seed '" + v + "'");
+            return false;
+        }
+        fault.seed = x;
+        return true;
+    }
+    char* end = nullptr;
+    const double p = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || p < 0 || p >= 1) {
+        (void)fail(error, "bad " + k + " '" + v + "' (0 <= p < 1)");
+        return false;
+    }
+    fault.drop = p;
+    fault.on_send = k == "tx_loss";
+    fault.type_mask = fault.on_send ? 1U << 4U : 0xffffffffU;
+    lossy = true;
+    return true;
+}
+
 }  // namespace
 
 struct Context::Impl {
@@ -127,25 +161,8 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
                     return Errc::invalid_argument;
                 }
                 dport = static_cast<std::uint16_t>(x);
-            } else if (k == "seed") {
-                if (!parse_u64(v, UINT64_MAX, x)) {
-                    (void)fail(error, "bad seed '" + v + "'");
-                    return Errc::invalid_argument;
-                }
-                fault.seed = x;
-            } else {
-                // Fault injection for tests: loss = drop on receive (every packet type),
-                // tx_loss = drop our own ODATA on send (every receiver misses it).
-                char* end = nullptr;
-                const double p = std::strtod(v.c_str(), &end);
-                if (v.empty() || *end != '\0' || p < 0 || p >= 1) {
-                    (void)fail(error, "bad " + k + " '" + v + "' (0 <= p < 1)");
-                    return Errc::invalid_argument;
-                }
-                fault.drop = p;
-                fault.on_send = k == "tx_loss";
-                fault.type_mask = fault.on_send ? 1U << 4U : 0xffffffffU;
-                lossy = true;
+            } else if (!fault_key(k, v, fault, lossy, error)) {
+                return Errc::invalid_argument;
             }
         }
         cfg->bind_unicast = publisher;
@@ -161,6 +178,40 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
             ch->lossy =
                 std::make_unique<memory::LossyTransport>(*ch->base, fault, &Context::now_ns);
         }
+    } else if (uri.starts_with("verbs://")) {
+#if PRIZMA_HAVE_VERBS
+        std::vector<std::pair<std::string, std::string>> extra;
+        const std::string_view known[] = {"loss", "tx_loss", "seed"};
+        auto cfg = verbs::parse_uri(uri, dport, error, &extra, known);
+        if (!cfg) {
+            return cfg.error();
+        }
+        for (const auto& [k, v] : extra) {
+            if (!fault_key(k, v, fault, lossy, error)) {
+                return Errc::invalid_argument;
+            }
+        }
+        cfg->attach = !publisher;
+        auto t = verbs::VerbsTransport::create(*cfg, error);
+        if (!t) {
+            return t.error();
+        }
+        const auto a = (*t)->nla_addr();
+        nla.afi = (*t)->nla_afi();
+        std::memcpy(nla.addr.data(), a.data(), nla.afi == pgm::kAfiIpv4 ? 4 : 16);
+        group = nla_of(cfg->group);
+        ch->base = std::move(*t);
+        if (lossy) {
+            ch->lossy =
+                std::make_unique<memory::LossyTransport>(*ch->base, fault, &Context::now_ns);
+        }
+#else
+        (void)fail(error,
+                   "this build of prizma has no verbs transport (libibverbs-dev and "
+                   "libibumad-dev were missing at build time)",
+                   Errc::unsupported);
+        return Errc::unsupported;
+#endif
     } else if (uri.starts_with("mem://")) {
         std::string_view rest = uri.substr(6);
         std::string_view query;
@@ -209,9 +260,10 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         nla = pgm::Nla::ipv4(127, 0, 0, 1);
         group = pgm::Nla::ipv4(239, 0, 0, 1);
     } else {
-        (void)fail(error,
-                   "unsupported channel scheme in '" + std::string(uri) + "' (udp://, mem://)",
-                   Errc::unsupported);
+        (void)fail(
+            error,
+            "unsupported channel scheme in '" + std::string(uri) + "' (udp://, verbs://, mem://)",
+            Errc::unsupported);
         return Errc::unsupported;
     }
     Transport& t = ch->lossy ? static_cast<Transport&>(*ch->lossy) : *ch->base;
@@ -342,9 +394,25 @@ void Context::wait(std::chrono::nanoseconds max_wait) noexcept {
     if (until <= now) {
         return;
     }
-    const auto ms =
-        static_cast<int>(std::min<std::int64_t>((until - now + 999'999) / 1'000'000, 60'000));
+    // Arm every transport; one with datagrams already waiting means no sleep at all.
+    for (const auto& ch : impl_->channels) {
+        auto armed = ch->session->transport().arm_wakeup();
+        if (armed && !*armed) {
+            return;
+        }
+    }
+    const std::int64_t left = std::min<std::int64_t>(until - now, 60'000'000'000);
     epoll_event ev{};
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+    // Nanosecond timeout (Linux 5.11+): an rdma-preset timer is not overslept by up to 1 ms.
+    timespec ts{};
+    ts.tv_sec = left / 1'000'000'000;
+    ts.tv_nsec = left % 1'000'000'000;
+    if (::epoll_pwait2(impl_->epoll_fd, &ev, 1, &ts, nullptr) >= 0 || errno != ENOSYS) {
+        return;
+    }
+#endif
+    const auto ms = static_cast<int>((left + 999'999) / 1'000'000);
     (void)::epoll_wait(impl_->epoll_fd, &ev, 1, ms);
 }
 
@@ -502,6 +570,16 @@ bool Subscriber::next(Message& out) noexcept {
     out.count = ev.count;
     out.payload = ev.payload;
     return true;
+}
+
+std::string Subscriber::local_address() const {
+    const Endpoint e = ch_->base->local_endpoint();
+    if (e.family == 0) {
+        return {};
+    }
+    char text[INET6_ADDRSTRLEN] = {};
+    (void)::inet_ntop(AF_INET6, e.addr.data(), text, sizeof text);
+    return std::string(text) + " qpn=" + std::to_string(e.qpn);
 }
 
 ChannelCounters Subscriber::counters() const noexcept {

@@ -74,6 +74,7 @@ public:
     void flush() noexcept;
 
     void emit(const TxPacket& packet) noexcept override;
+    void forget(const Endpoint& peer) noexcept override { transport_.forget(peer); }
 
     [[nodiscard]] protocol::Source* source() noexcept { return source_.get(); }
     [[nodiscard]] protocol::Receiver* receiver() noexcept { return receiver_.get(); }

@@ -58,7 +58,11 @@ public:
     [[nodiscard]] Result<std::size_t> poll_rx(std::span<RxPacket> out) noexcept override;
     void release_rx(std::size_t count) noexcept override;
     [[nodiscard]] int wakeup_fd() const noexcept override { return inner_.wakeup_fd(); }
-    [[nodiscard]] Result<void> arm_wakeup() noexcept override { return inner_.arm_wakeup(); }
+    [[nodiscard]] Result<bool> arm_wakeup() noexcept override { return inner_.arm_wakeup(); }
+    void forget(const Endpoint& peer) noexcept override { inner_.forget(peer); }
+    [[nodiscard]] Endpoint local_endpoint() const noexcept override {
+        return inner_.local_endpoint();
+    }
 
     [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
     [[nodiscard]] std::uint64_t seed() const noexcept { return cfg_.seed; }

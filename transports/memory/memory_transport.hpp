@@ -69,7 +69,7 @@ public:
     [[nodiscard]] Result<std::size_t> poll_rx(std::span<RxPacket> out) noexcept override;
     void release_rx(std::size_t count) noexcept override;
     [[nodiscard]] int wakeup_fd() const noexcept override { return -1; }
-    [[nodiscard]] Result<void> arm_wakeup() noexcept override { return Errc::unsupported; }
+    [[nodiscard]] Result<bool> arm_wakeup() noexcept override { return Errc::unsupported; }
 
     [[nodiscard]] std::uint32_t id() const noexcept { return id_; }
     [[nodiscard]] Endpoint address() const noexcept;

@@ -71,7 +71,7 @@ public:
     [[nodiscard]] Result<std::size_t> poll_rx(std::span<RxPacket> out) noexcept override;
     void release_rx(std::size_t count) noexcept override;
     [[nodiscard]] int wakeup_fd() const noexcept override;
-    [[nodiscard]] Result<void> arm_wakeup() noexcept override { return {}; }
+    [[nodiscard]] Result<bool> arm_wakeup() noexcept override { return true; }
 
     [[nodiscard]] const UdpCounters& counters() const noexcept { return counters_; }
     [[nodiscard]] bool gso_enabled() const noexcept { return gso_; }

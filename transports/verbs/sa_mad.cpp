@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "transports/verbs/sa_mad.hpp"
+
+#include <cstring>
+
+namespace prizma::verbs::sa {
+namespace {
+
+void put8(std::array<std::byte, kMadSize>& m, std::size_t off, std::uint8_t v) noexcept {
+    m[off] = std::byte{v};
+}
+void put16(std::array<std::byte, kMadSize>& m, std::size_t off, std::uint16_t v) noexcept {
+    put8(m, off, static_cast<std::uint8_t>(v >> 8U));
+    put8(m, off + 1, static_cast<std::uint8_t>(v));
+}
+void put32(std::array<std::byte, kMadSize>& m, std::size_t off, std::uint32_t v) noexcept {
+    put16(m, off, static_cast<std::uint16_t>(v >> 16U));
+    put16(m, off + 2, static_cast<std::uint16_t>(v));
+}
+void put64(std::array<std::byte, kMadSize>& m, std::size_t off, std::uint64_t v) noexcept {
+    put32(m, off, static_cast<std::uint32_t>(v >> 32U));
+    put32(m, off + 4, static_cast<std::uint32_t>(v));
+}
+std::uint8_t get8(std::span<const std::byte> m, std::size_t off) noexcept {
+    return std::to_integer<std::uint8_t>(m[off]);
+}
+std::uint16_t get16(std::span<const std::byte> m, std::size_t off) noexcept {
+    return static_cast<std::uint16_t>((get8(m, off) << 8U) | get8(m, off + 1));
+}
+std::uint32_t get32(std::span<const std::byte> m, std::size_t off) noexcept {
+    return (std::uint32_t{get16(m, off)} << 16U) | get16(m, off + 2);
+}
+std::uint64_t get64(std::span<const std::byte> m, std::size_t off) noexcept {
+    return (std::uint64_t{get32(m, off)} << 32U) | get32(m, off + 4);
+}
+
+// Offsets inside the MCMemberRecord (relative to kSaDataOffset).
+constexpr std::size_t kRecMgid = 0;
+constexpr std::size_t kRecPortGid = 16;
+constexpr std::size_t kRecQkey = 32;
+constexpr std::size_t kRecMlid = 36;
+constexpr std::size_t kRecMtu = 38;
+constexpr std::size_t kRecTclass = 39;
+constexpr std::size_t kRecPkey = 40;
+constexpr std::size_t kRecRate = 42;
+constexpr std::size_t kRecLife = 43;
+constexpr std::size_t kRecSlFlowHop = 44;
+constexpr std::size_t kRecScopeState = 48;
+constexpr std::size_t kRecProxy = 49;
+constexpr std::size_t kRecordSize = 56;
+
+}  // namespace
+
+std::array<std::byte, kMadSize> encode_request(std::uint8_t method,
+                                               std::uint64_t tid,
+                                               std::uint64_t comp_mask,
+                                               const McMemberRecord& rec) noexcept {
+    std::array<std::byte, kMadSize> m{};
+    // MAD common header
+    put8(m, 0, kBaseVersion);
+    put8(m, 1, kClassSubnAdm);
+    put8(m, 2, kSaClassVersion);
+    put8(m, 3, method);
+    put64(m, 8, tid);
+    put16(m, 16, kAttrMcMemberRecord);
+    // RMPP header (24..35) stays zero: a single-segment request.
+    // SA header: SM_Key 36..43 and AttributeOffset 44..45 stay 0 in a request (the offset only
+    // matters in GetTable responses); ComponentMask at 48..55.
+    put64(m, 48, comp_mask);
+    const std::size_t d = kSaDataOffset;
+    std::memcpy(&m[d + kRecMgid], rec.mgid.data(), 16);
+    std::memcpy(&m[d + kRecPortGid], rec.port_gid.data(), 16);
+    put32(m, d + kRecQkey, rec.qkey);
+    put16(m, d + kRecMlid, rec.mlid);
+    put8(m, d + kRecMtu, rec.mtu);
+    put8(m, d + kRecTclass, rec.tclass);
+    put16(m, d + kRecPkey, rec.pkey);
+    put8(m, d + kRecRate, rec.rate);
+    put8(m, d + kRecLife, rec.pkt_life);
+    put32(
+        m, d + kRecSlFlowHop,
+        (std::uint32_t{rec.sl} & 0xfU) << 28U | (rec.flow_label & 0xfffffU) << 8U | rec.hop_limit);
+    put8(m, d + kRecScopeState,
+         static_cast<std::uint8_t>((rec.scope & 0xfU) << 4U
+                                   | (static_cast<std::uint8_t>(rec.join_state) & 0xfU)));
+    put8(m, d + kRecProxy, rec.proxy_join ? 0x80 : 0);
+    return m;
+}
+
+bool decode_response(std::span<const std::byte> mad, Response& out) noexcept {
+    if (mad.size() < kSaDataOffset + kRecordSize || get8(mad, 0) != kBaseVersion
+        || get8(mad, 1) != kClassSubnAdm) {
+        return false;
+    }
+    out.method = get8(mad, 3);
+    out.status = get16(mad, 4);
+    out.tid = get64(mad, 8);
+    out.attr_id = get16(mad, 16);
+    if (out.attr_id != kAttrMcMemberRecord) {
+        return false;
+    }
+    const std::size_t d = kSaDataOffset;
+    McMemberRecord& r = out.rec;
+    std::memcpy(r.mgid.data(), &mad[d + kRecMgid], 16);
+    std::memcpy(r.port_gid.data(), &mad[d + kRecPortGid], 16);
+    r.qkey = get32(mad, d + kRecQkey);
+    r.mlid = get16(mad, d + kRecMlid);
+    r.mtu = get8(mad, d + kRecMtu);
+    r.tclass = get8(mad, d + kRecTclass);
+    r.pkey = get16(mad, d + kRecPkey);
+    r.rate = get8(mad, d + kRecRate);
+    r.pkt_life = get8(mad, d + kRecLife);
+    const std::uint32_t sfh = get32(mad, d + kRecSlFlowHop);
+    r.sl = static_cast<std::uint8_t>(sfh >> 28U);
+    r.flow_label = (sfh >> 8U) & 0xfffffU;
+    r.hop_limit = static_cast<std::uint8_t>(sfh);
+    const std::uint8_t ss = get8(mad, d + kRecScopeState);
+    r.scope = static_cast<std::uint8_t>(ss >> 4U);
+    r.join_state = static_cast<JoinState>(ss & 0xfU);
+    r.proxy_join = (get8(mad, d + kRecProxy) & 0x80U) != 0;
+    return true;
+}
+
+std::uint64_t join_mask(bool create) noexcept {
+    std::uint64_t m = kCompMgid | kCompPortGid | kCompQkey | kCompPkey | kCompTclass | kCompSl
+                      | kCompFlowLabel | kCompJoinState;
+    if (create) {
+        m |= kCompMtuSel | kCompMtu | kCompRateSel | kCompRate | kCompScope;
+    }
+    return m;
+}
+
+}  // namespace prizma::verbs::sa

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace prizma::verbs::sa {
+
+/// InfiniBand Subnet Administration MADs for multicast group membership (IBA vol. 1,
+/// §15.2.5.17 MCMemberRecord). Pure encoding: no libibumad here, so it is unit-tested on any
+/// machine; ib_sa.cpp sends and receives these through libibumad.
+
+constexpr std::size_t kMadSize = 256;
+constexpr std::size_t kSaDataOffset = 56;  ///< 24 MAD + 12 RMPP + 20 SA header
+constexpr std::uint8_t kBaseVersion = 1;
+constexpr std::uint8_t kClassSubnAdm = 0x03;
+constexpr std::uint8_t kSaClassVersion = 2;
+constexpr std::uint8_t kMethodSet = 0x02;
+constexpr std::uint8_t kMethodGetResp = 0x81;
+constexpr std::uint8_t kMethodDelete = 0x15;
+constexpr std::uint8_t kMethodDeleteResp = 0x95;
+constexpr std::uint16_t kAttrMcMemberRecord = 0x0038;
+constexpr std::uint32_t kQp1Qkey = 0x80010000;
+
+/// Component-mask bits of MCMemberRecord.
+enum : std::uint64_t {
+    kCompMgid = 1ULL << 0,
+    kCompPortGid = 1ULL << 1,
+    kCompQkey = 1ULL << 2,
+    kCompMlid = 1ULL << 3,
+    kCompMtuSel = 1ULL << 4,
+    kCompMtu = 1ULL << 5,
+    kCompTclass = 1ULL << 6,
+    kCompPkey = 1ULL << 7,
+    kCompRateSel = 1ULL << 8,
+    kCompRate = 1ULL << 9,
+    kCompLifeSel = 1ULL << 10,
+    kCompLife = 1ULL << 11,
+    kCompSl = 1ULL << 12,
+    kCompFlowLabel = 1ULL << 13,
+    kCompHopLimit = 1ULL << 14,
+    kCompScope = 1ULL << 15,
+    kCompJoinState = 1ULL << 16,
+};
+
+enum class JoinState : std::uint8_t {
+    full_member = 1,
+    non_member = 2,
+    send_only_non_member = 4,
+    send_only_full_member = 8,
+};
+
+struct McMemberRecord {
+    std::array<std::uint8_t, 16> mgid{};
+    std::array<std::uint8_t, 16> port_gid{};
+    std::uint32_t qkey = 0;
+    std::uint16_t mlid = 0;
+    std::uint8_t mtu = 0;  ///< 2-bit selector in the top bits, IBA MTU code below
+    std::uint8_t tclass = 0;
+    std::uint16_t pkey = 0xffff;
+    std::uint8_t rate = 0;
+    std::uint8_t pkt_life = 0;
+    std::uint8_t sl = 0;           ///< 4 bits
+    std::uint32_t flow_label = 0;  ///< 20 bits
+    std::uint8_t hop_limit = 0;
+    std::uint8_t scope = 0;  ///< 4 bits
+    JoinState join_state = JoinState::full_member;
+    bool proxy_join = false;
+};
+
+/// Builds a join (SubnAdmSet) or leave (SubnAdmDelete) request for `rec`.
+std::array<std::byte, kMadSize> encode_request(std::uint8_t method,
+                                               std::uint64_t tid,
+                                               std::uint64_t comp_mask,
+                                               const McMemberRecord& rec) noexcept;
+
+struct Response {
+    std::uint8_t method = 0;
+    std::uint16_t status = 0;  ///< MAD status; 0 = success
+    std::uint64_t tid = 0;
+    std::uint16_t attr_id = 0;
+    McMemberRecord rec;
+};
+
+/// Parses an SA response; false when it is too short or not an SA MCMemberRecord MAD.
+bool decode_response(std::span<const std::byte> mad, Response& out) noexcept;
+
+/// The component mask of a join: MGID, PortGID, Q_Key, P_Key, TClass, SL, FlowLabel and
+/// JoinState; when `create`, also the MTU and rate selectors and the scope, which the SA needs
+/// to create a group that does not exist yet.
+std::uint64_t join_mask(bool create) noexcept;
+
+}  // namespace prizma::verbs::sa

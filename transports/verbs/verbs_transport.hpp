@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <prizma/result.hpp>
+#include <prizma/transport.hpp>
+
+namespace prizma::verbs {
+
+/// Endpoint::family of a verbs peer: addr = its GID, qpn = its UD QP number.
+constexpr std::uint16_t kFamilyVerbs = 27;  // AF_IB
+/// Bytes in front of every received datagram: the Global Route Header.
+constexpr std::size_t kGrhBytes = 40;
+/// The QPN a multicast send goes to.
+constexpr std::uint32_t kMulticastQpn = 0xFFFFFF;
+/// Default group Q_Key ("PGM1"); the top bit is clear so no CAP_NET_RAW is needed.
+constexpr std::uint32_t kDefaultQkey = 0x50474d31;
+
+/// PGM over an InfiniBand/RoCE Unreliable Datagram QP (libibverbs; never librdmacm).
+struct VerbsConfig {
+    std::string device;      ///< e.g. "rxe0"; empty: found from `local_addr`
+    std::string local_addr;  ///< an IP address or GID of the port to use (alternative to device)
+    int port = 1;            ///< HCA port number
+    int gid_index = -1;      ///< -1: the RoCE v2 GID of the group's family (IB: index 0)
+    std::string group;       ///< multicast group (IPv4/IPv6), or a unicast peer's address/GID
+    std::uint32_t dest_qpn = 0;  ///< unicast destination QP number (unicast groups only)
+    std::uint32_t qkey = kDefaultQkey;
+    std::size_t rx_depth = 1024;     ///< receive ring slots (kept full)
+    std::size_t tx_depth = 256;      ///< send queue entries
+    std::size_t max_inline = 256;    ///< inline bytes requested; the QP's grant is used
+    std::size_t mtu = 0;             ///< 0: the port's active MTU; else min(active, mtu)
+    std::uint8_t hop_limit = 1;      ///< multicast hops (RoCE v2: the IP TTL)
+    std::uint8_t traffic_class = 0;  ///< RoCE v2: the DSCP/ECN byte
+    std::uint8_t sl = 0;             ///< service level
+    bool attach = true;              ///< join + attach to the multicast group (subscribers)
+    std::size_t batch = 32;          ///< completions polled / WRs chained per call
+};
+
+/// Parses `verbs://DEVICE[:PORT]/GROUP:DPORT?key=value&...` or
+/// `verbs://LOCAL_ADDR/GROUP:DPORT?...` (LOCAL_ADDR: IPv4, or [IPv6/GID]). Keys: gid_index,
+/// qkey, qpn, rx_depth, tx_depth, inline, mtu, hop_limit, tclass, sl. `known_extra` keys are
+/// returned in `extra` for the caller. `dport` receives the PGM data-destination port.
+Result<VerbsConfig> parse_uri(std::string_view uri,
+                              std::uint16_t& dport,
+                              std::string* error,
+                              std::vector<std::pair<std::string, std::string>>* extra = nullptr,
+                              std::span<const std::string_view> known_extra = {});
+
+/// The multicast GID a group address maps to on RoCE v2 (IPv4 a.b.c.d -> ::ffff:a.b.c.d,
+/// IPv6 as is) or on InfiniBand (IPv4 -> IPoIB-style ff12:401b:PKEY::a.b.c.d low 28 bits).
+/// False when `group` is not an IP address.
+bool group_to_gid(std::string_view group,
+                  bool infiniband,
+                  std::uint16_t pkey,
+                  std::array<std::uint8_t, 16>& gid) noexcept;
+/// True for a multicast GID (ff00::/8) or an IPv4-mapped multicast address.
+bool gid_is_multicast(const std::array<std::uint8_t, 16>& gid) noexcept;
+/// The source GID of a received datagram from its 40-byte GRH area: a RoCE v2 IPv4 header
+/// at offset 20 gives ::ffff:SRC, otherwise the IPv6/IB GRH's source GID.
+std::array<std::uint8_t, 16> source_gid_from_grh(const std::uint8_t* grh) noexcept;
+
+struct VerbsCounters {
+    std::uint64_t rx_datagrams = 0;
+    std::uint64_t rx_ring_low = 0;  ///< polls that found the receive ring < 1/8 full
+    std::uint64_t rx_reposts = 0;   ///< ibv_post_recv calls (each a chain)
+    std::uint64_t tx_datagrams = 0;
+    std::uint64_t tx_inline = 0;
+    std::uint64_t tx_posts = 0;           ///< ibv_post_send calls (doorbells)
+    std::uint64_t tx_sq_full = 0;         ///< send_batch found the send queue full
+    std::uint64_t tx_oversize = 0;        ///< larger than the MTU: dropped (a core bug)
+    std::uint64_t tx_no_route = 0;        ///< unicast to a peer without an address handle
+    std::uint64_t completion_errors = 0;  ///< CQEs with a status other than success
+    std::uint64_t ah_created = 0;
+    std::uint64_t ah_cache_size = 0;
+    std::uint64_t async_events = 0;
+    std::uint64_t rejoins = 0;               ///< IB SA re-joins after a client re-register
+    const char* last_completion_error = "";  ///< ibv_wc_status_str of the last failed CQE
+};
+
+/// What the transport found at start-up, for logs and tools.
+struct VerbsInfo {
+    std::string device;
+    int port = 0;
+    int gid_index = 0;
+    std::string gid;  ///< textual
+    bool infiniband = false;
+    std::size_t mtu = 0;
+    std::size_t max_inline = 0;
+    std::uint32_t qpn = 0;
+    std::string netdev;  ///< RoCE: the netdev behind the GID
+    bool multicast = false;
+};
+
+class VerbsTransport final : public Transport {
+public:
+    static Result<std::unique_ptr<VerbsTransport>> create(const VerbsConfig& cfg,
+                                                          std::string* error = nullptr);
+    ~VerbsTransport() override;
+    VerbsTransport(const VerbsTransport&) = delete;
+    VerbsTransport& operator=(const VerbsTransport&) = delete;
+    VerbsTransport(VerbsTransport&&) = delete;
+    VerbsTransport& operator=(VerbsTransport&&) = delete;
+
+    [[nodiscard]] std::string_view name() const noexcept override { return "verbs"; }
+    [[nodiscard]] TransportCaps caps() const noexcept override;
+    [[nodiscard]] Result<std::size_t> send_batch(
+        std::span<const TxPacket> packets) noexcept override;
+    [[nodiscard]] Result<std::size_t> poll_rx(std::span<RxPacket> out) noexcept override;
+    void release_rx(std::size_t count) noexcept override;
+    [[nodiscard]] int wakeup_fd() const noexcept override;
+    [[nodiscard]] Result<bool> arm_wakeup() noexcept override;
+    void forget(const Endpoint& peer) noexcept override;
+    [[nodiscard]] Endpoint local_endpoint() const noexcept override;
+
+    [[nodiscard]] const VerbsCounters& counters() const noexcept;
+    [[nodiscard]] const VerbsInfo& info() const noexcept;
+    /// The interface address behind the GID as PGM NLA bytes: AFI 1 (IPv4) or 2 (IPv6/GID).
+    [[nodiscard]] std::uint16_t nla_afi() const noexcept;
+    [[nodiscard]] std::array<std::uint8_t, 16> nla_addr() const noexcept;
+
+private:
+    struct Impl;
+    explicit VerbsTransport(std::unique_ptr<Impl> impl) noexcept;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prizma::verbs

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <prizma/counters.hpp>
 #include <prizma/message.hpp>
@@ -65,6 +66,9 @@ public:
     [[nodiscard]] std::size_t max_packet_payload() const noexcept;
     [[nodiscard]] Tsi tsi() const noexcept;
     [[nodiscard]] ChannelCounters counters() const noexcept;
+    /// The transport's own counters (verbs: rx_ring_low, sq_full, completion_errors,
+    /// ah_cache_size, ...); empty for transports without any. Allocates: not for the hot path.
+    [[nodiscard]] std::vector<NamedCounter> transport_counters() const;
 
 private:
     friend class Context;
@@ -100,6 +104,8 @@ public:
     /// Where this subscriber can be reached, as text: on verbs "GID qpn=N" (what a unicast
     /// publisher needs: `verbs://DEV/ADDR:DPORT?qpn=N`); empty for other transports.
     [[nodiscard]] std::string local_address() const;
+    /// The transport's own counters, as Publisher::transport_counters().
+    [[nodiscard]] std::vector<NamedCounter> transport_counters() const;
 
 private:
     friend class Context;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace prizma {
 
@@ -36,6 +37,12 @@ struct ChannelCounters {
     std::uint64_t loss_events = 0;
     std::uint64_t lost_sqns = 0;
     std::uint64_t sources = 0;  ///< sources currently known
+};
+
+/// One transport-specific counter (e.g. verbs `rx_ring_low`), for tools and logs.
+struct NamedCounter {
+    std::string_view name;  ///< a static string
+    std::uint64_t value = 0;
 };
 
 }  // namespace prizma

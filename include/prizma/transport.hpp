@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include <prizma/counters.hpp>
 #include <prizma/result.hpp>
 #include <prizma/types.hpp>
 
@@ -75,6 +76,12 @@ public:
     /// This transport's own address (verbs: GID + QP number), for tools and for unicast
     /// set-ups where the peer must be told where to send; family 0 when not meaningful.
     [[nodiscard]] virtual Endpoint local_endpoint() const noexcept { return {}; }
+    /// Writes up to out.size() transport-specific counters into `out` and returns how many
+    /// this transport has (which may be more than out.size()). Names are static strings.
+    virtual std::size_t named_counters(std::span<NamedCounter> out) const noexcept {
+        (void)out;
+        return 0;
+    }
 };
 
 }  // namespace prizma

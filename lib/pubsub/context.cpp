@@ -453,6 +453,18 @@ ChannelCounters snapshot(const detail::Channel& ch) {
     }
     return c;
 }
+
+std::vector<NamedCounter> transport_counters_of(const detail::Channel& ch) {
+    std::vector<NamedCounter> out(32);
+    out.resize(std::min(out.size(), ch.base->named_counters(out)));
+    if (ch.lossy) {
+        const auto& f = ch.lossy->stats();
+        out.push_back({"fault_dropped", f.dropped});
+        out.push_back({"fault_duplicated", f.duplicated});
+        out.push_back({"fault_reordered", f.reordered});
+    }
+    return out;
+}
 }  // namespace
 
 ChannelCounters Context::counters() const noexcept {
@@ -528,6 +540,9 @@ Tsi Publisher::tsi() const noexcept {
 ChannelCounters Publisher::counters() const noexcept {
     return snapshot(*ch_);
 }
+std::vector<NamedCounter> Publisher::transport_counters() const {
+    return transport_counters_of(*ch_);
+}
 
 Claim& Claim::operator=(Claim&& o) noexcept {
     if (this != &o) {
@@ -584,6 +599,10 @@ std::string Subscriber::local_address() const {
 
 ChannelCounters Subscriber::counters() const noexcept {
     return snapshot(*ch_);
+}
+
+std::vector<NamedCounter> Subscriber::transport_counters() const {
+    return transport_counters_of(*ch_);
 }
 
 }  // namespace prizma

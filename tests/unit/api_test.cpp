@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The public API over mem:// channels: Context, Publisher, Subscriber, Claim, URI errors.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -70,6 +71,15 @@ TEST_CASE("API: publisher and two subscribers on mem://, one losing 5%, all deli
     CHECK(s2->counters().repaired > 0);
     CHECK(s2->counters().naks_sent > 0);
     CHECK(pub->counters().rdata_sent > 0);
+    // The fault decorator's drops show among the transport counters of the lossy channel
+    // only; the in-memory transport itself has none.
+    const auto named = s2->transport_counters();
+    const auto dropped = std::find_if(named.begin(), named.end(),
+                                      [](const auto& k) { return k.name == "fault_dropped"; });
+    REQUIRE(dropped != named.end());
+    CHECK(dropped->value > 0);
+    CHECK(dropped->value >= s2->counters().repaired);  // each repaired sqn was a drop
+    CHECK(s1->transport_counters().empty());
     const auto total = ctx->counters();
     CHECK(total.messages_delivered == 2 * kN);
     CHECK(total.odata_sent == pub->counters().odata_sent);

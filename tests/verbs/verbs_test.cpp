@@ -213,6 +213,10 @@ TEST_CASE("verbs: bad device, port and GID index give errors naming what exists"
     auto u = cfg(dev1(), "192.0.2.1", false);  // unicast publisher without the peer's QPN
     CHECK_FALSE(verbs::VerbsTransport::create(u, &err).has_value());
     CHECK(err.find("qpn") != std::string::npos);
+    c = cfg(dev1(), "239.192.0.1", true);
+    c.rx_depth = std::size_t{1} << 30U;  // beyond any device's max_qp_wr
+    CHECK_FALSE(verbs::VerbsTransport::create(c, &err).has_value());
+    CHECK(err.find("max_qp_wr") != std::string::npos);
 }
 
 TEST_CASE("verbs: transport facts (MTU, inline grant, GID, QPN, netdev) and device by address",
@@ -415,6 +419,21 @@ TEST_CASE("one publisher over UDP and verbs at once: the same APDUs reach both s
         REQUIRE(got_u[i] == make_message(i, 300));
         REQUIRE(got_v[i] == make_message(i, 300));
     }
+    // The verbs channels expose their RDMA counters through the API; the UDP ones have none.
+    auto named = [](const std::vector<NamedCounter>& v, std::string_view name) {
+        for (const auto& k : v) {
+            if (k.name == name) {
+                return static_cast<std::int64_t>(k.value);
+            }
+        }
+        return std::int64_t{-1};
+    };
+    const auto tv = sv->transport_counters();
+    CHECK(named(tv, "rx_datagrams") >= static_cast<std::int64_t>(kCount));
+    CHECK(named(tv, "completion_errors") == 0);
+    CHECK(named(tv, "rx_ring_low") >= 0);
+    CHECK(named(pv->transport_counters(), "tx_datagrams") >= static_cast<std::int64_t>(kCount));
+    CHECK(named(su->transport_counters(), "rx_datagrams") == -1);
 }
 
 TEST_CASE("verbs at MTU 4096: caps follow the port, 12 KB APDUs fragment into 4 KB packets",

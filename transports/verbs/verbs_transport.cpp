@@ -672,6 +672,23 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     if (ibv_query_port(ctx, port, &pa) != 0) {
         return fail<R>(error, "ibv_query_port failed on " + im->info.device, std::errc::io_error);
     }
+    {
+        ibv_device_attr da{};
+        if (ibv_query_device(ctx, &da) == 0) {
+            const auto max_wr = static_cast<std::size_t>(std::max(da.max_qp_wr, 0));
+            const auto max_cqe = static_cast<std::size_t>(std::max(da.max_cqe, 0));
+            if (cfg.rx_depth > max_wr || cfg.tx_depth > max_wr || cfg.rx_depth > max_cqe
+                || cfg.tx_depth > max_cqe) {
+                return fail<R>(error,
+                               "verbs: rx_depth " + std::to_string(cfg.rx_depth) + " / tx_depth "
+                                   + std::to_string(cfg.tx_depth) + " exceed what "
+                                   + im->info.device + " allows (max_qp_wr "
+                                   + std::to_string(max_wr) + ", max_cqe " + std::to_string(max_cqe)
+                                   + ")",
+                               std::errc::invalid_argument);
+            }
+        }
+    }
     if (pa.state != IBV_PORT_ACTIVE) {
         return fail<R>(error,
                        im->info.device + " port " + std::to_string(im->info.port) + " is "
@@ -1016,6 +1033,22 @@ Endpoint VerbsTransport::local_endpoint() const noexcept {
     e.qpn = impl_->info.qpn;
     e.addr = impl_->local_gid;
     return e;
+}
+
+std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const noexcept {
+    const VerbsCounters& c = impl_->counters;
+    const NamedCounter all[] = {
+        {"rx_datagrams", c.rx_datagrams}, {"rx_ring_low", c.rx_ring_low},
+        {"rx_reposts", c.rx_reposts},     {"tx_datagrams", c.tx_datagrams},
+        {"tx_inline", c.tx_inline},       {"tx_posts", c.tx_posts},
+        {"tx_sq_full", c.tx_sq_full},     {"tx_oversize", c.tx_oversize},
+        {"tx_no_route", c.tx_no_route},   {"completion_errors", c.completion_errors},
+        {"ah_created", c.ah_created},     {"ah_cache_size", c.ah_cache_size},
+        {"async_events", c.async_events}, {"rejoins", c.rejoins},
+    };
+    const std::size_t n = std::min(out.size(), std::size(all));
+    std::copy_n(std::begin(all), n, out.begin());
+    return std::size(all);
 }
 
 const VerbsCounters& VerbsTransport::counters() const noexcept {

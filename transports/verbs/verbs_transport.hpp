@@ -33,7 +33,10 @@ struct VerbsConfig {
     std::string group;       ///< multicast group (IPv4/IPv6), or a unicast peer's address/GID
     std::uint32_t dest_qpn = 0;  ///< unicast destination QP number (unicast groups only)
     std::uint32_t qkey = kDefaultQkey;
-    std::size_t rx_depth = 1024;     ///< receive ring slots (kept full)
+    /// Receive ring slots (kept full). UD has no receiver-not-ready retry: whatever arrives
+    /// while the ring is empty is dropped by the NIC, so the ring must absorb the longest
+    /// stall of the polling thread at full rate (4096 x 1 KiB MTU = 4.6 MB registered).
+    std::size_t rx_depth = 4096;
     std::size_t tx_depth = 256;      ///< send queue entries
     std::size_t max_inline = 256;    ///< inline bytes requested; the QP's grant is used
     std::size_t mtu = 0;             ///< 0: the port's active MTU; else min(active, mtu)
@@ -119,6 +122,7 @@ public:
     [[nodiscard]] Result<bool> arm_wakeup() noexcept override;
     void forget(const Endpoint& peer) noexcept override;
     [[nodiscard]] Endpoint local_endpoint() const noexcept override;
+    std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
 
     [[nodiscard]] const VerbsCounters& counters() const noexcept;
     [[nodiscard]] const VerbsInfo& info() const noexcept;

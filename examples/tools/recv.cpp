@@ -151,6 +151,13 @@ int main(int argc, char** argv) {
     fmt::print(
         "repairs {} naks {} gaps {} duplicates {} out-of-range {} loss events {} malformed {}\n",
         c.repaired, c.naks_sent, gaps, duplicates, out_of_range, loss_events, c.malformed);
+    if (const auto t = sub->transport_counters(); !t.empty()) {
+        fmt::print("transport");
+        for (const auto& k : t) {
+            fmt::print(" {} {}", k.name, k.value);
+        }
+        fmt::print("\n");
+    }
     const bool ok = unique == n && duplicates == 0 && out_of_range == 0;
     if (!ok) {
         fmt::print(stderr, "prizma-recv: FAILED: {} of {} messages arrived once\n", unique, n);

@@ -103,8 +103,13 @@ int main(int argc, char** argv) {
             const auto due = start
                              + std::chrono::nanoseconds(
                                  static_cast<std::int64_t>(ns_per_msg * static_cast<double>(sent)));
-            while (std::chrono::steady_clock::now() < due) {
-                (void)(*ctx)->poll();
+            // Serve NAKs while waiting; sleep (ns precision) rather than spin so receivers
+            // sharing the CPU keep up.
+            for (auto now = std::chrono::steady_clock::now(); now < due;
+                 now = std::chrono::steady_clock::now()) {
+                if ((*ctx)->poll() == 0) {
+                    (*ctx)->wait(std::chrono::duration_cast<std::chrono::nanoseconds>(due - now));
+                }
             }
         }
         std::memcpy(msg.data(), &sent, 8);
@@ -140,5 +145,12 @@ int main(int argc, char** argv) {
     const auto c = pub->counters();
     fmt::print("odata {} rdata {} naks received {} ncf {} spm {}\n", c.odata_sent, c.rdata_sent,
                c.naks_received, c.ncf_sent, c.spm_sent);
+    if (const auto t = pub->transport_counters(); !t.empty()) {
+        fmt::print("transport");
+        for (const auto& k : t) {
+            fmt::print(" {} {}", k.name, k.value);
+        }
+        fmt::print("\n");
+    }
     return 0;
 }

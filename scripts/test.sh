@@ -5,6 +5,7 @@
 #   3. ThreadSanitizer build of the cross-thread tests
 #   4. clang libFuzzer build of the packet parser + state machines, run for FUZZ_SECONDS
 #   5. Release build: benchmark smoke run and the demo
+#   6. verbs tests on real libibverbs: Soft-RoCE (rdma_rxe) in a qemu VM (tests/verbs/vm/run.sh)
 # Installs its own dependencies from Debian packages first (scripts/setup-debian.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,3 +46,6 @@ cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRIZMA_WARNING
 cmake --build build/release -j 2
 build/release/examples/prizma-demo --messages 5000
 ctest --test-dir build/release -L bench-smoke --output-on-failure
+
+echo "== verbs UD on Soft-RoCE (qemu VM, rdma_rxe)"
+PRIZMA_VM_BUILD=build/release tests/verbs/vm/run.sh

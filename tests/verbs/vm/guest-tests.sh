@@ -1,0 +1,95 @@
+#!/bin/bash
+# guest-tests.sh BUILD_DIR - runs INSIDE the VM (via guest-run.sh, which brought up rxe0 on
+# eth0 = 192.0.2.1 and rxe1 on eth1 = 198.51.100.1 and exported RXE_DEV*, RXE_ADDR*).
+# Prints PASS:/FAIL: per test and exits non-zero if any failed. Logs go to $RXEVM_OUT.
+set -u
+BUILD=${1:?build dir}
+OUT=${RXEVM_OUT:-/tmp}
+T=$BUILD/tests/prizma_verbs_tests
+SEND=$BUILD/examples/prizma-send
+RECV=$BUILD/examples/prizma-recv
+pass=0
+fail=0
+result() { # NAME RC LOG
+	if [ "$2" = 0 ]; then
+		echo "PASS: $1"
+		pass=$((pass + 1))
+	else
+		echo "FAIL: $1 (rc=$2)"
+		tail -30 "$3" | sed 's/^/    /'
+		fail=$((fail + 1))
+	fi
+}
+diag() { # what the kernel saw: rxe hw counters, UDP (RoCE v2 is UDP 4791) and backlog drops
+	local d
+	for d in /sys/class/infiniband/*; do
+		echo "$(basename "$d") hw_counters: $(cd "$d/ports/1/hw_counters" 2>/dev/null && grep -H . * | sed 's/:/=/' | xargs)"
+	done
+	grep '^Udp:' /proc/net/snmp | tail -1 | sed 's/^/udp: /'
+	echo "softnet_stat (processed dropped ...): $(head -1 /proc/net/softnet_stat)"
+}
+wait_ready() { # LOG...: wait until each prizma-recv printed its ready line
+	local f
+	for f in "$@"; do
+		for _ in $(seq 1 300); do grep -q "listening on" "$f" 2>/dev/null && break; sleep 0.1; done
+	done
+}
+
+[ -x "$T" ] && [ -x "$SEND" ] && [ -x "$RECV" ] || { echo "FAIL: binaries missing in $BUILD"; exit 1; }
+echo "guest-tests: devices $(ls /sys/class/infiniband | xargs); rxe0 $RXE_ADDR, rxe1 ${RXE_ADDR2:-none}"
+
+# 1. in-process tests: errors, facts, multicast (2 subs + second NIC), unicast, fragments,
+#    loss repaired (fault decorator and a starved receive ring), mixed UDP + verbs publisher.
+s=$(date +%s)
+"$T" -d yes >"$OUT/verbs_tests.log" 2>&1
+rc=$?
+result "prizma_verbs_tests: $(grep -E '^(All tests passed|test cases)' "$OUT/verbs_tests.log" | tail -1) [$(($(date +%s) - s))s]" $rc "$OUT/verbs_tests.log"
+
+# 2. processes: prizma-send -> 2 prizma-recv processes, one on rxe0, one on rxe1 (second NIC).
+#    Paced: three processes share one emulated CPU, and PGM has no flow control; an unpaced
+#    sender overruns the receive rings (the NIC drops; repairs follow, see the loss tests).
+G=239.192.0.41
+N=2000
+s=$(date +%s)
+"$RECV" "verbs://$RXE_DEV:1/$G:7500" --count $N --timeout 90 >"$OUT/recv1.log" 2>&1 &
+r1=$!
+"$RECV" "verbs://${RXE_DEV2:-$RXE_DEV}:1/$G:7500" --count $N --timeout 90 >"$OUT/recv2.log" 2>&1 &
+r2=$!
+wait_ready "$OUT/recv1.log" "$OUT/recv2.log"
+"$SEND" "verbs://$RXE_DEV:1/$G:7500" --count $N --size 200 --rate 1000 --linger 10 >"$OUT/send1.log" 2>&1
+src=$?
+wait $r1; rc1=$?
+wait $r2; rc2=$?
+{ cat "$OUT/send1.log" "$OUT/recv1.log" "$OUT/recv2.log"; diag; } >"$OUT/proc1.log"
+result "processes: prizma-send -> prizma-recv on $RXE_DEV and ${RXE_DEV2:-$RXE_DEV}, $N x 200 B multicast [$(($(date +%s) - s))s]" \
+	$((src | rc1 | rc2)) "$OUT/proc1.log"
+
+# 3. processes with 5% receive loss and 3 KB APDUs (fragmented at MTU 1024)
+G=239.192.0.42
+N=500
+s=$(date +%s)
+"$RECV" "verbs://$RXE_DEV:1/$G:7500?loss=0.05&seed=7" --count $N --timeout 90 >"$OUT/recv3.log" 2>&1 &
+r1=$!
+wait_ready "$OUT/recv3.log"
+"$SEND" "verbs://$RXE_DEV:1/$G:7500" --count $N --size 3000 --rate 250 --linger 10 >"$OUT/send3.log" 2>&1
+src=$?
+wait $r1; rc1=$?
+{ cat "$OUT/send3.log" "$OUT/recv3.log"; diag; } >"$OUT/proc3.log"
+rep=$(grep -o 'repairs [0-9]*' "$OUT/recv3.log" | head -1)
+result "processes: 5% loss, $N x 3000 B fragmented APDUs, all delivered ($rep) [$(($(date +%s) - s))s]" \
+	$((src | rc1)) "$OUT/proc3.log"
+
+# 4. MTU 4096: netdev MTU 9000 gives an active_mtu of 4096 on the rxe port
+ip link set "$RXE_NETDEV" mtu 9000
+[ -n "${RXE_NETDEV2:-}" ] && ip link set "$RXE_NETDEV2" mtu 9000
+for _ in $(seq 1 50); do
+	ibv_devinfo -d "$RXE_DEV" | grep -q 'active_mtu:.*4096' && break
+	sleep 0.1
+done
+s=$(date +%s)
+"$T" "[.mtu4096]" -d yes >"$OUT/mtu4096.log" 2>&1
+rc=$?
+result "MTU 4096: $(ibv_devinfo -d "$RXE_DEV" | grep -o 'active_mtu:.*' | xargs), 12 KB APDUs [$(($(date +%s) - s))s]" $rc "$OUT/mtu4096.log"
+
+echo "guest-tests: $pass passed, $fail failed"
+[ $fail = 0 ]

@@ -808,7 +808,10 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     std::memset(im->pool.get(), 0, bytes);
     im->rx_base = static_cast<std::byte*>(im->pool.get());
     im->tx_base = im->rx_base + cfg.rx_depth * im->rx_stride;
-    im->mr.reset(ibv_reg_mr(im->pd.get(), im->pool.get(), bytes, IBV_ACCESS_LOCAL_WRITE));
+    // (ibv_reg_mr): the function, not verbs.h's macro of the same name, whose enum arithmetic
+    // clang rejects under -Werror (-Wdeprecated-enum-enum-conversion).
+    im->mr.reset((ibv_reg_mr)(im->pd.get(), im->pool.get(), bytes,
+                              static_cast<int>(IBV_ACCESS_LOCAL_WRITE)));
     if (!im->mr) {
         return fail<R>(error,
                        "ibv_reg_mr of " + std::to_string(bytes)

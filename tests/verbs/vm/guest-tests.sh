@@ -79,7 +79,35 @@ rep=$(grep -o 'repairs [0-9]*' "$OUT/recv3.log" | head -1)
 result "processes: 5% loss, $N x 3000 B fragmented APDUs, all delivered ($rep) [$(($(date +%s) - s))s]" \
 	$((src | rc1)) "$OUT/proc3.log"
 
-# 4. MTU 4096: netdev MTU 9000 gives an active_mtu of 4096 on the rxe port
+# 4. ping-pong RTT over verbs (rxe0 -> rxe1 -> rxe0) and, side by side, over UDP between the
+#    same two addresses. Functional: under TCG the numbers say nothing about RDMA hardware.
+PING=$BUILD/examples/prizma-ping
+PONG=$BUILD/examples/prizma-pong
+pingpong() { # NAME A B PING_URI... : runs pong on A->B, ping, prints the JSON line
+	local name=$1 a=$2 b=$3
+	"$PONG" "$a" "$b" --window 4096 --wait block >"$OUT/pong_$name.log" 2>&1 &
+	local p=$!
+	for _ in $(seq 1 300); do grep -q echoing "$OUT/pong_$name.log" && break; sleep 0.1; done
+	"$PING" "$a" "$b" --count 300 --warmup 30 --size 64 --window 4096 --wait block --timeout 20 --json \
+		>"$OUT/ping_$name.json" 2>"$OUT/ping_$name.log"
+	local rc=$?
+	kill -INT $p 2>/dev/null
+	wait $p
+	cat "$OUT/ping_$name.json" >>"$OUT/ping_$name.log"
+	return $rc
+}
+s=$(date +%s)
+pingpong verbs "verbs://$RXE_DEV:1/239.192.0.51:7500" "verbs://${RXE_DEV2:-$RXE_DEV}:1/239.192.0.52:7500"
+rc=$?
+p50v=$(grep -o '"p50":[0-9]*' "$OUT/ping_verbs.json" | cut -d: -f2)
+result "ping-pong over verbs: 300 x 64 B, p50 RTT ${p50v:-?} ns (TCG, functional only) [$(($(date +%s) - s))s]" $rc "$OUT/ping_verbs.log"
+s=$(date +%s)
+pingpong udp "udp://239.192.0.53:7653?iface=$RXE_ADDR" "udp://239.192.0.54:7654?iface=$RXE_ADDR"
+rc=$?
+p50u=$(grep -o '"p50":[0-9]*' "$OUT/ping_udp.json" | cut -d: -f2)
+result "ping-pong over UDP in the same VM: p50 RTT ${p50u:-?} ns [$(($(date +%s) - s))s]" $rc "$OUT/ping_udp.log"
+
+# 5. MTU 4096: netdev MTU 9000 gives an active_mtu of 4096 on the rxe port
 ip link set "$RXE_NETDEV" mtu 9000
 [ -n "${RXE_NETDEV2:-}" ] && ip link set "$RXE_NETDEV2" mtu 9000
 for _ in $(seq 1 50); do

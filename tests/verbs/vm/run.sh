@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/verbs/vm/run.sh - the one command for the verbs tests on real libibverbs.
 #
-# Builds what the tests need (Release: prizma_verbs_tests, prizma-send, prizma-recv), builds
+# Builds what the tests need (Release: prizma_verbs_tests and the tools), builds
 # a tiny VM image (Debian's own 6.1 kernel with rdma_rxe; apt only, nothing installed into
 # the host kernel), boots it under qemu (TCG), brings up Soft-RoCE rxe0 on eth0 and rxe1 on
 # eth1 (two NICs on an isolated qemu hub: no traffic can leave the VM) and runs
@@ -22,7 +22,7 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
 	cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRIZMA_WARNINGS_AS_ERRORS=ON \
 		-DPRIZMA_WITH_VERBS=ON >/dev/null
 fi
-cmake --build "$BUILD" -j 2 --target prizma_verbs_tests prizma-send prizma-recv
+cmake --build "$BUILD" -j 2 --target prizma_verbs_tests prizma-send prizma-recv prizma-ping prizma-pong
 echo "== verbs VM: image"
 bash "$HERE/build-image.sh"
 echo "== verbs VM: boot + tests"

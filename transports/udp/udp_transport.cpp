@@ -313,6 +313,15 @@ struct UdpTransport::Impl {
     std::vector<iovec> tx_iov;
     std::vector<Addr> tx_addr;
     std::vector<std::array<char, 64>> tx_ctl;
+
+    /// Restores what recvmmsg overwrote in receive header i (lengths and flags).
+    void reset_rx(std::size_t i) noexcept {
+        mmsghdr& m = rx_msgs[i];
+        m.msg_len = 0;
+        m.msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+        m.msg_hdr.msg_controllen = rx_ctl[i].size();
+        m.msg_hdr.msg_flags = 0;
+    }
 };
 
 Endpoint UdpTransport::endpoint_for(std::uint16_t afi,
@@ -472,6 +481,16 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
     im.rx_iov.resize(n);
     im.rx_from.resize(n);
     im.rx_ctl.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        im.rx_iov[i] = iovec{im.rx_buf.data() + i * im.rx_slot, im.rx_slot};
+        mmsghdr& m = im.rx_msgs[i];
+        m = mmsghdr{};
+        m.msg_hdr.msg_name = &im.rx_from[i];
+        m.msg_hdr.msg_iov = &im.rx_iov[i];
+        m.msg_hdr.msg_iovlen = 1;
+        m.msg_hdr.msg_control = im.rx_ctl[i].data();
+        im.reset_rx(i);
+    }
     im.pending.reserve(n * (t->gro_ ? kMaxGsoSegments : 1));
     im.tx_msgs.resize(n);
     im.tx_iov.resize(2 * n);
@@ -619,18 +638,9 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             if (fd < 0 || slot == im.rx_msgs.size()) {
                 continue;
             }
+            // The headers were built once; received entries are restored below, so an empty
+            // poll (the busy-poll common case) costs only the syscall.
             const std::size_t n = im.rx_msgs.size() - slot;
-            for (std::size_t i = slot; i < slot + n; ++i) {
-                im.rx_iov[i] = iovec{im.rx_buf.data() + i * im.rx_slot, im.rx_slot};
-                mmsghdr& m = im.rx_msgs[i];
-                m = mmsghdr{};
-                m.msg_hdr.msg_name = &im.rx_from[i];
-                m.msg_hdr.msg_namelen = sizeof(sockaddr_storage);
-                m.msg_hdr.msg_iov = &im.rx_iov[i];
-                m.msg_hdr.msg_iovlen = 1;
-                m.msg_hdr.msg_control = im.rx_ctl[i].data();
-                m.msg_hdr.msg_controllen = im.rx_ctl[i].size();
-            }
             const int rc =
                 ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
             if (rc < 0) {
@@ -663,6 +673,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                         ++counters_.rx_gro_segments;
                     }
                 }
+                im.reset_rx(i);
             }
             slot += static_cast<std::size_t>(rc);
         }

@@ -128,7 +128,15 @@ int main(int argc, char** argv) {
             auto r = pub->offer(std::span<const std::byte>(buf.data(), len));
             if (r) {
                 pending = false;
-                ++echoed;
+                // prizma-ping's handshake probes (sequence number all ones) are echoed but
+                // not counted, so --count N ends after N measured (and warm-up) messages.
+                std::uint64_t seq = 0;
+                if (len >= sizeof seq) {
+                    std::memcpy(&seq, buf.data(), sizeof seq);
+                }
+                if (seq != ~std::uint64_t{0}) {
+                    ++echoed;
+                }
                 (void)(*ctx)->poll();  // flush the echo now
             } else if (prizma::is_transient(r.error())) {
                 ++retries;

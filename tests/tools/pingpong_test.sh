@@ -52,4 +52,17 @@ grep -q "no answer" "$tmp/nopong.err" || fail "no clear error without a pong"
 kill -INT $pong
 wait $pong || fail "pong exited non-zero"
 grep -q "^echoed" "$tmp/pong.out" || fail "pong printed no summary"
+
+# pong --count N stops by itself after N messages; ping's handshake probes do not count.
+D="udp://239.192.77.4:$((base + 3))?iface=127.0.0.1"
+E="udp://239.192.77.5:$((base + 4))?iface=127.0.0.1"
+"$PONG" "$D" "$E" --count 50 --window 4096 2>"$tmp/pong2.err" >"$tmp/pong2.out" &
+pong=$!
+for _ in $(seq 1 100); do grep -q echoing "$tmp/pong2.err" && break; sleep 0.05; done
+"$PING" "$D" "$E" --count 40 --warmup 10 --size 32 --window 4096 >"$tmp/ping2.out" 2>&1 ||
+	fail "ping against pong --count 50 failed"
+for _ in $(seq 1 100); do kill -0 $pong 2>/dev/null || break; sleep 0.05; done
+kill -0 $pong 2>/dev/null && fail "pong --count 50 still running after 50 echoes"
+wait $pong || fail "pong --count 50 exited non-zero"
+grep -q "^echoed 50 messages" "$tmp/pong2.out" || fail "pong counted $(cat "$tmp/pong2.out")"
 echo "PASS: ping-pong over UDP"

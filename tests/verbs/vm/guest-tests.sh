@@ -107,7 +107,17 @@ rc=$?
 p50u=$(grep -o '"p50":[0-9]*' "$OUT/ping_udp.json" | cut -d: -f2)
 result "ping-pong over UDP in the same VM: p50 RTT ${p50u:-?} ns [$(($(date +%s) - s))s]" $rc "$OUT/ping_udp.log"
 
-# 5. MTU 4096: netdev MTU 9000 gives an active_mtu of 4096 on the rxe port
+# 5. MQBench over verbs (smoke: every benchmark runs, nothing is lost or stuck; TCG timings)
+s=$(date +%s)
+PRIZMA_BENCH_VERBS="$RXE_DEV" "$BUILD/bench/mq_bench" --benchmark_filter=verbs \
+	--benchmark_min_time=0.01 >"$OUT/mq_bench.log" 2>&1
+rc=$?
+grep -q "ERROR OCCURRED" "$OUT/mq_bench.log" && rc=1
+[ "$(grep -c '^MQBench/verbs/pgm/' "$OUT/mq_bench.log")" = 4 ] || rc=1
+b8=$(grep '^MQBench/verbs/pgm/100/8/' "$OUT/mq_bench.log" | awk '{print $2, $3}')
+result "MQBench/verbs/pgm: 4 benchmarks ran, 8 x 100 B took ${b8:-?} per batch (TCG) [$(($(date +%s) - s))s]" $rc "$OUT/mq_bench.log"
+
+# 6. MTU 4096: netdev MTU 9000 gives an active_mtu of 4096 on the rxe port
 ip link set "$RXE_NETDEV" mtu 9000
 [ -n "${RXE_NETDEV2:-}" ] && ip link set "$RXE_NETDEV2" mtu 9000
 for _ in $(seq 1 50); do

@@ -22,7 +22,7 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
 	cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRIZMA_WARNINGS_AS_ERRORS=ON \
 		-DPRIZMA_WITH_VERBS=ON >/dev/null
 fi
-cmake --build "$BUILD" -j 2 --target prizma_verbs_tests prizma-send prizma-recv prizma-ping prizma-pong
+cmake --build "$BUILD" -j 2 --target prizma_verbs_tests prizma-send prizma-recv prizma-ping prizma-pong mq_bench
 echo "== verbs VM: image"
 bash "$HERE/build-image.sh"
 echo "== verbs VM: boot + tests"

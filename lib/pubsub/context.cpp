@@ -166,6 +166,7 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
             }
         }
         cfg->bind_unicast = publisher;
+        cfg->join = !publisher;
         auto t = udp::UdpTransport::create(*cfg, error);
         if (!t) {
             return t.error();

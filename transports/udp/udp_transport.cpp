@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -425,8 +426,9 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
             mreq.imr_multiaddr = reinterpret_cast<const sockaddr_in*>(&impl->group.ss)->sin_addr;
             mreq.imr_address = reinterpret_cast<const sockaddr_in*>(&impl->iface.ss)->sin_addr;
             mreq.imr_ifindex = static_cast<int>(ifindex);
-            if (::setsockopt(impl->rx.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof mreq)
-                != 0) {
+            if (cfg.join
+                && ::setsockopt(impl->rx.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof mreq)
+                       != 0) {
                 return fail("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
             }
             (void)set_opt(impl->rx.get(), IPPROTO_IP, IP_MULTICAST_ALL, 0);
@@ -443,8 +445,10 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
             mreq.ipv6mr_multiaddr =
                 reinterpret_cast<const sockaddr_in6*>(&impl->group.ss)->sin6_addr;
             mreq.ipv6mr_interface = ifindex;
-            if (::setsockopt(impl->rx.get(), IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &mreq, sizeof mreq)
-                != 0) {
+            if (cfg.join
+                && ::setsockopt(impl->rx.get(), IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &mreq,
+                                sizeof mreq)
+                       != 0) {
                 return fail("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
             }
             (void)set_opt(impl->tx, IPPROTO_IPV6, IPV6_MULTICAST_IF, ifindex);
@@ -630,9 +634,26 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     if (im.pending_pos == im.pending.size()) {
         im.pending.clear();
         im.pending_pos = 0;
-        const int fds[2] = {im.poll_uc_first ? im.uc.get() : im.rx.get(),
-                            im.poll_uc_first ? im.rx.get() : im.uc.get()};
+        int fds[2] = {im.poll_uc_first ? im.uc.get() : im.rx.get(),
+                      im.poll_uc_first ? im.rx.get() : im.uc.get()};
         im.poll_uc_first = !im.poll_uc_first;
+        if (fds[0] >= 0 && fds[1] >= 0 && im.ep.get() >= 0) {
+            // Two sockets: one epoll_wait(0) (~0.2 us) says which has datagrams, so an empty
+            // busy poll costs one cheap syscall instead of two recvmmsg (~0.3-1 us each).
+            std::array<epoll_event, 2> ev{};
+            const int ready = ::epoll_wait(im.ep.get(), ev.data(), 2, 0);
+            if (ready <= 0) {
+                return std::size_t{0};  // nothing, or EINTR: the next poll retries
+            }
+            bool in[2] = {false, false};
+            for (int i = 0; i < ready; ++i) {
+                const int fd = ev[static_cast<std::size_t>(i)].data.fd;
+                in[0] = in[0] || fd == fds[0];
+                in[1] = in[1] || fd == fds[1];
+            }
+            fds[0] = in[0] ? fds[0] : -1;
+            fds[1] = in[1] ? fds[1] : -1;
+        }
         std::size_t slot = 0;
         for (int fd : fds) {
             if (fd < 0 || slot == im.rx_msgs.size()) {

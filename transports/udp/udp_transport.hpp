@@ -29,6 +29,9 @@ struct UdpConfig {
     /// Sources: also bind iface:port, so unicast NAKs/SPMRs sent to our NLA reach this socket
     /// (a specific address wins over same-host wildcard sockets). Receivers must not.
     bool bind_unicast = false;
+    /// Join the multicast group. A publisher-only channel need not: NAKs and SPMRs reach it by
+    /// unicast (bind_unicast), and not joining spares every send a loopback copy to itself.
+    bool join = true;
     std::size_t max_datagram = 0;  ///< 0 = 1472 (IPv4) / 1452 (IPv6)
     std::size_t batch = 64;
 };

@@ -1,0 +1,362 @@
+// SPDX-License-Identifier: Apache-2.0
+// prizma-capture: the audit trail. Joins a UDP channel and writes every PGM packet it hears
+// (ODATA, RDATA, SPM, NCF, multicast SPMR) to a pcap file that Wireshark's PGM dissector
+// decodes (`tshark -r F -d udp.port==PORT,pgm`); or replays such a capture onto a channel.
+//
+//   prizma-capture URI --output FILE.pcap [--count N] [--timeout SECONDS]
+//   prizma-capture --replay FILE.pcap URI [--fast]
+//
+// Capture: each PGM packet is one pcap record (LINKTYPE_RAW: IPv4/IPv6 + UDP + PGM), source =
+// the sender's address and port, destination = the channel's group and port. GSO/GRO
+// super-datagrams are split into their PGM packets (a kernel capture on lo shows them as one
+// unparseable blob). Unicast NAKs go to the source, not to the group: they are not heard.
+// Replay: every record of a pcap (LINKTYPE_RAW, Ethernet or Linux cooked v1) that is a
+// well-formed downstream PGM packet (checksum verified) is sent to URI's group, with the
+// capture's timing or --fast; everything else is counted and skipped.
+#include <arpa/inet.h>
+#include <poll.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "examples/tools/tool_util.hpp"
+#include "lib/pgm/packet.hpp"
+#include "transports/udp/udp_transport.hpp"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void usage(std::FILE* to) {
+    fmt::print(to,
+               "usage: prizma-capture URI --output FILE.pcap [--count N] [--timeout SECONDS]\n"
+               "       prizma-capture --replay FILE.pcap URI [--fast]\n"
+               "  URI: udp://GROUP:PORT?iface=ADDR. Capture writes every PGM packet heard on the\n"
+               "  channel (data, repairs, SPMs, NCFs) to a pcap file Wireshark decodes; --count "
+               "stops\n"
+               "  after N packets, --timeout after SECONDS without one. Replay sends a capture's "
+               "PGM\n"
+               "  packets to URI's group with their original spacing (--fast: back to back).\n");
+}
+
+constexpr std::uint32_t kPcapMagicUs = 0xa1b2c3d4U;
+constexpr std::uint32_t kPcapMagicNs = 0xa1b23c4dU;
+constexpr std::uint32_t kLinkRaw = 101;
+constexpr std::uint32_t kLinkEthernet = 1;
+constexpr std::uint32_t kLinkLinuxSll = 113;
+
+void put16(std::vector<std::uint8_t>& b, std::size_t at, std::uint32_t v) {
+    b[at] = static_cast<std::uint8_t>(v >> 8U);
+    b[at + 1] = static_cast<std::uint8_t>(v);
+}
+
+std::uint16_t ip_checksum(const std::uint8_t* p, std::size_t n) {
+    std::uint32_t sum = 0;
+    for (std::size_t i = 0; i + 1 < n; i += 2) {
+        sum += static_cast<std::uint32_t>(p[i] << 8U | p[i + 1]);
+    }
+    while (sum >> 16U) {
+        sum = (sum & 0xffffU) + (sum >> 16U);
+    }
+    return static_cast<std::uint16_t>(~sum);
+}
+
+/// One pcap record: raw IP + UDP + the PGM packet.
+void write_record(std::FILE* f,
+                  std::vector<std::uint8_t>& b,
+                  const prizma::Endpoint& from,
+                  const prizma::udp::UdpConfig& ch,
+                  const std::uint8_t* group,
+                  std::span<const std::byte> pgm,
+                  std::int64_t wall_ns) {
+    const bool v6 = from.family == 6;
+    const std::size_t ip = v6 ? 40 : 20;
+    const std::size_t udp_len = 8 + pgm.size();
+    b.assign(ip + udp_len, 0);
+    if (v6) {
+        b[0] = 0x60;
+        put16(b, 4, static_cast<std::uint32_t>(udp_len));
+        b[6] = 17;
+        b[7] = static_cast<std::uint8_t>(ch.ttl);
+        std::memcpy(&b[8], from.addr.data(), 16);
+        std::memcpy(&b[24], group, 16);
+    } else {
+        b[0] = 0x45;
+        put16(b, 2, static_cast<std::uint32_t>(ip + udp_len));
+        b[6] = 0x40;  // DF
+        b[8] = static_cast<std::uint8_t>(ch.ttl);
+        b[9] = 17;
+        std::memcpy(&b[12], from.addr.data(), 4);
+        std::memcpy(&b[16], group, 4);
+        put16(b, 10, ip_checksum(b.data(), 20));
+    }
+    put16(b, ip, from.port);
+    put16(b, ip + 2, ch.port);
+    put16(b, ip + 4, static_cast<std::uint32_t>(udp_len));
+    // UDP checksum 0 ("none") on IPv4; IPv6 requires one, but the PGM checksum covers the data.
+    std::memcpy(&b[ip + 8], pgm.data(), pgm.size());
+    const std::uint32_t rec[4] = {static_cast<std::uint32_t>(wall_ns / 1'000'000'000),
+                                  static_cast<std::uint32_t>(wall_ns % 1'000'000'000 / 1000),
+                                  static_cast<std::uint32_t>(b.size()),
+                                  static_cast<std::uint32_t>(b.size())};
+    (void)std::fwrite(rec, sizeof rec, 1, f);
+    (void)std::fwrite(b.data(), 1, b.size(), f);
+}
+
+int capture(const std::string& uri, const std::string& out, std::uint64_t count, double timeout) {
+    std::string err;
+    auto cfg = prizma::udp::parse_uri(uri, &err);
+    if (!cfg) {
+        fmt::print(stderr, "prizma-capture: {}\n", err.empty() ? cfg.error().message() : err);
+        return 2;
+    }
+    std::uint8_t group[16] = {};
+    const bool v6 = cfg->group.find(':') != std::string::npos;
+    if (inet_pton(v6 ? AF_INET6 : AF_INET, cfg->group.c_str(), group) != 1) {
+        fmt::print(stderr, "prizma-capture: bad group '{}'\n", cfg->group);
+        return 2;
+    }
+    cfg->join = true;
+    cfg->bind_unicast = false;
+    auto t = prizma::udp::UdpTransport::create(*cfg, &err);
+    if (!t) {
+        fmt::print(stderr, "prizma-capture: {}: {}\n", uri,
+                   err.empty() ? t.error().message() : err);
+        return 1;
+    }
+    std::FILE* f = std::fopen(out.c_str(), "wb");
+    if (f == nullptr) {
+        fmt::print(stderr, "prizma-capture: cannot write {}: {}\n", out, std::strerror(errno));
+        return 1;
+    }
+    const std::uint32_t hdr[6] = {kPcapMagicUs, 0x00040002U, 0, 0, 65535, kLinkRaw};
+    (void)std::fwrite(hdr, sizeof hdr, 1, f);
+    (void)std::signal(SIGINT, [](int) { g_stop = true; });
+    (void)std::signal(SIGTERM, [](int) { g_stop = true; });
+    fmt::print(stderr, "prizma-capture: capturing {} to {}\n", uri, out);
+    std::vector<prizma::RxPacket> rx(64);
+    std::vector<std::uint8_t> buf;
+    std::uint64_t n = 0;
+    std::uint64_t bytes = 0;
+    auto last = std::chrono::steady_clock::now();
+    while (!g_stop && (count == 0 || n < count)) {
+        auto r = (*t)->poll_rx(rx);
+        if (!r || *r == 0) {
+            if (timeout > 0
+                && std::chrono::steady_clock::now() - last
+                       > std::chrono::duration<double>(timeout)) {
+                break;
+            }
+            if (auto armed = (*t)->arm_wakeup(); armed && *armed) {
+                pollfd p{(*t)->wakeup_fd(), POLLIN, 0};
+                (void)::poll(&p, 1, 50);
+            }
+            continue;
+        }
+        last = std::chrono::steady_clock::now();
+        const auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+        for (std::size_t i = 0; i < *r && (count == 0 || n < count); ++i) {
+            write_record(f, buf, rx[i].from, *cfg, group, rx[i].data, wall);
+            ++n;
+            bytes += rx[i].data.size();
+        }
+        (*t)->release_rx(*r);
+    }
+    const bool ok = std::fclose(f) == 0;
+    fmt::print("captured {} PGM packets ({} bytes of PGM) to {}\n", n, bytes, out);
+    return ok ? 0 : 1;
+}
+
+std::uint32_t rd32(const std::uint8_t* p, bool swap) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, p, 4);
+    return swap ? __builtin_bswap32(v) : v;
+}
+
+int replay(const std::string& file, const std::string& uri, bool fast) {
+    std::string err;
+    auto cfg = prizma::udp::parse_uri(uri, &err);
+    if (!cfg) {
+        fmt::print(stderr, "prizma-capture: {}\n", err.empty() ? cfg.error().message() : err);
+        return 2;
+    }
+    cfg->join = false;
+    cfg->bind_unicast = false;
+    cfg->gso = false;
+    auto t = prizma::udp::UdpTransport::create(*cfg, &err);
+    if (!t) {
+        fmt::print(stderr, "prizma-capture: {}: {}\n", uri,
+                   err.empty() ? t.error().message() : err);
+        return 1;
+    }
+    std::FILE* f = std::fopen(file.c_str(), "rb");
+    if (f == nullptr) {
+        fmt::print(stderr, "prizma-capture: cannot read {}: {}\n", file, std::strerror(errno));
+        return 1;
+    }
+    std::uint8_t gh[24];
+    if (std::fread(gh, 1, sizeof gh, f) != sizeof gh) {
+        fmt::print(stderr, "prizma-capture: {}: not a pcap file (too short)\n", file);
+        std::fclose(f);
+        return 1;
+    }
+    std::uint32_t magic = 0;
+    std::memcpy(&magic, gh, 4);
+    const bool swap =
+        magic == __builtin_bswap32(kPcapMagicUs) || magic == __builtin_bswap32(kPcapMagicNs);
+    const std::uint32_t m = swap ? __builtin_bswap32(magic) : magic;
+    if (m != kPcapMagicUs && m != kPcapMagicNs) {
+        fmt::print(stderr,
+                   "prizma-capture: {}: not a pcap file (magic {:#x}; pcapng is not read)\n", file,
+                   magic);
+        std::fclose(f);
+        return 1;
+    }
+    const std::int64_t frac_ns = m == kPcapMagicNs ? 1 : 1000;
+    const std::uint32_t link = rd32(gh + 20, swap) & 0xffffU;
+    if (link != kLinkRaw && link != kLinkEthernet && link != kLinkLinuxSll) {
+        fmt::print(stderr,
+                   "prizma-capture: {}: link type {} not supported (raw IP, Ethernet, "
+                   "Linux cooked)\n",
+                   file, link);
+        std::fclose(f);
+        return 1;
+    }
+    std::vector<std::uint8_t> rec(262144);
+    std::uint64_t sent = 0;
+    std::uint64_t skipped = 0;
+    std::int64_t first_ts = -1;
+    const auto start = std::chrono::steady_clock::now();
+    std::uint8_t rh[16];
+    while (!g_stop && std::fread(rh, 1, sizeof rh, f) == sizeof rh) {
+        const std::uint32_t incl = rd32(rh + 8, swap);
+        if (incl > rec.size() || std::fread(rec.data(), 1, incl, f) != incl) {
+            fmt::print(stderr, "prizma-capture: {}: truncated or corrupt record after {} packets\n",
+                       file, sent + skipped);
+            break;
+        }
+        const std::int64_t ts = static_cast<std::int64_t>(rd32(rh, swap)) * 1'000'000'000
+                                + static_cast<std::int64_t>(rd32(rh + 4, swap)) * frac_ns;
+        // Link layer -> IP.
+        std::size_t off = 0;
+        std::uint32_t ethertype = 0;
+        if (link == kLinkEthernet) {
+            off = 14;
+            ethertype = incl >= 14 ? static_cast<std::uint32_t>(rec[12] << 8U | rec[13]) : 0;
+        } else if (link == kLinkLinuxSll) {
+            off = 16;
+            ethertype = incl >= 16 ? static_cast<std::uint32_t>(rec[14] << 8U | rec[15]) : 0;
+        } else {
+            ethertype = incl > 0 && rec[0] >> 4U == 6 ? 0x86ddU : 0x0800U;
+        }
+        std::size_t udp = 0;
+        if (ethertype == 0x0800U && incl >= off + 20 && rec[off] >> 4U == 4 && rec[off + 9] == 17) {
+            udp = off + static_cast<std::size_t>(rec[off] & 0x0fU) * 4;
+        } else if (ethertype == 0x86ddU && incl >= off + 40 && rec[off + 6] == 17) {
+            udp = off + 40;
+        }
+        if (udp == 0 || incl < udp + 8) {
+            ++skipped;
+            continue;
+        }
+        const std::size_t ulen = static_cast<std::size_t>(rec[udp + 4] << 8U | rec[udp + 5]);
+        if (ulen < 8 || udp + ulen > incl) {
+            ++skipped;
+            continue;
+        }
+        const std::span<const std::byte> pgm(reinterpret_cast<const std::byte*>(&rec[udp + 8]),
+                                             ulen - 8);
+        prizma::pgm::Packet pkt;
+        using prizma::pgm::PacketType;
+        if (prizma::pgm::parse(pgm, pkt) != prizma::pgm::ParseStatus::ok
+            || (pkt.type != PacketType::odata && pkt.type != PacketType::rdata
+                && pkt.type != PacketType::spm && pkt.type != PacketType::ncf)) {
+            ++skipped;  // not PGM, damaged, or upstream (NAK, SPMR): nothing to replay
+            continue;
+        }
+        if (!fast) {
+            if (first_ts < 0) {
+                first_ts = ts;
+            }
+            std::this_thread::sleep_until(start + std::chrono::nanoseconds(ts - first_ts));
+        }
+        const prizma::TxPacket tx{pgm, {}, prizma::Route::downstream, {}};
+        for (;;) {
+            auto r = (*t)->send_batch(std::span<const prizma::TxPacket>(&tx, 1));
+            if (!r) {
+                fmt::print(stderr, "prizma-capture: send: {}\n", r.error().message());
+                std::fclose(f);
+                return 1;
+            }
+            if (*r == 1) {
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+        ++sent;
+    }
+    std::fclose(f);
+    fmt::print("replayed {} PGM packets to {}, skipped {} records\n", sent, uri, skipped);
+    return sent > 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string_view> args(argv + 1, argv + argc);
+    if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (args.size() >= 3 && args[0] == "--replay") {
+        const bool fast = args.size() == 4 && args[3] == "--fast";
+        if (args.size() > 4 || (args.size() == 4 && !fast)) {
+            usage(stderr);
+            return 2;
+        }
+        return replay(std::string(args[1]), std::string(args[2]), fast);
+    }
+    std::string uri;
+    std::string out;
+    std::uint64_t count = 0;
+    double timeout = 0;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const bool has_value = i + 1 < args.size();
+        if (args[i] == "--output" && has_value) {
+            out = args[++i];
+        } else if (args[i] == "--count" && has_value
+                   && prizma::tools::parse_u64(args[i + 1], count)) {
+            ++i;
+        } else if (args[i] == "--timeout" && has_value
+                   && prizma::tools::parse_double(args[i + 1], timeout) && timeout >= 0) {
+            ++i;
+        } else if (uri.empty() && !args[i].starts_with("--")) {
+            uri = args[i];
+        } else {
+            fmt::print(stderr, "prizma-capture: bad or incomplete argument '{}'\n", args[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (uri.empty() || out.empty()) {
+        fmt::print(stderr, "prizma-capture: need URI and --output FILE\n");
+        usage(stderr);
+        return 2;
+    }
+    return capture(uri, out, count, timeout);
+}

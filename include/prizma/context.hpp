@@ -156,6 +156,10 @@ public:
     void wait(std::chrono::nanoseconds max_wait) noexcept;
     /// Sum of every channel's counters.
     [[nodiscard]] ChannelCounters counters() const noexcept;
+    /// The shared-memory file `prizma-stat` reads this Context's counters from (updated by
+    /// poll() ten times a second, removed with the Context): $PRIZMA_STATS_DIR, default
+    /// /dev/shm/prizma, `<pid>-<n>.stats`. Empty when PRIZMA_STATS=0 or it could not be made.
+    [[nodiscard]] std::string_view stats_file() const noexcept;
     /// The steady clock used by the protocol, in ns.
     static std::int64_t now_ns() noexcept;
 

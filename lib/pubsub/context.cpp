@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -18,6 +20,7 @@
 
 #include "lib/protocol/config.hpp"
 #include "lib/pubsub/session.hpp"
+#include "lib/pubsub/stats_file.hpp"
 #include "transports/memory/lossy_transport.hpp"
 #include "transports/memory/memory_transport.hpp"
 #include "transports/udp/udp_transport.hpp"
@@ -123,6 +126,9 @@ struct Context::Impl {
     std::mt19937_64 rng{std::random_device{}()};
     int epoll_fd = -1;
     bool busy_only = false;
+    stats::Writer stats;             // counters for prizma-stat (shared-memory file)
+    std::int64_t stats_next_ns = 0;  // next update of it
+    void write_stats() noexcept;
 
     Result<detail::Channel*> add(std::string_view uri,
                                  const ChannelOptions& o,
@@ -321,6 +327,8 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         (void)::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wfd, &ev);
     }
     channels.push_back(std::move(ch));
+    stats.set_channel(channels.size() - 1, uri, publisher);
+    stats_next_ns = 0;  // show the new channel at the next poll
     return channels.back().get();
 }
 
@@ -339,6 +347,10 @@ Result<std::unique_ptr<Context>> Context::create() {
         b = static_cast<std::uint8_t>(c->impl_->rng());
     }
     c->impl_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+    if (const char* on = std::getenv("PRIZMA_STATS");
+        on == nullptr || std::string_view(on) != "0") {
+        (void)c->impl_->stats.open(stats::default_dir());  // no file: prizma-stat cannot see us
+    }
     return c;
 }
 
@@ -373,6 +385,10 @@ int Context::poll() noexcept {
     int work = 0;
     for (auto& ch : impl_->channels) {
         work += ch->session->do_work(now);
+    }
+    if (now >= impl_->stats_next_ns && impl_->stats.enabled()) {
+        impl_->write_stats();
+        impl_->stats_next_ns = now + 100'000'000;  // 10 updates a second
     }
     return work;
 }
@@ -467,6 +483,29 @@ std::vector<NamedCounter> transport_counters_of(const detail::Channel& ch) {
     return out;
 }
 }  // namespace
+
+// Into the stats file: no allocation, no syscall (the mapping is pre-faulted).
+void Context::Impl::write_stats() noexcept {
+    std::array<NamedCounter, stats::kMaxCounters> buf{};
+    stats.begin();
+    for (std::size_t i = 0; i < channels.size() && i < stats::kMaxChannels; ++i) {
+        const detail::Channel& ch = *channels[i];
+        std::size_t n = stats::flatten(snapshot(ch), buf);
+        n += std::min(buf.size() - n, ch.base->named_counters(std::span(buf).subspan(n)));
+        if (ch.lossy && n + 3 <= buf.size()) {
+            const auto& f = ch.lossy->stats();
+            buf[n++] = {"fault_dropped", f.dropped};
+            buf[n++] = {"fault_duplicated", f.duplicated};
+            buf[n++] = {"fault_reordered", f.reordered};
+        }
+        stats.values(i, std::span(buf).first(n));
+    }
+    stats.end();
+}
+
+std::string_view Context::stats_file() const noexcept {
+    return impl_->stats.path();
+}
 
 ChannelCounters Context::counters() const noexcept {
     ChannelCounters sum;

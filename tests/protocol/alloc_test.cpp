@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <new>
 
+#include <prizma/prizma.hpp>
+
+#include "lib/pubsub/stats_file.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/sim.hpp"
 
@@ -125,4 +128,53 @@ TEST_CASE("steady-state publish -> deliver allocates nothing", "[protocol][alloc
 
 TEST_CASE("steady-state loss repair (NAK, NCF, RDATA) allocates nothing", "[protocol][alloc]") {
     steady_state(0.05);
+}
+
+TEST_CASE("public API steady state allocates nothing, stats-file updates included",
+          "[protocol][alloc]") {
+    auto ctx = Context::create();
+    REQUIRE(ctx.has_value());
+    auto sub = (*ctx)->add_subscriber("mem://alloc:7500");
+    auto pub = (*ctx)->add_publisher("mem://alloc:7500");
+    REQUIRE(sub.has_value());
+    REQUIRE(pub.has_value());
+    const auto msg = make_message(1, 100);
+    std::uint64_t delivered = 0;
+    auto on_message = [&](const Message& m) {
+        delivered += m.kind == MessageKind::data ? 1U : 0U;
+    };
+    auto run_for = [&](std::int64_t ns) {
+        const std::int64_t until = Context::now_ns() + ns;
+        while (Context::now_ns() < until) {
+            for (int i = 0; i < 8; ++i) {
+                while (!pub->offer(msg)) {
+                    (void)(*ctx)->poll();
+                }
+            }
+            (void)(*ctx)->poll();
+            (void)sub->poll(64, on_message);
+        }
+    };
+    run_for(200'000'000);  // warm-up: peer created, windows touched, first stats writes
+    const bool stats = !(*ctx)->stats_file().empty();
+    std::uint64_t updates_before = 0;
+    if (stats) {
+        auto s = stats::read(std::string((*ctx)->stats_file()));
+        REQUIRE(s.has_value());
+        updates_before = s->updates;
+    }
+    const std::uint64_t before_delivered = delivered;
+    const std::uint64_t before = g_allocations.load();
+    run_for(400'000'000);  // 0.4 s: about four stats-file updates
+    const std::uint64_t allocs = g_allocations.load() - before;
+    CHECK(allocs == 0);
+    CHECK(delivered - before_delivered > 1000);
+    if (stats) {
+        auto s = stats::read(std::string((*ctx)->stats_file()));
+        REQUIRE(s.has_value());
+        CHECK(s->updates >= updates_before + 2);
+        REQUIRE(s->channels.size() == 2);
+    } else {
+        WARN("no stats file here (PRIZMA_STATS=0 or no /dev/shm): its update was not checked");
+    }
 }

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "lib/pubsub/stats_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <system_error>
+#include <thread>
+
+namespace prizma::stats {
+
+namespace {
+
+std::atomic<std::uint64_t> g_files{0};
+
+std::atomic_ref<std::uint64_t> seq_of(FileHeader* h) noexcept {
+    return std::atomic_ref<std::uint64_t>(h->seq);
+}
+
+void copy_str(char* dst, std::size_t cap, std::string_view s) noexcept {
+    const std::size_t n = std::min(cap - 1, s.size());
+    std::memcpy(dst, s.data(), n);
+    std::memset(dst + n, 0, cap - n);
+}
+
+std::string str_of(const char* s, std::size_t cap) {
+    return {s, strnlen(s, cap)};
+}
+
+}  // namespace
+
+std::size_t flatten(const ChannelCounters& c, std::span<NamedCounter> out) noexcept {
+    const NamedCounter all[] = {
+        {"packets_sent", c.packets_sent},
+        {"packets_received", c.packets_received},
+        {"bytes_sent", c.bytes_sent},
+        {"bytes_received", c.bytes_received},
+        {"malformed", c.malformed},
+        {"short_sends", c.short_sends},
+        {"odata_sent", c.odata_sent},
+        {"rdata_sent", c.rdata_sent},
+        {"spm_sent", c.spm_sent},
+        {"ncf_sent", c.ncf_sent},
+        {"naks_received", c.naks_received},
+        {"back_pressured", c.back_pressured},
+        {"rate_limited", c.rate_limited},
+        {"messages_delivered", c.messages_delivered},
+        {"bytes_delivered", c.bytes_delivered},
+        {"odata_received", c.odata_received},
+        {"rdata_received", c.rdata_received},
+        {"naks_sent", c.naks_sent},
+        {"naks_suppressed", c.naks_suppressed},
+        {"ncf_received", c.ncf_received},
+        {"repaired", c.repaired},
+        {"duplicates", c.duplicates},
+        {"loss_events", c.loss_events},
+        {"lost_sqns", c.lost_sqns},
+        {"sources", c.sources},
+    };
+    const std::size_t n = std::min(out.size(), std::size(all));
+    std::copy_n(all, n, out.begin());
+    return n;
+}
+
+std::string default_dir() {
+    const char* d = std::getenv("PRIZMA_STATS_DIR");
+    return d != nullptr && *d != '\0' ? std::string(d) : std::string("/dev/shm/prizma");
+}
+
+Writer::~Writer() {
+    if (base_ != nullptr) {
+        (void)::munmap(base_, kFileSize);
+        (void)::unlink(path_.c_str());
+    }
+}
+
+bool Writer::open(const std::string& dir, std::string* error) {
+    (void)::mkdir(dir.c_str(), 01777);  // shared by every user's processes, like /tmp
+    const auto pid = static_cast<std::uint64_t>(::getpid());
+    const std::string path =
+        dir + "/" + std::to_string(pid) + "-" + std::to_string(g_files.fetch_add(1)) + ".stats";
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (error != nullptr) {
+            *error = "cannot create " + path + ": " + std::strerror(errno);
+        }
+        return false;
+    }
+    void* p = nullptr;
+    if (::ftruncate(fd, static_cast<off_t>(kFileSize)) == 0) {
+        p = ::mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    }
+    const int saved = errno;
+    (void)::close(fd);
+    if (p == nullptr || p == MAP_FAILED) {
+        (void)::unlink(path.c_str());
+        if (error != nullptr) {
+            *error = "cannot map " + path + ": " + std::strerror(saved);
+        }
+        return false;
+    }
+    base_ = p;
+    path_ = path;
+    FileHeader* h = header();
+    std::memcpy(h->magic, kMagic, sizeof kMagic);
+    h->version = kVersion;
+    h->pid = pid;
+    h->max_channels = kMaxChannels;
+    return true;
+}
+
+ChannelRecord* Writer::record(std::size_t i) const noexcept {
+    return reinterpret_cast<ChannelRecord*>(static_cast<char*>(base_) + sizeof(FileHeader)
+                                            + i * sizeof(ChannelRecord));
+}
+
+void Writer::set_channel(std::size_t index, std::string_view uri, bool publisher) noexcept {
+    if (base_ == nullptr) {
+        return;
+    }
+    begin();
+    FileHeader* h = header();
+    if (index >= kMaxChannels) {
+        h->channels_not_shown = static_cast<std::uint32_t>(index + 1 - kMaxChannels);
+    } else {
+        ChannelRecord* r = record(index);
+        copy_str(r->uri, kUriLen, uri);
+        r->role = publisher ? 1U : 2U;
+        r->count = 0;
+        h->channel_count = std::max(h->channel_count, static_cast<std::uint32_t>(index + 1));
+    }
+    end();
+}
+
+void Writer::begin() noexcept {
+    auto s = seq_of(header());
+    s.store(s.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+}
+
+void Writer::values(std::size_t index, std::span<const NamedCounter> counters) noexcept {
+    if (base_ == nullptr || index >= kMaxChannels) {
+        return;
+    }
+    ChannelRecord* r = record(index);
+    const std::size_t n = std::min(counters.size(), kMaxCounters);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (i >= r->count) {  // names are static: written once
+            copy_str(r->names[i], kNameLen, counters[i].name);
+        }
+        r->values[i] = counters[i].value;
+    }
+    r->count = static_cast<std::uint32_t>(std::max<std::size_t>(r->count, n));
+}
+
+void Writer::end() noexcept {
+    FileHeader* h = header();
+    h->updated_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+    ++h->updates;
+    seq_of(h).fetch_add(1, std::memory_order_release);
+}
+
+Result<Snapshot> read(const std::string& path, std::string* error) {
+    auto fail = [&](const std::string& why, std::error_code ec) -> Result<Snapshot> {
+        if (error != nullptr) {
+            *error = path + ": " + why;
+        }
+        return ec;
+    };
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return fail(std::strerror(errno), std::error_code(errno, std::generic_category()));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != kFileSize) {
+        (void)::close(fd);
+        return fail("not a prizma stats file (size)", make_error_code(Errc::invalid_argument));
+    }
+    void* p = ::mmap(nullptr, kFileSize, PROT_READ, MAP_SHARED, fd, 0);
+    (void)::close(fd);
+    if (p == MAP_FAILED) {
+        return fail(std::strerror(errno), std::error_code(errno, std::generic_category()));
+    }
+    auto* h = static_cast<FileHeader*>(p);
+    if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0 || h->version != kVersion) {
+        (void)::munmap(p, kFileSize);
+        return fail("not a prizma stats file (magic/version)",
+                    make_error_code(Errc::invalid_argument));
+    }
+    std::vector<char> copy(kFileSize);
+    bool consistent = false;
+    for (int attempt = 0; attempt < 1000 && !consistent; ++attempt) {
+        const std::uint64_t s1 = seq_of(h).load(std::memory_order_acquire);
+        if ((s1 & 1U) != 0) {
+            std::this_thread::yield();
+            continue;
+        }
+        std::memcpy(copy.data(), p, kFileSize);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        consistent = seq_of(h).load(std::memory_order_relaxed) == s1;
+    }
+    (void)::munmap(p, kFileSize);
+    const auto* ch = reinterpret_cast<const FileHeader*>(copy.data());
+    if (!consistent) {
+        return fail("the writer kept it busy (no consistent copy)",
+                    make_error_code(Errc::back_pressured));
+    }
+    Snapshot out;
+    out.pid = ch->pid;
+    out.updated_unix_ns = ch->updated_unix_ns;
+    out.updates = ch->updates;
+    out.channels_not_shown = ch->channels_not_shown;
+    const std::size_t n = std::min<std::size_t>(ch->channel_count, kMaxChannels);
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto* r = reinterpret_cast<const ChannelRecord*>(copy.data() + sizeof(FileHeader)
+                                                               + i * sizeof(ChannelRecord));
+        Snapshot::Channel c;
+        c.uri = str_of(r->uri, kUriLen);
+        c.publisher = r->role == 1;
+        for (std::size_t k = 0; k < std::min<std::size_t>(r->count, kMaxCounters); ++k) {
+            c.counters.emplace_back(str_of(r->names[k], kNameLen), r->values[k]);
+        }
+        out.channels.push_back(std::move(c));
+    }
+    return out;
+}
+
+}  // namespace prizma::stats

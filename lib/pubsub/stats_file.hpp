@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// A Context's counters in a shared-memory file that prizma-stat reads from outside, like
+// AeronStat's CnC file. Fixed layout, sized at open: updating it never allocates or locks.
+// Consistency: a sequence lock in the header (odd while the owner thread writes; readers copy,
+// then retry if the sequence moved).
+//
+// File: $PRIZMA_STATS_DIR (default /dev/shm/prizma)/<pid>-<n>.stats; removed when the Context
+// is destroyed. PRIZMA_STATS=0 turns it off.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <prizma/counters.hpp>
+#include <prizma/result.hpp>
+
+namespace prizma::stats {
+
+inline constexpr char kMagic[8] = {'P', 'R', 'Z', 'S', 'T', 'A', 'T', '1'};
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::size_t kMaxChannels = 64;
+inline constexpr std::size_t kMaxCounters = 64;
+inline constexpr std::size_t kNameLen = 32;
+inline constexpr std::size_t kUriLen = 192;
+
+struct FileHeader {
+    char magic[8];
+    std::uint32_t version;
+    std::uint32_t channel_count;  ///< records in use
+    std::uint64_t pid;
+    std::uint64_t seq;             ///< sequence lock (accessed atomically)
+    std::int64_t updated_unix_ns;  ///< wall clock of the last update
+    std::uint32_t max_channels;
+    std::uint32_t channels_not_shown;  ///< channels beyond max_channels
+    std::uint64_t updates;
+};
+
+struct ChannelRecord {
+    char uri[kUriLen];
+    std::uint32_t role;  ///< 1 publisher, 2 subscriber
+    std::uint32_t count;
+    char names[kMaxCounters][kNameLen];
+    std::uint64_t values[kMaxCounters];
+};
+
+inline constexpr std::size_t kFileSize = sizeof(FileHeader) + kMaxChannels * sizeof(ChannelRecord);
+
+/// ChannelCounters as (name, value) pairs, every field in declaration order. Returns the count
+/// written (at most out.size()).
+std::size_t flatten(const ChannelCounters& c, std::span<NamedCounter> out) noexcept;
+
+/// The writer side, owned by a Context.
+class Writer {
+public:
+    Writer() = default;
+    Writer(const Writer&) = delete;
+    Writer& operator=(const Writer&) = delete;
+    ~Writer();
+
+    /// Creates the file; returns false (and leaves the writer disabled) when it cannot.
+    bool open(const std::string& dir, std::string* error = nullptr);
+    [[nodiscard]] bool enabled() const noexcept { return base_ != nullptr; }
+    [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+    /// Registers channel `index` (not on the hot path).
+    void set_channel(std::size_t index, std::string_view uri, bool publisher) noexcept;
+    /// One update: begin(), values(...) for each channel, end(). No allocation, no syscall.
+    void begin() noexcept;
+    void values(std::size_t index, std::span<const NamedCounter> counters) noexcept;
+    void end() noexcept;
+
+private:
+    FileHeader* header() const noexcept { return static_cast<FileHeader*>(base_); }
+    ChannelRecord* record(std::size_t i) const noexcept;
+    void* base_ = nullptr;
+    std::string path_;
+};
+
+/// What a reader gets: one consistent copy.
+struct Snapshot {
+    std::uint64_t pid = 0;
+    std::int64_t updated_unix_ns = 0;
+    std::uint64_t updates = 0;
+    std::uint32_t channels_not_shown = 0;
+    struct Channel {
+        std::string uri;
+        bool publisher = false;
+        std::vector<std::pair<std::string, std::uint64_t>> counters;
+    };
+    std::vector<Channel> channels;
+};
+
+/// Reads a stats file; an error names what is wrong (not a stats file, torn for too long...).
+Result<Snapshot> read(const std::string& path, std::string* error = nullptr);
+
+/// The directory in use: $PRIZMA_STATS_DIR or /dev/shm/prizma.
+std::string default_dir();
+
+}  // namespace prizma::stats

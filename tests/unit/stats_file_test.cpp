@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// The shared-memory stats file: what the writer puts in is what a reader gets back; junk and
+// a writer stuck mid-update are refused with a reason; the file goes with the writer.
+#include "lib/pubsub/stats_file.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/support/catch.hpp"
+
+using namespace prizma;  // NOLINT(google-build-using-namespace): test file
+
+namespace {
+std::string temp_dir() {
+    char tmpl[] = "/tmp/prizma-stats-XXXXXX";
+    const char* d = ::mkdtemp(tmpl);
+    REQUIRE(d != nullptr);
+    return d;
+}
+}  // namespace
+
+TEST_CASE("stats file: round trip, names, roles, removal", "[unit][stats]") {
+    const std::string dir = temp_dir();
+    std::string path;
+    {
+        stats::Writer w;
+        REQUIRE(w.open(dir));
+        path = w.path();
+        REQUIRE(std::filesystem::exists(path));
+        w.set_channel(0, "udp://239.1.2.3:7600?iface=127.0.0.1", true);
+        w.set_channel(1, "mem://x:7500", false);
+        ChannelCounters c;
+        c.odata_sent = 42;
+        c.naks_received = 7;
+        std::array<NamedCounter, stats::kMaxCounters> buf{};
+        std::size_t n = stats::flatten(c, buf);
+        REQUIRE(n == 25);  // every ChannelCounters field
+        buf[n++] = {"rx_ring_low", 3};
+        w.begin();
+        w.values(0, std::span(buf).first(n));
+        ChannelCounters d;
+        d.messages_delivered = 1000;
+        w.values(1, std::span(buf).first(stats::flatten(d, buf)));
+        w.end();
+
+        std::string err;
+        auto s = stats::read(path, &err);
+        REQUIRE(s.has_value());
+        CHECK(s->pid == static_cast<std::uint64_t>(::getpid()));
+        CHECK(s->updates == 3);  // two set_channel + one update
+        REQUIRE(s->channels.size() == 2);
+        CHECK(s->channels[0].uri == "udp://239.1.2.3:7600?iface=127.0.0.1");
+        CHECK(s->channels[0].publisher);
+        CHECK_FALSE(s->channels[1].publisher);
+        const auto& k0 = s->channels[0].counters;
+        REQUIRE(k0.size() == 26);
+        CHECK(k0[6] == std::pair<std::string, std::uint64_t>{"odata_sent", 42});
+        CHECK(k0[10] == std::pair<std::string, std::uint64_t>{"naks_received", 7});
+        CHECK(k0[25] == std::pair<std::string, std::uint64_t>{"rx_ring_low", 3});
+        CHECK(s->channels[1].counters[13]
+              == std::pair<std::string, std::uint64_t>{"messages_delivered", 1000});
+    }
+    CHECK_FALSE(std::filesystem::exists(path));  // removed with the writer
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("stats file: junk and a writer stuck mid-update are refused", "[unit][stats]") {
+    const std::string dir = temp_dir();
+    {
+        std::ofstream(dir + "/junk.stats") << "not a stats file";
+        std::string err;
+        CHECK_FALSE(stats::read(dir + "/junk.stats", &err).has_value());
+        CHECK(err.find("not a prizma stats file") != std::string::npos);
+        CHECK_FALSE(stats::read(dir + "/missing.stats", &err).has_value());
+    }
+    {
+        stats::Writer w;
+        REQUIRE(w.open(dir));
+        w.set_channel(0, "mem://a:1", true);
+        w.begin();  // never ended: the sequence stays odd
+        std::string err;
+        CHECK_FALSE(stats::read(w.path(), &err).has_value());
+        CHECK(err.find("busy") != std::string::npos);
+        w.end();
+        CHECK(stats::read(w.path(), &err).has_value());
+    }
+    std::filesystem::remove_all(dir);
+}

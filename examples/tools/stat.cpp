@@ -128,6 +128,18 @@ int show(const Options& o, Previous& prev, double since_last_s) {
             if (col != 0) {
                 fmt::print("\n");
             }
+            for (const auto& src : ch.sources) {
+                fmt::print("    source {}:", src.tsi);
+                for (const auto& [name, value] : src.counters) {
+                    if (value != 0) {
+                        fmt::print(" {} {}", name, value);
+                    }
+                }
+                fmt::print("\n");
+            }
+            if (ch.sources_not_shown != 0) {
+                fmt::print("    ... and {} more sources\n", ch.sources_not_shown);
+            }
         }
         if (snap->channels_not_shown != 0) {
             fmt::print("  ... and {} more channels not in the file\n", snap->channels_not_shown);

@@ -52,6 +52,7 @@ struct Receiver::Peer {
     };
     bool in_use = false;
     Tsi tsi{};
+    PeerCounters counters{};
     Endpoint from{};
     bool has_nla = false;
     pgm::Nla nla{};
@@ -138,6 +139,14 @@ std::size_t Receiver::peer_count() const noexcept {
     return live_.size();
 }
 
+std::size_t Receiver::source_counters(std::span<PeerCounters> out) const noexcept {
+    const std::size_t n = std::min(out.size(), live_.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        out[i] = live_[i]->counters;
+    }
+    return n;
+}
+
 // RFC 3208 §6.3: NAK_RB_IVL is chosen at random, uniformly over (0, NAK_BO_IVL].
 std::int64_t Receiver::backoff(std::int64_t now_ns) noexcept {
     rng_ ^= rng_ >> 12U;
@@ -182,6 +191,7 @@ Receiver::Peer* Receiver::find_or_add(const Tsi& tsi, std::int64_t now_ns) noexc
             p->allocs = std::move(allocs);
             p->in_use = true;
             p->tsi = tsi;
+            p->counters.tsi = tsi;
             p->last_heard_ns = now_ns;
             p->joined_pending = true;
             ++counters_.peers_joined;
@@ -290,6 +300,7 @@ void Receiver::lose(Peer& p, Sqn s) noexcept {
     }
     sl.state = SlotState::lost;
     ++counters_.lost_sqns;
+    ++p.counters.lost_sqns;
 }
 
 void Receiver::lose_all_missing(Peer& p) noexcept {
@@ -323,6 +334,7 @@ void Receiver::apply_trail(Peer& p, std::int64_t now_ns) noexcept {
             sl = Peer::Slot{};
             sl.state = SlotState::lost;
             ++counters_.lost_sqns;
+            ++p.counters.lost_sqns;
             p.lead = s;
         } else if (is_missing(p.slot(s, mask).state)) {
             lose(p, s);
@@ -375,8 +387,10 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
     const bool is_rdata = pkt.type == PacketType::rdata;
     if (is_rdata) {
         ++counters_.rdata_received;
+        ++p.counters.rdata_received;
     } else {
         ++counters_.odata_received;
+        ++p.counters.odata_received;
     }
     counters_.bytes_received += pkt.raw.size();
     if (pkt.payload.size() > stride_) {
@@ -399,6 +413,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
     note_trail(p, pkt.trail);
     if (precedes(s, p.next)) {
         ++counters_.duplicates;
+        ++p.counters.duplicates;
         apply_trail(p, now_ns);
         return;
     }
@@ -414,6 +429,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
         const auto st = p.slot(s, mask).state;
         if (st == SlotState::have || st == SlotState::lost) {
             ++counters_.duplicates;
+            ++p.counters.duplicates;
             apply_trail(p, now_ns);
             return;
         }
@@ -438,6 +454,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
     if (was_missing) {
         --p.missing;
         ++counters_.repaired;
+        ++p.counters.repaired;
     }
     sl = fresh;
     sl.state = SlotState::have;
@@ -452,6 +469,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
 
 void Receiver::on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
     ++counters_.ncf_received;
+    ++p.counters.ncf_received;
     if (!p.started) {
         return;
     }
@@ -614,7 +632,9 @@ void Receiver::send_nak(Peer& p, std::span<const Sqn> sqns, PacketSink& sink) no
     }
     pgm::store_checksum(std::span<std::byte>(scratch_.data(), n), 0);
     ++counters_.nak_sent;
+    ++p.counters.nak_sent;
     counters_.nak_sqns_sent += sqns.size();
+    p.counters.nak_sqns_sent += sqns.size();
     sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), n), {}, Route::unicast, p.from});
 }
 
@@ -698,6 +718,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
             p.release(sl);
             sl.state = SlotState::lost;
             ++counters_.lost_sqns;
+            ++p.counters.lost_sqns;
         }
         if (sl.state == SlotState::lost) {
             Sqn e = s;
@@ -713,6 +734,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
                     p.release(nx);
                     nx.state = SlotState::lost;
                     ++counters_.lost_sqns;
+                    ++p.counters.lost_sqns;
                 }
                 ++e;
             }
@@ -728,6 +750,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
             }
             p.next = e + 1;
             ++counters_.loss_events;
+            ++p.counters.loss_events;
             out.kind = Event::Kind::loss;
             out.sqn = s;
             out.count = count;
@@ -743,6 +766,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
             sl.state = SlotState::empty;
             p.next = s + 1;
             ++counters_.apdus_delivered;
+            ++p.counters.apdus_delivered;
             counters_.bytes_delivered += sl.len;
             out.kind = Event::Kind::data;
             out.sqn = s;
@@ -789,6 +813,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
                     p.release(p.slot(y, mask));
                     p.slot(y, mask).state = SlotState::lost;
                     ++counters_.lost_sqns;
+                    ++p.counters.lost_sqns;
                 }
             }
             continue;  // the loop now reports the lost run
@@ -806,6 +831,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
         }
         p.next = x;
         ++counters_.apdus_delivered;
+        ++p.counters.apdus_delivered;
         counters_.bytes_delivered += apdu_len;
         out.kind = Event::Kind::data;
         out.sqn = s;

@@ -16,6 +16,21 @@
 
 namespace prizma::protocol {
 
+/// One source's share of the receiver counters (one source = one TSI).
+struct PeerCounters {
+    Tsi tsi{};
+    std::uint64_t odata_received = 0;
+    std::uint64_t rdata_received = 0;
+    std::uint64_t duplicates = 0;
+    std::uint64_t repaired = 0;
+    std::uint64_t ncf_received = 0;
+    std::uint64_t nak_sent = 0;
+    std::uint64_t nak_sqns_sent = 0;
+    std::uint64_t loss_events = 0;
+    std::uint64_t lost_sqns = 0;
+    std::uint64_t apdus_delivered = 0;
+};
+
 struct ReceiverCounters {
     std::uint64_t odata_received = 0;
     std::uint64_t rdata_received = 0;
@@ -97,6 +112,8 @@ public:
 
     [[nodiscard]] const ReceiverCounters& counters() const noexcept { return counters_; }
     [[nodiscard]] std::size_t peer_count() const noexcept;
+    /// Writes the counters of up to out.size() live sources (join order); returns how many.
+    std::size_t source_counters(std::span<PeerCounters> out) const noexcept;
     [[nodiscard]] const ReceiverConfig& config() const noexcept { return cfg_; }
 
 private:

@@ -499,6 +499,11 @@ void Context::Impl::write_stats() noexcept {
             buf[n++] = {"fault_reordered", f.reordered};
         }
         stats.values(i, std::span(buf).first(n));
+        if (const auto* rcv = ch.session->receiver()) {
+            std::array<protocol::PeerCounters, stats::kMaxSources> src{};
+            const std::size_t k = rcv->source_counters(src);
+            stats.sources(i, std::span(src).first(k), rcv->peer_count());
+        }
     }
     stats.end();
 }

@@ -141,9 +141,9 @@ void Writer::set_channel(std::size_t index, std::string_view uri, bool publisher
 }
 
 void Writer::begin() noexcept {
-    auto s = seq_of(header());
-    s.store(s.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
+    // Odd from here on; acq_rel keeps the data stores that follow after it. (No fences:
+    // ThreadSanitizer builds reject std::atomic_thread_fence.)
+    seq_of(header()).fetch_add(1, std::memory_order_acq_rel);
 }
 
 void Writer::values(std::size_t index, std::span<const NamedCounter> counters) noexcept {
@@ -159,6 +159,28 @@ void Writer::values(std::size_t index, std::span<const NamedCounter> counters) n
         r->values[i] = counters[i].value;
     }
     r->count = static_cast<std::uint32_t>(std::max<std::size_t>(r->count, n));
+}
+
+void Writer::sources(std::size_t index,
+                     std::span<const protocol::PeerCounters> sources,
+                     std::size_t live) noexcept {
+    if (base_ == nullptr || index >= kMaxChannels) {
+        return;
+    }
+    ChannelRecord* r = record(index);
+    const std::size_t n = std::min(sources.size(), kMaxSources);
+    for (std::size_t i = 0; i < n; ++i) {
+        const protocol::PeerCounters& s = sources[i];
+        SourceRecord& o = r->sources[i];
+        std::memcpy(o.gsi, s.tsi.gsi.bytes.data(), sizeof o.gsi);
+        o.sport = s.tsi.sport;
+        const std::uint64_t v[kSourceCounters] = {
+            s.odata_received, s.rdata_received, s.duplicates,  s.repaired,  s.ncf_received,
+            s.nak_sent,       s.nak_sqns_sent,  s.loss_events, s.lost_sqns, s.apdus_delivered};
+        std::memcpy(o.values, v, sizeof v);
+    }
+    r->source_count = static_cast<std::uint32_t>(n);
+    r->sources_not_shown = static_cast<std::uint32_t>(live > n ? live - n : 0);
 }
 
 void Writer::end() noexcept {
@@ -197,7 +219,7 @@ Result<Snapshot> read(const std::string& path, std::string* error) {
         return fail("not a prizma stats file (magic/version)",
                     make_error_code(Errc::invalid_argument));
     }
-    std::vector<char> copy(kFileSize);
+    std::vector<std::uint64_t> words(kFileSize / 8);
     bool consistent = false;
     for (int attempt = 0; attempt < 1000 && !consistent; ++attempt) {
         const std::uint64_t s1 = seq_of(h).load(std::memory_order_acquire);
@@ -205,12 +227,16 @@ Result<Snapshot> read(const std::string& path, std::string* error) {
             std::this_thread::yield();
             continue;
         }
-        std::memcpy(copy.data(), p, kFileSize);
-        std::atomic_thread_fence(std::memory_order_acquire);
+        // Word by word with acquire loads: the second sequence read cannot move above them.
+        const auto* src = static_cast<const std::uint64_t*>(p);
+        for (std::size_t w = 0; w < kFileSize / 8; ++w) {
+            words[w] = __atomic_load_n(src + w, __ATOMIC_ACQUIRE);
+        }
         consistent = seq_of(h).load(std::memory_order_relaxed) == s1;
     }
     (void)::munmap(p, kFileSize);
-    const auto* ch = reinterpret_cast<const FileHeader*>(copy.data());
+    const char* copy = reinterpret_cast<const char*>(words.data());
+    const auto* ch = reinterpret_cast<const FileHeader*>(copy);
     if (!consistent) {
         return fail("the writer kept it busy (no consistent copy)",
                     make_error_code(Errc::back_pressured));
@@ -222,7 +248,7 @@ Result<Snapshot> read(const std::string& path, std::string* error) {
     out.channels_not_shown = ch->channels_not_shown;
     const std::size_t n = std::min<std::size_t>(ch->channel_count, kMaxChannels);
     for (std::size_t i = 0; i < n; ++i) {
-        const auto* r = reinterpret_cast<const ChannelRecord*>(copy.data() + sizeof(FileHeader)
+        const auto* r = reinterpret_cast<const ChannelRecord*>(copy + sizeof(FileHeader)
                                                                + i * sizeof(ChannelRecord));
         Snapshot::Channel c;
         c.uri = str_of(r->uri, kUriLen);
@@ -230,6 +256,22 @@ Result<Snapshot> read(const std::string& path, std::string* error) {
         for (std::size_t k = 0; k < std::min<std::size_t>(r->count, kMaxCounters); ++k) {
             c.counters.emplace_back(str_of(r->names[k], kNameLen), r->values[k]);
         }
+        for (std::size_t s = 0; s < std::min<std::size_t>(r->source_count, kMaxSources); ++s) {
+            const SourceRecord& sr = r->sources[s];
+            Snapshot::Channel::Source src;
+            static constexpr char kHex[] = "0123456789abcdef";
+            for (const std::uint8_t b : sr.gsi) {
+                src.tsi += kHex[b >> 4U];
+                src.tsi += kHex[b & 0x0fU];
+            }
+            src.tsi += '.';  // (not "." + ...: a g++ 12 -Wrestrict false positive at -O3)
+            src.tsi += std::to_string(sr.sport);
+            for (std::size_t k = 0; k < kSourceCounters; ++k) {
+                src.counters.emplace_back(std::string(kSourceCounterNames[k]), sr.values[k]);
+            }
+            c.sources.push_back(std::move(src));
+        }
+        c.sources_not_shown = r->sources_not_shown;
         out.channels.push_back(std::move(c));
     }
     return out;

@@ -18,6 +18,8 @@
 #include <prizma/counters.hpp>
 #include <prizma/result.hpp>
 
+#include "lib/protocol/receiver.hpp"
+
 namespace prizma::stats {
 
 inline constexpr char kMagic[8] = {'P', 'R', 'Z', 'S', 'T', 'A', 'T', '1'};
@@ -26,6 +28,18 @@ inline constexpr std::size_t kMaxChannels = 64;
 inline constexpr std::size_t kMaxCounters = 64;
 inline constexpr std::size_t kNameLen = 32;
 inline constexpr std::size_t kUriLen = 192;
+inline constexpr std::size_t kMaxSources = 8;  ///< per subscriber channel
+/// Per-source counters, in SourceRecord::values order.
+inline constexpr std::string_view kSourceCounterNames[] = {
+    "odata_received", "rdata_received", "duplicates",  "repaired",  "ncf_received",
+    "naks_sent",      "nak_sqns_sent",  "loss_events", "lost_sqns", "messages_delivered"};
+inline constexpr std::size_t kSourceCounters = std::size(kSourceCounterNames);
+
+struct SourceRecord {
+    std::uint8_t gsi[6];
+    std::uint16_t sport;
+    std::uint64_t values[kSourceCounters];
+};
 
 struct FileHeader {
     char magic[8];
@@ -45,9 +59,13 @@ struct ChannelRecord {
     std::uint32_t count;
     char names[kMaxCounters][kNameLen];
     std::uint64_t values[kMaxCounters];
+    std::uint32_t source_count;       ///< records in `sources`
+    std::uint32_t sources_not_shown;  ///< live sources beyond kMaxSources
+    SourceRecord sources[kMaxSources];
 };
 
 inline constexpr std::size_t kFileSize = sizeof(FileHeader) + kMaxChannels * sizeof(ChannelRecord);
+static_assert(kFileSize % 8 == 0 && sizeof(FileHeader) % 8 == 0, "read copies 8-byte words");
 
 /// ChannelCounters as (name, value) pairs, every field in declaration order. Returns the count
 /// written (at most out.size()).
@@ -71,6 +89,10 @@ public:
     /// One update: begin(), values(...) for each channel, end(). No allocation, no syscall.
     void begin() noexcept;
     void values(std::size_t index, std::span<const NamedCounter> counters) noexcept;
+    /// A subscriber channel's sources (`live` = how many it has, shown or not).
+    void sources(std::size_t index,
+                 std::span<const protocol::PeerCounters> sources,
+                 std::size_t live) noexcept;
     void end() noexcept;
 
 private:
@@ -90,6 +112,12 @@ struct Snapshot {
         std::string uri;
         bool publisher = false;
         std::vector<std::pair<std::string, std::uint64_t>> counters;
+        struct Source {
+            std::string tsi;  ///< GSI in hex "." source port
+            std::vector<std::pair<std::string, std::uint64_t>> counters;
+        };
+        std::vector<Source> sources;
+        std::uint32_t sources_not_shown = 0;
     };
     std::vector<Channel> channels;
 };

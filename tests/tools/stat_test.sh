@@ -22,13 +22,15 @@ ok=0
 for _ in $(seq 1 60); do
 	sleep 0.2
 	"$STAT" --once --pid $rpid >"$tmp/stat.log" 2>&1 || continue
-	d=$(grep -o 'messages_delivered [0-9]*' "$tmp/stat.log" | grep -o '[0-9]*$')
+	d=$(grep -o 'messages_delivered [0-9]*' "$tmp/stat.log" | head -1 | grep -o '[0-9]*$')
 	[ "${d:-0}" -gt 1000 ] && grep -q 'naks_sent' "$tmp/stat.log" && { ok=1; break; }
 done
 [ $ok = 1 ] || fail "prizma-stat never showed the receiver delivering with NAKs: $(cat "$tmp/stat.log")"
 grep -q "pid $rpid (prizma-recv)" "$tmp/stat.log" || fail "no process line"
 grep -q "subscriber udp://239.192.80.1:$base" "$tmp/stat.log" || fail "no channel line"
 grep -q "fault_dropped" "$tmp/stat.log" || fail "no transport counters"
+grep -E "^    source [0-9a-f]{12}\.[0-9]+:.*odata_received [0-9]+.*naks_sent [0-9]+" "$tmp/stat.log" >/dev/null ||
+	fail "no per-source line with ODATA and NAKs: $(cat "$tmp/stat.log")"
 # The sender's file shows it as a publisher with RDATA sent (repairs) once NAKs arrive.
 for _ in $(seq 1 30); do
 	"$STAT" --once --pid $spid >"$tmp/stat2.log" 2>&1 && grep -q "rdata_sent" "$tmp/stat2.log" && break

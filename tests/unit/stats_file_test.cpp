@@ -47,6 +47,12 @@ TEST_CASE("stats file: round trip, names, roles, removal", "[unit][stats]") {
         ChannelCounters d;
         d.messages_delivered = 1000;
         w.values(1, std::span(buf).first(stats::flatten(d, buf)));
+        protocol::PeerCounters sc[2]{};
+        sc[0].tsi.gsi.bytes = {0xde, 0xad, 0xbe, 0xef, 0x00, 0x01};
+        sc[0].tsi.sport = 4321;
+        sc[0].nak_sent = 5;
+        sc[1].apdus_delivered = 9;
+        w.sources(1, sc, 11);
         w.end();
 
         std::string err;
@@ -65,6 +71,13 @@ TEST_CASE("stats file: round trip, names, roles, removal", "[unit][stats]") {
         CHECK(k0[25] == std::pair<std::string, std::uint64_t>{"rx_ring_low", 3});
         CHECK(s->channels[1].counters[13]
               == std::pair<std::string, std::uint64_t>{"messages_delivered", 1000});
+        const auto& src = s->channels[1].sources;
+        REQUIRE(src.size() == 2);
+        CHECK(src[0].tsi == "deadbeef0001.4321");
+        CHECK(src[0].counters[5] == std::pair<std::string, std::uint64_t>{"naks_sent", 5});
+        CHECK(src[1].counters[9] == std::pair<std::string, std::uint64_t>{"messages_delivered", 9});
+        CHECK(s->channels[1].sources_not_shown == 9);
+        CHECK(s->channels[0].sources.empty());
     }
     CHECK_FALSE(std::filesystem::exists(path));  // removed with the writer
     std::filesystem::remove_all(dir);

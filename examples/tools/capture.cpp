@@ -116,26 +116,45 @@ void write_record(std::FILE* f,
     (void)std::fwrite(b.data(), 1, b.size(), f);
 }
 
-int capture(const std::string& uri, const std::string& out, std::uint64_t count, double timeout) {
+/// Opens URI's UDP channel to listen (joined to the group) or to replay (send only, one
+/// datagram per packet). Prints the error and sets `rc` (2 usage, 1 system) on failure.
+std::unique_ptr<prizma::udp::UdpTransport> open_channel(const std::string& uri,
+                                                        bool listen,
+                                                        prizma::udp::UdpConfig& cfg,
+                                                        int& rc) {
     std::string err;
-    auto cfg = prizma::udp::parse_uri(uri, &err);
-    if (!cfg) {
-        fmt::print(stderr, "prizma-capture: {}\n", err.empty() ? cfg.error().message() : err);
-        return 2;
+    auto parsed = prizma::udp::parse_uri(uri, &err);
+    if (!parsed) {
+        fmt::print(stderr, "prizma-capture: {}\n", err.empty() ? parsed.error().message() : err);
+        rc = 2;
+        return nullptr;
     }
-    std::uint8_t group[16] = {};
-    const bool v6 = cfg->group.find(':') != std::string::npos;
-    if (inet_pton(v6 ? AF_INET6 : AF_INET, cfg->group.c_str(), group) != 1) {
-        fmt::print(stderr, "prizma-capture: bad group '{}'\n", cfg->group);
-        return 2;
-    }
-    cfg->join = true;
-    cfg->bind_unicast = false;
-    auto t = prizma::udp::UdpTransport::create(*cfg, &err);
+    cfg = *parsed;
+    cfg.join = listen;
+    cfg.bind_unicast = false;
+    cfg.gso = cfg.gso && listen;
+    auto t = prizma::udp::UdpTransport::create(cfg, &err);
     if (!t) {
         fmt::print(stderr, "prizma-capture: {}: {}\n", uri,
                    err.empty() ? t.error().message() : err);
-        return 1;
+        rc = 1;
+        return nullptr;
+    }
+    return std::move(*t);
+}
+
+int capture(const std::string& uri, const std::string& out, std::uint64_t count, double timeout) {
+    prizma::udp::UdpConfig cfg;
+    int rc = 0;
+    auto t = open_channel(uri, true, cfg, rc);
+    if (!t) {
+        return rc;
+    }
+    std::uint8_t group[16] = {};
+    const bool v6 = cfg.group.find(':') != std::string::npos;
+    if (inet_pton(v6 ? AF_INET6 : AF_INET, cfg.group.c_str(), group) != 1) {
+        fmt::print(stderr, "prizma-capture: bad group '{}'\n", cfg.group);
+        return 2;
     }
     std::FILE* f = std::fopen(out.c_str(), "wb");
     if (f == nullptr) {
@@ -153,15 +172,15 @@ int capture(const std::string& uri, const std::string& out, std::uint64_t count,
     std::uint64_t bytes = 0;
     auto last = std::chrono::steady_clock::now();
     while (!g_stop && (count == 0 || n < count)) {
-        auto r = (*t)->poll_rx(rx);
+        auto r = t->poll_rx(rx);
         if (!r || *r == 0) {
             if (timeout > 0
                 && std::chrono::steady_clock::now() - last
                        > std::chrono::duration<double>(timeout)) {
                 break;
             }
-            if (auto armed = (*t)->arm_wakeup(); armed && *armed) {
-                pollfd p{(*t)->wakeup_fd(), POLLIN, 0};
+            if (auto armed = t->arm_wakeup(); armed && *armed) {
+                pollfd p{t->wakeup_fd(), POLLIN, 0};
                 (void)::poll(&p, 1, 50);
             }
             continue;
@@ -171,11 +190,11 @@ int capture(const std::string& uri, const std::string& out, std::uint64_t count,
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
         for (std::size_t i = 0; i < *r && (count == 0 || n < count); ++i) {
-            write_record(f, buf, rx[i].from, *cfg, group, rx[i].data, wall);
+            write_record(f, buf, rx[i].from, cfg, group, rx[i].data, wall);
             ++n;
             bytes += rx[i].data.size();
         }
-        (*t)->release_rx(*r);
+        t->release_rx(*r);
     }
     const bool ok = std::fclose(f) == 0;
     fmt::print("captured {} PGM packets ({} bytes of PGM) to {}\n", n, bytes, out);
@@ -189,20 +208,11 @@ std::uint32_t rd32(const std::uint8_t* p, bool swap) {
 }
 
 int replay(const std::string& file, const std::string& uri, bool fast) {
-    std::string err;
-    auto cfg = prizma::udp::parse_uri(uri, &err);
-    if (!cfg) {
-        fmt::print(stderr, "prizma-capture: {}\n", err.empty() ? cfg.error().message() : err);
-        return 2;
-    }
-    cfg->join = false;
-    cfg->bind_unicast = false;
-    cfg->gso = false;
-    auto t = prizma::udp::UdpTransport::create(*cfg, &err);
+    prizma::udp::UdpConfig cfg;
+    int rc = 0;
+    auto t = open_channel(uri, false, cfg, rc);
     if (!t) {
-        fmt::print(stderr, "prizma-capture: {}: {}\n", uri,
-                   err.empty() ? t.error().message() : err);
-        return 1;
+        return rc;
     }
     std::FILE* f = std::fopen(file.c_str(), "rb");
     if (f == nullptr) {
@@ -297,7 +307,7 @@ int replay(const std::string& file, const std::string& uri, bool fast) {
         }
         const prizma::TxPacket tx{pgm, {}, prizma::Route::downstream, {}};
         for (;;) {
-            auto r = (*t)->send_batch(std::span<const prizma::TxPacket>(&tx, 1));
+            auto r = t->send_batch(std::span<const prizma::TxPacket>(&tx, 1));
             if (!r) {
                 fmt::print(stderr, "prizma-capture: send: {}\n", r.error().message());
                 std::fclose(f);

@@ -8,11 +8,13 @@
 #            (raw UDP repairs nothing, so its loss is printed next to it).
 #   OpenPGM (bench/compare/pgm_perf.c) and prizma (prizma-send/prizma-recv): neither has flow
 #            control, so each runs down a ladder of send rates (unpaced first) and reports the
-#            receiver's rate at the first step where every message arrived with no loss event.
+#            receiver's rate at the first step where every message arrived with no loss event;
+#            each step is sustained ~2 s (up to 2 M messages): shorter bursts only measure the
+#            socket buffers.
 # Ping-pong RTT, 64 B, closed loop, both parties busy-polling on their own core (ping on CPU 0,
 #   pong on CPU 1): raw UDP, OpenPGM, prizma.
 # Each figure is the median of --reps runs (default 3). Prints a markdown table with ratios;
-# raw results go to $OUT (default build/compare-YYYYmmdd-HHMMSS). Takes ~10 minutes.
+# raw results go to $OUT (default build/compare-YYYYmmdd-HHMMSS). Takes ~15 minutes.
 set -u
 cd "$(dirname "$0")/.."
 REPS=3
@@ -53,13 +55,25 @@ jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
 for k in sys.argv[2].split("."): d=d[k]
 print(d)' "$@" 2>/dev/null; }
 log() { echo "[$(date +%T)] $*" >&2; }
-count_for() { # SIZE RATE -> messages for a ~1 s step (at least 20k, at most 300k, ≤ 400 MB)
-	local c=$(($2 == 0 ? 300000 : $2))
+count_for() { # SIZE RATE -> messages for a sustained ~2 s step (socket buffers hold ~0.1 s)
+	local c=$(($2 == 0 ? 2000000 : $2 * 2))
 	local cap=$((400000000 / $1))
 	[ $c -gt $cap ] && c=$cap
-	[ $c -gt 300000 ] && c=300000
+	[ $c -gt 2000000 ] && c=2000000
 	[ $c -lt 20000 ] && c=20000
 	echo $c
+}
+finish() { # RECV_PID SENDER_PID GRACE_S: the sender has lingered for repairs; give the
+	# receiver GRACE_S more, then call it a failure (no waiting out a long timeout)
+	wait "$2" 2>/dev/null
+	local t=0
+	while kill -0 "$1" 2>/dev/null && [ $t -lt $(($3 * 10)) ]; do sleep 0.1; t=$((t + 1)); done
+	if kill -0 "$1" 2>/dev/null; then
+		kill "$1" 2>/dev/null
+		wait "$1" 2>/dev/null
+		return 1
+	fi
+	wait "$1"
 }
 
 raw_tput() { # HOW SIZE REP
@@ -81,32 +95,23 @@ prizma_step() { # SIZE RATE N -> prints delivered msgs/s, fails when not all arr
 	local size=$1 rate=$2 n=$3 uri
 	next
 	uri="udp://$g1:$port?iface=127.0.0.1"
-	"$RECV" "$uri" --count "$n" --timeout $((5 + n / (rate == 0 ? 100000 : rate))) >"$OUT/p.out" 2>&1 &
+	"$RECV" "$uri" --count "$n" --timeout 600 >"$OUT/p.out" 2>&1 &
 	local r=$!
 	for _ in $(seq 1 100); do grep -q listening "$OUT/p.out" && break; sleep 0.02; done
-	"$SEND" "$uri" --count "$n" --size "$size" $([ "$rate" != 0 ] && echo --rate "$rate") --linger 3 >/dev/null 2>&1 &
-	local s=$!
-	wait $r
-	local rc=$?
-	kill $s 2>/dev/null
-	wait $s 2>/dev/null
-	[ $rc = 0 ] && grep -q "loss events 0" "$OUT/p.out" || return 1
+	"$SEND" "$uri" --count "$n" --size "$size" $([ "$rate" != 0 ] && echo --rate "$rate") --linger 2 >/dev/null 2>&1 &
+	finish $r $! 1 || return 1
+	grep -q "loss events 0" "$OUT/p.out" || return 1
 	grep -o 'rate [0-9]* msgs/s' "$OUT/p.out" | grep -o '[0-9]*'
 }
 
 pgm_step() {
 	local size=$1 rate=$2 n=$3
 	next
-	"$PGM" recv "127.0.0.1;$g1" $port "$n" $((5 + n / (rate == 0 ? 50000 : rate))) >"$OUT/g.json" 2>"$OUT/g.err" &
+	"$PGM" recv "127.0.0.1;$g1" $port "$n" 600 >"$OUT/g.json" 2>"$OUT/g.err" &
 	local r=$!
 	sleep 0.3
 	"$PGM" send "127.0.0.1;$g1" $port "$n" "$size" $([ "$rate" != 0 ] && echo "$rate") >/dev/null 2>&1 &
-	local s=$!
-	wait $r
-	local rc=$?
-	kill $s 2>/dev/null
-	wait $s 2>/dev/null
-	[ $rc = 0 ] || return 1
+	finish $r $! 2 || return 1
 	[ "$(jget "$OUT/g.json" loss_events)" = 0 ] || return 1
 	jget "$OUT/g.json" msgs_per_sec
 }

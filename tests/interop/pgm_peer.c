@@ -84,21 +84,28 @@ static pgm_sock_t* open_socket(const char* network, int port, int sender, int mt
     return sock;
 }
 
-/* A source must keep calling pgm_recv for NAKs and SPM timers (openpgm.md §8.8). */
+static double now_s(void);
+
+/* A source must keep calling pgm_recv for NAKs and SPM timers (openpgm.md §8.8). A
+ * non-blocking call sends at most one queued repair, and the repair queue does not wake
+ * poll(): after upstream input, keep calling for 2 ms before sleeping again, or repairs trickle
+ * out one per poll timeout and a lossy receiver runs out of NAK retries. */
 static void* nak_thread(void* arg) {
     pgm_sock_t* sock = arg;
     char buf[4096];
+    double hot_until = 0;
     while (!atomic_load(&g_stop)) {
         size_t len = 0;
         pgm_error_t* err = NULL;
         const int st = pgm_recvfrom(sock, buf, sizeof buf, MSG_DONTWAIT, &len, NULL, NULL, &err);
         if (err != NULL) pgm_error_free(err);
         if (st == PGM_IO_STATUS_TIMER_PENDING || st == PGM_IO_STATUS_WOULD_BLOCK || st == PGM_IO_STATUS_RATE_LIMITED) {
+            if (now_s() < hot_until) continue;
             struct pollfd fds[4];
             int n = 4;
             memset(fds, 0, sizeof fds);
             pgm_poll_info(sock, fds, &n, POLLIN);
-            poll(fds, (nfds_t)n, 1);
+            if (poll(fds, (nfds_t)n, 1) > 0) hot_until = now_s() + 0.002;
         }
     }
     return NULL;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <system_error>
 #include <thread>
 
@@ -82,8 +83,26 @@ Writer::~Writer() {
     }
 }
 
+/// Files left by processes that were killed (no destructor ran): removed by the next writer,
+/// so /dev/shm does not fill up with them. A pid that still exists keeps its file.
+static void remove_stale(const std::string& dir) noexcept {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        const std::size_t dash = name.find('-');
+        if (e.path().extension() != ".stats" || dash == 0 || dash == std::string::npos
+            || name.find_first_not_of("0123456789") != dash) {
+            continue;
+        }
+        if (!std::filesystem::exists("/proc/" + name.substr(0, dash), ec)) {
+            std::filesystem::remove(e.path(), ec);
+        }
+    }
+}
+
 bool Writer::open(const std::string& dir, std::string* error) {
     (void)::mkdir(dir.c_str(), 01777);  // shared by every user's processes, like /tmp
+    remove_stale(dir);
     const auto pid = static_cast<std::uint64_t>(::getpid());
     const std::string path =
         dir + "/" + std::to_string(pid) + "-" + std::to_string(g_files.fetch_add(1)) + ".stats";

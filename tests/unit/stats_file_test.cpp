@@ -83,6 +83,24 @@ TEST_CASE("stats file: round trip, names, roles, removal", "[unit][stats]") {
     std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("stats file: a new writer removes files of processes that no longer exist",
+          "[unit][stats]") {
+    const std::string dir = temp_dir();
+    // pid_max is at most 4194304: this pid cannot exist. Our own pid's other file stays.
+    std::ofstream(dir + "/4999999-0.stats") << "left by a killed process";
+    const std::string mine = dir + "/" + std::to_string(::getpid()) + "-77.stats";
+    std::ofstream(mine) << "alive";
+    std::ofstream(dir + "/notes.txt") << "not ours";
+    {
+        stats::Writer w;
+        REQUIRE(w.open(dir));
+        CHECK_FALSE(std::filesystem::exists(dir + "/4999999-0.stats"));
+        CHECK(std::filesystem::exists(mine));
+        CHECK(std::filesystem::exists(dir + "/notes.txt"));
+    }
+    std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("stats file: junk and a writer stuck mid-update are refused", "[unit][stats]") {
     const std::string dir = temp_dir();
     {

@@ -471,15 +471,25 @@ ChannelCounters snapshot(const detail::Channel& ch) {
     return c;
 }
 
-std::vector<NamedCounter> transport_counters_of(const detail::Channel& ch) {
-    std::vector<NamedCounter> out(32);
-    out.resize(std::min(out.size(), ch.base->named_counters(out)));
-    if (ch.lossy) {
+/// The channel's transport counters (and the fault decorator's, when one wraps it) into
+/// `out`, without allocating; returns how many were written.
+std::size_t fill_transport_counters(const detail::Channel& ch,
+                                    std::span<NamedCounter> out) noexcept {
+    const std::size_t fault = ch.lossy && out.size() >= 3 ? 3 : 0;  // room kept for them
+    const auto room = out.first(out.size() - fault);
+    std::size_t n = std::min(room.size(), ch.base->named_counters(room));
+    if (fault != 0) {
         const auto& f = ch.lossy->stats();
-        out.push_back({"fault_dropped", f.dropped});
-        out.push_back({"fault_duplicated", f.duplicated});
-        out.push_back({"fault_reordered", f.reordered});
+        out[n++] = {"fault_dropped", f.dropped};
+        out[n++] = {"fault_duplicated", f.duplicated};
+        out[n++] = {"fault_reordered", f.reordered};
     }
+    return n;
+}
+
+std::vector<NamedCounter> transport_counters_of(const detail::Channel& ch) {
+    std::vector<NamedCounter> out(35);  // 32 transport counters + 3 fault counters
+    out.resize(fill_transport_counters(ch, out));
     return out;
 }
 }  // namespace
@@ -491,13 +501,7 @@ void Context::Impl::write_stats() noexcept {
     for (std::size_t i = 0; i < channels.size() && i < stats::kMaxChannels; ++i) {
         const detail::Channel& ch = *channels[i];
         std::size_t n = stats::flatten(snapshot(ch), buf);
-        n += std::min(buf.size() - n, ch.base->named_counters(std::span(buf).subspan(n)));
-        if (ch.lossy && n + 3 <= buf.size()) {
-            const auto& f = ch.lossy->stats();
-            buf[n++] = {"fault_dropped", f.dropped};
-            buf[n++] = {"fault_duplicated", f.duplicated};
-            buf[n++] = {"fault_reordered", f.reordered};
-        }
+        n += fill_transport_counters(ch, std::span(buf).subspan(n));
         stats.values(i, std::span(buf).first(n));
         if (const auto* rcv = ch.session->receiver()) {
             std::array<protocol::PeerCounters, stats::kMaxSources> src{};

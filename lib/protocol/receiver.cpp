@@ -25,6 +25,21 @@ enum class SlotState : std::uint8_t {
     lost,       // unrecoverable, to be reported
 };
 
+constexpr std::uint32_t kNil = 0xffffffffU;
+constexpr std::uint32_t kWheelBuckets = 512;
+
+// Wheel tick: a power of two near a sixteenth of the shortest NAK interval (at least 1 us),
+// so a bucket holds timers that are due together and the wheel spans ~32 intervals.
+unsigned wheel_shift_for(const Timers& t) noexcept {
+    const std::int64_t shortest =
+        std::min({t.nak_bo_ivl_ns, t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns}) / 16;
+    unsigned shift = 10;
+    while (shift < 40 && (std::int64_t{1} << (shift + 1)) <= shortest) {
+        ++shift;
+    }
+    return shift;
+}
+
 bool is_missing(SlotState s) noexcept {
     return s == SlotState::back_off || s == SlotState::wait_ncf || s == SlotState::wait_data;
 }
@@ -43,6 +58,10 @@ struct Receiver::Peer {
         std::uint32_t alloc = 0;  // index of its record in `allocs`
         std::int64_t deadline = kNever;
         pgm::FragmentInfo fragment{};
+        // Timer wheel links (slot indices) while the sqn is missing.
+        std::uint32_t wnext = kNil;
+        std::uint32_t wprev = kNil;
+        std::uint32_t wbucket = kNil;
     };
     // Payloads are packed into `buffers` in arrival order; records in `allocs` (same order)
     // let the oldest space be reclaimed once delivered, even when repairs arrive late.
@@ -71,7 +90,16 @@ struct Receiver::Peer {
     bool finished = false;  // FIN or RST seen
     bool expired = false;
     bool left_reported = false;
+    Sqn trail_done{};  // apply_trail has handled every sqn before this one
     std::vector<Slot> slots;
+    // NAK timers (§6.3) of the missing sqns in a hashed timer wheel: each missing slot is
+    // linked into the bucket of its deadline, so a timer run visits only the buckets whose
+    // time has come, never the whole window (a receiver far behind may miss tens of
+    // thousands of sqns at once).
+    std::array<std::uint32_t, kWheelBuckets> wheel{};
+    std::array<std::uint64_t, kWheelBuckets / 64> wheel_bits{};  // non-empty buckets
+    std::int64_t wheel_tick = 0;                                 // first tick not yet fully visited
+    unsigned wheel_shift = 0;                                    // tick = 2^shift ns
     std::vector<std::byte> buffers;
     std::vector<Alloc> allocs;
     std::size_t alloc_first = 0;  // oldest live record
@@ -110,6 +138,64 @@ struct Receiver::Peer {
     }
 
     Slot& slot(Sqn s, std::uint32_t mask) noexcept { return slots[s.value & mask]; }
+    void reset_wheel(unsigned shift) noexcept {
+        wheel.fill(kNil);
+        wheel_bits.fill(0);
+        wheel_tick = 0;
+        wheel_shift = shift;
+    }
+    void unlink(std::uint32_t idx) noexcept {
+        Slot& sl = slots[idx];
+        if (sl.wbucket == kNil) {
+            return;
+        }
+        if (sl.wprev != kNil) {
+            slots[sl.wprev].wnext = sl.wnext;
+        } else {
+            wheel[sl.wbucket] = sl.wnext;
+            if (sl.wnext == kNil) {
+                wheel_bits[sl.wbucket >> 6U] &= ~(std::uint64_t{1} << (sl.wbucket & 63U));
+            }
+        }
+        if (sl.wnext != kNil) {
+            slots[sl.wnext].wprev = sl.wprev;
+        }
+        sl.wnext = sl.wprev = sl.wbucket = kNil;
+    }
+    /// (Re)arms the NAK timer of missing slot idx.
+    void arm(std::uint32_t idx, std::int64_t deadline) noexcept {
+        unlink(idx);
+        Slot& sl = slots[idx];
+        sl.deadline = deadline;
+        const std::int64_t tick = std::max(deadline >> wheel_shift, wheel_tick);
+        const auto b = static_cast<std::uint32_t>(tick) & (kWheelBuckets - 1);
+        sl.wbucket = b;
+        sl.wprev = kNil;
+        sl.wnext = wheel[b];
+        if (sl.wnext != kNil) {
+            slots[sl.wnext].wprev = idx;
+        }
+        wheel[b] = idx;
+        wheel_bits[b >> 6U] |= std::uint64_t{1} << (b & 63U);
+    }
+    /// Start of the first tick after `tick` whose bucket holds a timer (kNever: none).
+    [[nodiscard]] std::int64_t next_armed(std::int64_t tick) const noexcept {
+        for (std::uint32_t k = 1; k <= kWheelBuckets; ++k) {
+            const auto b = static_cast<std::uint32_t>(tick + k) & (kWheelBuckets - 1);
+            const std::uint64_t w = wheel_bits[b >> 6U] >> (b & 63U);
+            if (w == 0) {
+                k += 63U - (b & 63U);  // rest of this word is empty
+                continue;
+            }
+            k += static_cast<std::uint32_t>(std::countr_zero(w));
+            return std::min(tick + k, tick + kWheelBuckets) << wheel_shift;
+        }
+        return kNever;
+    }
+    /// The sqn held by slot idx, for a slot inside [next, next + capacity).
+    [[nodiscard]] Sqn sqn_of(std::uint32_t idx, std::uint32_t mask) const noexcept {
+        return next + ((idx - (next.value & mask)) & mask);
+    }
     [[nodiscard]] bool in_range(Sqn s) const noexcept {
         return precedes_or_equal(next, s) && precedes_or_equal(s, lead);
     }
@@ -130,6 +216,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     live_.reserve(cfg.max_peers);
     reassembly_.resize(pgm::kMaxApduBytes);
     scratch_.resize(512);
+    due_.reserve(capacity_);
     rng_ = cfg.seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL;
 }
 
@@ -189,6 +276,7 @@ Receiver::Peer* Receiver::find_or_add(const Tsi& tsi, std::int64_t now_ns) noexc
             p->slots = std::move(slots);
             p->buffers = std::move(buffers);
             p->allocs = std::move(allocs);
+            p->reset_wheel(wheel_shift_for(cfg_.timers));
             p->in_use = true;
             p->tsi = tsi;
             p->counters.tsi = tsi;
@@ -266,6 +354,7 @@ void Receiver::start(Peer& p, Sqn first, Sqn trail, bool has_trail) noexcept {
     p.started = true;
     p.next = begin;
     p.lead = begin - 1;
+    p.trail_done = begin;
 }
 
 // Gap detection (§6.3): every sequence number in (lead, last] becomes missing and starts its
@@ -283,10 +372,11 @@ void Receiver::mark_missing(Peer& p, Sqn last, std::int64_t now_ns) noexcept {
     const std::int64_t deadline = backoff(now_ns);
     const std::uint32_t mask = capacity_ - 1;
     for (Sqn s = p.lead + 1; precedes_or_equal(s, last); ++s) {
+        p.unlink(s.value & mask);  // (beyond the lead: never linked; kept safe anyway)
         auto& sl = p.slot(s, mask);
         sl = Peer::Slot{};
         sl.state = SlotState::back_off;
-        sl.deadline = deadline;
+        p.arm(s.value & mask, deadline);
         ++p.missing;
     }
     p.nak_deadline = std::min(p.nak_deadline, deadline);
@@ -297,6 +387,7 @@ void Receiver::lose(Peer& p, Sqn s) noexcept {
     auto& sl = p.slot(s, capacity_ - 1);
     if (is_missing(sl.state)) {
         --p.missing;
+        p.unlink(s.value & (capacity_ - 1));
     }
     sl.state = SlotState::lost;
     ++counters_.lost_sqns;
@@ -307,9 +398,10 @@ void Receiver::lose_all_missing(Peer& p) noexcept {
     if (!p.started) {
         return;
     }
-    for (Sqn s = p.next; p.missing != 0 && precedes_or_equal(s, p.lead); ++s) {
-        if (is_missing(p.slot(s, capacity_ - 1).state)) {
-            lose(p, s);
+    const std::uint32_t mask = capacity_ - 1;
+    for (std::uint32_t b = 0; b < kWheelBuckets && p.missing != 0; ++b) {
+        while (p.wheel[b] != kNil) {
+            lose(p, p.sqn_of(p.wheel[b], mask));  // unlinks it
         }
     }
 }
@@ -318,6 +410,7 @@ void Receiver::lose_all_missing(Peer& p) noexcept {
 // missing before it is unrecoverable (RFC 3208 §6.3 "cancellation").
 void Receiver::apply_trail(Peer& p, std::int64_t now_ns) noexcept {
     if (!p.started || !p.has_trail || !precedes(p.next, p.trail)) {
+        p.trail_done = p.next;  // keeps the cursor within the window
         return;
     }
     (void)now_ns;
@@ -328,8 +421,15 @@ void Receiver::apply_trail(Peer& p, std::int64_t now_ns) noexcept {
         last_gone = window_end;
     }
     const std::uint32_t mask = capacity_ - 1;
-    for (Sqn s = p.next; precedes_or_equal(s, last_gone); ++s) {
+    // Sqns before trail_done were handled by an earlier call: each sqn is visited once, not
+    // once per packet while the receiver is behind the source's trail.
+    Sqn s = precedes(p.next, p.trail_done) && precedes_or_equal(p.trail_done, last_gone + 1)
+                ? p.trail_done
+                : p.next;
+    p.trail_done = last_gone + 1;
+    for (; precedes_or_equal(s, last_gone); ++s) {
         if (precedes(p.lead, s)) {
+            p.unlink(s.value & mask);
             auto& sl = p.slot(s, mask);
             sl = Peer::Slot{};
             sl.state = SlotState::lost;
@@ -453,6 +553,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
     auto& sl = p.slot(s, mask);
     if (was_missing) {
         --p.missing;
+        p.unlink(s.value & mask);
         ++counters_.repaired;
         ++p.counters.repaired;
     }
@@ -493,7 +594,7 @@ void Receiver::on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noex
         // §6.3: NCF moves BACK-OFF / WAIT_NCF to WAIT_DATA, and restarts WAIT_DATA.
         sl.state = SlotState::wait_data;
         sl.ncf_retries = 0;
-        sl.deadline = now_ns + cfg_.timers.nak_rdata_ivl_ns;
+        p.arm(s.value & mask, now_ns + cfg_.timers.nak_rdata_ivl_ns);
         p.nak_deadline = std::min(p.nak_deadline, sl.deadline);
     }
 }
@@ -513,11 +614,12 @@ void Receiver::on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns)
         auto& sl = p.slot(s, mask);
         if (sl.state == SlotState::back_off) {
             sl.state = SlotState::wait_ncf;
-            sl.deadline = now_ns + cfg_.timers.nak_rpt_ivl_ns;
+            p.arm(s.value & mask, now_ns + cfg_.timers.nak_rpt_ivl_ns);
             ++counters_.nak_suppressed;
         } else if (sl.state == SlotState::wait_ncf) {
-            sl.deadline = now_ns + cfg_.timers.nak_rpt_ivl_ns;
+            p.arm(s.value & mask, now_ns + cfg_.timers.nak_rpt_ivl_ns);
         }
+        p.nak_deadline = std::min(p.nak_deadline, sl.deadline);
     }
 }
 
@@ -550,59 +652,73 @@ void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
 // Walks the missing sequence numbers oldest first (§6.3 "NAKs sent in order"), sends the due
 // ones as NAKs with OPT_NAK_LIST (≤ 62 + 1 per packet) and moves every timer on.
 void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept {
-    std::array<Sqn, pgm::kMaxNakList + 1> batch{};
-    std::size_t nb = 0;
-    std::int64_t next_deadline = kNever;
     const std::uint32_t mask = capacity_ - 1;
     const auto& t = cfg_.timers;
-    std::uint32_t seen = 0;
-    for (Sqn s = p.next; seen < p.missing && precedes_or_equal(s, p.lead); ++s) {
-        auto& sl = p.slot(s, mask);
-        if (!is_missing(sl.state)) {
-            continue;
-        }
-        ++seen;
-        if (sl.deadline <= now_ns) {
-            switch (sl.state) {
-                case SlotState::back_off:
-                    if (cfg_.passive) {
-                        // A passive receiver never NAKs: it waits as if an NCF had come.
-                        sl.state = SlotState::wait_data;
-                        sl.deadline = now_ns + t.nak_rdata_ivl_ns;
-                    } else if (!p.has_nla) {
-                        sl.deadline = backoff(now_ns);  // §6.2: no NAK before the first SPM
-                        if (p.spmr_deadline == kNever) {
-                            p.spmr_deadline = now_ns + t.spmr_expiry_ns;
-                        }
-                    } else {
-                        batch[nb++] = s;
-                        sl.state = SlotState::wait_ncf;
-                        ++sl.ncf_retries;
-                        sl.deadline = now_ns + t.nak_rpt_ivl_ns;
-                    }
-                    break;
-                case SlotState::wait_ncf:
-                    if (sl.ncf_retries >= t.nak_ncf_retries) {
-                        lose(p, s);
-                        --seen;  // `missing` dropped by one
-                        continue;
-                    }
-                    sl.state = SlotState::back_off;
-                    sl.deadline = backoff(now_ns);
-                    break;
-                case SlotState::wait_data:
-                    ++sl.data_retries;
-                    if (sl.data_retries >= t.nak_data_retries) {
-                        lose(p, s);
-                        --seen;
-                        continue;
-                    }
-                    sl.state = SlotState::back_off;
-                    sl.ncf_retries = 0;
-                    sl.deadline = backoff(now_ns);
-                    break;
-                default: break;
+    // Collect the due timers from the buckets whose ticks have passed (all buckets, once, if
+    // more than a whole turn of the wheel has).
+    const std::int64_t now_tick = now_ns >> p.wheel_shift;
+    std::int64_t tick = std::max(p.wheel_tick, now_tick - (kWheelBuckets - 1));
+    std::int64_t next_deadline = kNever;
+    due_.clear();
+    for (; tick <= now_tick; ++tick) {
+        const auto b = static_cast<std::uint32_t>(tick) & (kWheelBuckets - 1);
+        for (std::uint32_t i = p.wheel[b]; i != kNil; i = p.slots[i].wnext) {
+            const std::int64_t d = p.slots[i].deadline;
+            if (d <= now_ns) {
+                due_.push_back(i);  // capacity_ reserved: every missing slot fits
+            } else if ((d >> p.wheel_shift) <= now_tick) {
+                next_deadline = std::min(next_deadline, d);  // later in this tick
             }
+        }
+    }
+    p.wheel_tick = now_tick;
+    // §6.3: NAKs go out oldest sqn first, consecutive ones packed into OPT_NAK_LIST.
+    const std::uint32_t base = p.next.value & mask;
+    std::sort(due_.begin(), due_.end(), [&](std::uint32_t a, std::uint32_t b) {
+        return ((a - base) & mask) < ((b - base) & mask);
+    });
+    std::array<Sqn, pgm::kMaxNakList + 1> batch{};
+    std::size_t nb = 0;
+    for (const std::uint32_t idx : due_) {
+        auto& sl = p.slots[idx];
+        const Sqn s = p.sqn_of(idx, mask);
+        switch (sl.state) {
+            case SlotState::back_off:
+                if (cfg_.passive) {
+                    // A passive receiver never NAKs: it waits as if an NCF had come.
+                    sl.state = SlotState::wait_data;
+                    p.arm(idx, now_ns + t.nak_rdata_ivl_ns);
+                } else if (!p.has_nla) {
+                    p.arm(idx, backoff(now_ns));  // §6.2: no NAK before the first SPM
+                    if (p.spmr_deadline == kNever) {
+                        p.spmr_deadline = now_ns + t.spmr_expiry_ns;
+                    }
+                } else {
+                    batch[nb++] = s;
+                    sl.state = SlotState::wait_ncf;
+                    ++sl.ncf_retries;
+                    p.arm(idx, now_ns + t.nak_rpt_ivl_ns);
+                }
+                break;
+            case SlotState::wait_ncf:
+                if (sl.ncf_retries >= t.nak_ncf_retries) {
+                    lose(p, s);
+                    continue;
+                }
+                sl.state = SlotState::back_off;
+                p.arm(idx, backoff(now_ns));
+                break;
+            case SlotState::wait_data:
+                ++sl.data_retries;
+                if (sl.data_retries >= t.nak_data_retries) {
+                    lose(p, s);
+                    continue;
+                }
+                sl.state = SlotState::back_off;
+                sl.ncf_retries = 0;
+                p.arm(idx, backoff(now_ns));
+                break;
+            default: break;
         }
         next_deadline = std::min(next_deadline, sl.deadline);
         if (nb == batch.size()) {
@@ -613,7 +729,7 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
     if (nb != 0) {
         send_nak(p, std::span<const Sqn>(batch.data(), nb), sink);
     }
-    p.nak_deadline = next_deadline;
+    p.nak_deadline = std::min(next_deadline, p.next_armed(now_tick));
 }
 
 void Receiver::send_nak(Peer& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept {
@@ -809,6 +925,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
                 if (p.slot(y, mask).state != SlotState::lost) {
                     if (is_missing(p.slot(y, mask).state)) {
                         --p.missing;
+                        p.unlink(y.value & mask);
                     }
                     p.release(p.slot(y, mask));
                     p.slot(y, mask).state = SlotState::lost;

@@ -146,6 +146,7 @@ private:
     std::size_t rr_ = 0;       // round-robin start for delivery
     std::vector<std::byte> reassembly_;
     std::vector<std::byte> scratch_;
+    std::vector<std::uint32_t> due_;  // run_naks: slots whose NAK timer expired
     std::uint64_t rng_ = 0;
     ReceiverCounters counters_;
 };

@@ -233,6 +233,72 @@ TEST_CASE("garbage to the data port is counted and dropped; delivery goes on", "
     CHECK(pub.session->counters().malformed_total() >= 1);  // the source's unicast socket got them
 }
 
+TEST_CASE("a full socket buffer shows as rx_kernel_drops; named counters match the struct",
+          "[udp][counters]") {
+    const std::uint16_t port = next_port();
+    // A small buffer (root may force it below rmem_default; others get the kernel's minimum).
+    auto rx =
+        open("udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1&rcvbuf=65536", false);
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    REQUIRE(fd >= 0);
+    in_addr lo{};
+    lo.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &lo, sizeof lo) == 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    REQUIRE(::inet_pton(AF_INET, "239.255.77.1", &to.sin_addr) == 1);
+    const std::vector<std::uint8_t> payload(1000, 0x5a);
+    auto blast = [&](int n) {
+        for (int i = 0; i < n; ++i) {
+            (void)::sendto(fd, payload.data(), payload.size(), 0,
+                           reinterpret_cast<const sockaddr*>(&to), sizeof to);
+        }
+    };
+    std::array<RxPacket, 64> got{};
+    auto drain = [&] {
+        std::uint64_t n = 0;
+        for (int idle = 0; idle < 50;) {
+            auto k = rx->poll_rx(got);
+            REQUIRE(k.has_value());
+            if (*k == 0) {
+                ++idle;
+                ::usleep(1000);
+                continue;
+            }
+            n += *k;
+            rx->release_rx(*k);
+        }
+        return n;
+    };
+    blast(2000);  // never read meanwhile: far more than 64 KiB
+    const std::uint64_t first = drain();
+    blast(1);  // carries the socket's drop count up to now
+    const std::uint64_t second = drain();
+    ::close(fd);
+    CHECK(first > 0);
+    CHECK(first < 2000);
+    CHECK(second == 1);
+    const auto& c = rx->counters();
+    CHECK(c.rx_kernel_drops == 2000 - first);
+    std::array<NamedCounter, 32> named{};
+    const std::size_t n = rx->named_counters(named);
+    REQUIRE(n <= named.size());
+    auto value = [&](std::string_view name) {
+        for (std::size_t i = 0; i < n; ++i) {
+            if (named[i].name == name) {
+                return named[i].value;
+            }
+        }
+        FAIL("no counter " << name);
+        return std::uint64_t{0};
+    };
+    CHECK(value("rx_kernel_drops") == c.rx_kernel_drops);
+    CHECK(value("rx_datagrams") == c.rx_datagrams);
+    CHECK(value("rcvbuf_bytes") == static_cast<std::uint64_t>(c.rcvbuf_effective));
+    CHECK(c.rcvbuf_effective > 0);
+}
+
 int prizma_probe() {
     // Probe: a multicast datagram to ourselves on 127.0.0.1.
     g_port_base = static_cast<std::uint16_t>(20000 + (::getpid() % 2000) * 10);

@@ -309,6 +309,7 @@ struct UdpTransport::Impl {
     std::size_t pending_pos = 0;
     std::size_t lent = 0;
     bool poll_uc_first = false;
+    std::array<std::uint32_t, 2> kernel_drops{};  // last SO_RXQ_OVFL value of rx, uc
     // send
     std::vector<mmsghdr> tx_msgs;
     std::vector<iovec> tx_iov;
@@ -414,8 +415,17 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
         if (fd < 0) {
             continue;
         }
-        (void)set_opt(fd, SOL_SOCKET, SO_RCVBUF, cfg.rcvbuf);
-        (void)set_opt(fd, SOL_SOCKET, SO_SNDBUF, cfg.sndbuf);
+        // The kernel caps SO_RCVBUF/SO_SNDBUF at net.core.{r,w}mem_max; a process with
+        // CAP_NET_ADMIN may go beyond with the FORCE variants (tried first, as feed handlers
+        // do). What was granted is read back below and reported.
+        if (!set_opt(fd, SOL_SOCKET, SO_RCVBUFFORCE, cfg.rcvbuf)) {
+            (void)set_opt(fd, SOL_SOCKET, SO_RCVBUF, cfg.rcvbuf);
+        }
+        if (!set_opt(fd, SOL_SOCKET, SO_SNDBUFFORCE, cfg.sndbuf)) {
+            (void)set_opt(fd, SOL_SOCKET, SO_SNDBUF, cfg.sndbuf);
+        }
+        // The socket's count of datagrams dropped for want of buffer space, on every receive.
+        (void)set_opt(fd, SOL_SOCKET, SO_RXQ_OVFL, 1);
         if (cfg.busy_poll_us > 0) {
             (void)set_opt(fd, SOL_SOCKET, SO_BUSY_POLL, cfg.busy_poll_us);
         }
@@ -681,6 +691,12 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                         if (gs > 0) {
                             seg = static_cast<std::size_t>(gs);
                         }
+                    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+                        std::uint32_t d = 0;
+                        std::memcpy(&d, CMSG_DATA(c), sizeof d);
+                        im.kernel_drops[fd == im.rx.get() ? 0 : 1] = d;
+                        counters_.rx_kernel_drops =
+                            std::uint64_t{im.kernel_drops[0]} + im.kernel_drops[1];
                     }
                 }
                 const Endpoint from = to_endpoint(im.rx_from[i]);
@@ -703,6 +719,25 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     std::copy_n(im.pending.begin() + static_cast<std::ptrdiff_t>(im.pending_pos), k, out.begin());
     im.lent = k;
     return k;
+}
+
+std::size_t UdpTransport::named_counters(std::span<NamedCounter> out) const noexcept {
+    const UdpCounters& c = counters_;
+    const NamedCounter all[] = {
+        {"rx_datagrams", c.rx_datagrams},
+        {"rx_gro_segments", c.rx_gro_segments},
+        {"rx_kernel_drops", c.rx_kernel_drops},
+        {"tx_datagrams", c.tx_datagrams},
+        {"tx_syscalls", c.tx_syscalls},
+        {"tx_gso_sends", c.tx_gso_sends},
+        {"tx_errors", c.tx_errors},
+        {"rcvbuf_bytes", static_cast<std::uint64_t>(c.rcvbuf_effective)},
+        {"rcvbuf_capped", c.rcvbuf_capped},
+        {"sndbuf_bytes", static_cast<std::uint64_t>(c.sndbuf_effective)},
+    };
+    const std::size_t n = std::min(out.size(), std::size(all));
+    std::copy_n(std::begin(all), n, out.begin());
+    return std::size(all);
 }
 
 void UdpTransport::release_rx(std::size_t count) noexcept {

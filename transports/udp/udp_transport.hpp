@@ -48,6 +48,7 @@ Result<UdpConfig> parse_uri(std::string_view uri,
 struct UdpCounters {
     std::uint64_t rx_datagrams = 0;
     std::uint64_t rx_gro_segments = 0;
+    std::uint64_t rx_kernel_drops = 0;  ///< datagrams the kernel dropped (socket buffer full)
     std::uint64_t tx_datagrams = 0;
     std::uint64_t tx_syscalls = 0;
     std::uint64_t tx_gso_sends = 0;
@@ -74,6 +75,7 @@ public:
     [[nodiscard]] Result<std::size_t> poll_rx(std::span<RxPacket> out) noexcept override;
     void release_rx(std::size_t count) noexcept override;
     [[nodiscard]] int wakeup_fd() const noexcept override;
+    std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
     [[nodiscard]] Result<bool> arm_wakeup() noexcept override { return true; }
 
     [[nodiscard]] const UdpCounters& counters() const noexcept { return counters_; }

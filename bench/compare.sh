@@ -11,6 +11,8 @@
 #            receiver's rate at the first step where every message arrived with no loss event;
 #            each step is sustained ~2 s (up to 2 M messages): shorter bursts only measure the
 #            socket buffers.
+#   In every throughput run the sender is pinned to CPU 0 and the receiver to CPU 1, and every
+#   receiver busy-polls (raw recvmmsg loop, OpenPGM "spin", prizma-recv --spin).
 # Ping-pong RTT, 64 B, closed loop, both parties busy-polling on their own core (ping on CPU 0,
 #   pong on CPU 1): raw UDP, OpenPGM, prizma.
 # Each figure is the median of --reps runs (default 3). Prints a markdown table with ratios;
@@ -19,13 +21,13 @@ set -u
 cd "$(dirname "$0")/.."
 REPS=3
 SIZES="100 500 1400 8000"
-LADDER="0 2000000 1000000 700000 500000 350000 250000 180000 120000 80000 50000 30000 20000"
+LADDER="0 3000000 2000000 1500000 1000000 700000 500000 350000 250000 180000 120000 80000 50000 30000 20000"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--reps) REPS=$2; shift 2 ;;
 	--sizes) SIZES=$2; shift 2 ;;
 	--quick) REPS=1; SIZES="100 1400"; shift ;;
-	-h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -80,10 +82,10 @@ raw_tput() { # HOW SIZE REP
 	local how=$1 size=$2 rep=$3 n
 	n=$(count_for "$size" 0)
 	next
-	"$UDP" recv "$g1" $port "$n" "$size" 10 $([ "$how" = gso ] && echo gro) >"$OUT/raw_$how.$size.$rep.json" &
+	taskset -c 1 "$UDP" recv "$g1" $port "$n" "$size" 10 $([ "$how" = gso ] && echo gro) >"$OUT/raw_$how.$size.$rep.json" &
 	local r=$!
 	sleep 0.3
-	"$UDP" send "$g1" $port "$n" "$size" "$how" >/dev/null
+	taskset -c 0 "$UDP" send "$g1" $port "$n" "$size" "$how" >/dev/null
 	wait $r
 	local rate recv
 	rate=$(jget "$OUT/raw_$how.$size.$rep.json" msgs_per_sec)
@@ -95,10 +97,10 @@ prizma_step() { # SIZE RATE N -> prints delivered msgs/s, fails when not all arr
 	local size=$1 rate=$2 n=$3 uri
 	next
 	uri="udp://$g1:$port?iface=127.0.0.1"
-	"$RECV" "$uri" --count "$n" --timeout 600 >"$OUT/p.out" 2>&1 &
+	taskset -c 1 "$RECV" "$uri" --spin --count "$n" --timeout 600 >"$OUT/p.out" 2>&1 &
 	local r=$!
 	for _ in $(seq 1 100); do grep -q listening "$OUT/p.out" && break; sleep 0.02; done
-	"$SEND" "$uri" --count "$n" --size "$size" $([ "$rate" != 0 ] && echo --rate "$rate") --linger 2 >/dev/null 2>&1 &
+	taskset -c 0 "$SEND" "$uri" --count "$n" --size "$size" $([ "$rate" != 0 ] && echo --rate "$rate") --linger 2 >/dev/null 2>&1 &
 	finish $r $! 1 || return 1
 	grep -q "loss events 0" "$OUT/p.out" || return 1
 	grep -o 'rate [0-9]* msgs/s' "$OUT/p.out" | grep -o '[0-9]*'
@@ -107,10 +109,10 @@ prizma_step() { # SIZE RATE N -> prints delivered msgs/s, fails when not all arr
 pgm_step() {
 	local size=$1 rate=$2 n=$3
 	next
-	"$PGM" recv "127.0.0.1;$g1" $port "$n" 600 >"$OUT/g.json" 2>"$OUT/g.err" &
+	taskset -c 1 "$PGM" recv "127.0.0.1;$g1" $port "$n" 600 spin >"$OUT/g.json" 2>"$OUT/g.err" &
 	local r=$!
 	sleep 0.3
-	"$PGM" send "127.0.0.1;$g1" $port "$n" "$size" $([ "$rate" != 0 ] && echo "$rate") >/dev/null 2>&1 &
+	taskset -c 0 "$PGM" send "127.0.0.1;$g1" $port "$n" "$size" $([ "$rate" != 0 ] && echo "$rate") >/dev/null 2>&1 &
 	finish $r $! 2 || return 1
 	[ "$(jget "$OUT/g.json" loss_events)" = 0 ] || return 1
 	jget "$OUT/g.json" msgs_per_sec

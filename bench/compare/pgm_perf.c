@@ -3,7 +3,7 @@
  * baseline prizma is compared against.
  *
  *   pgm_perf send NETWORK PORT COUNT SIZE [RATE_MSGS_PER_S]
- *   pgm_perf recv NETWORK PORT COUNT TIMEOUT_S
+ *   pgm_perf recv NETWORK PORT COUNT TIMEOUT_S [spin|block]
  *   pgm_perf pong NET_A PORT_A NET_B PORT_B COUNT [spin|block]
  *   pgm_perf ping NET_A PORT_A NET_B PORT_B COUNT SIZE WARMUP [spin|block]
  *
@@ -13,7 +13,8 @@
  * send  COUNT messages of SIZE bytes, message i starting with i (64-bit LE); unpaced unless RATE;
  *       lingers 1 s afterwards to answer NAKs. Start the receivers first (no late join in PGM).
  * recv  until COUNT distinct counters or TIMEOUT_S; rate from first to last message; loss_events
- *       counts unrecoverable-loss resets. Exit 0 only if all arrived.
+ *       counts unrecoverable-loss resets. Exit 0 only if all arrived. "spin" busy-polls
+ *       pgm_recv (as the raw UDP receiver does); "block" (default) waits in poll().
  * pong  echoes each message from channel A unchanged onto channel B; exits 0 after COUNT echoes
  *       of measured messages (ping's WARMUP + COUNT; probes do not count; 0 = no limit) or on
  *       SIGINT/SIGTERM. Waits with poll() unless "spin".
@@ -283,7 +284,7 @@ static int do_send(const char* net, int port, uint64_t count, size_t size, doubl
     return 0;
 }
 
-static int do_recv(const char* net, int port, uint64_t count, double timeout) {
+static int do_recv(const char* net, int port, uint64_t count, double timeout, int spin) {
     chan_t c;
     open_chan(&c, net, port, 0, 1500, sqns_for(count) > 65536 ? sqns_for(count) : 65536);
     unsigned char* seen = calloc(count, 1);
@@ -292,7 +293,7 @@ static int do_recv(const char* net, int port, uint64_t count, double timeout) {
     const uint64_t deadline = now_ns() + (uint64_t)(timeout * 1e9);
     size_t len = 0;
     while (got < count && !atomic_load(&g_stop) && now_ns() < deadline) {
-        const int r = recv_one(&c, g_rx, &len, 0, 100);
+        const int r = recv_one(&c, g_rx, &len, spin, 100);
         if (r < 0) break;
         if (r == 0 || len < 8) continue;
         const uint64_t i = get_le64(g_rx);
@@ -429,7 +430,7 @@ static int num(const char* s, double lo, double hi, int frac, double* out) {
 
 static int usage(void) {
     fprintf(stderr, "usage: pgm_perf send NETWORK PORT COUNT SIZE [RATE_MSGS_PER_S]\n"
-                    "       pgm_perf recv NETWORK PORT COUNT TIMEOUT_S\n"
+                    "       pgm_perf recv NETWORK PORT COUNT TIMEOUT_S [spin|block]\n"
                     "       pgm_perf pong NET_A PORT_A NET_B PORT_B COUNT [spin|block]\n"
                     "       pgm_perf ping NET_A PORT_A NET_B PORT_B COUNT SIZE WARMUP [spin|block]"
                     "\nNETWORK is \"IFADDR;GROUP\", e.g. \"127.0.0.1;239.192.88.1\"; SIZE 8..65535"
@@ -442,9 +443,10 @@ int main(int argc, char** argv) {
     const int send = !strcmp(mode, "send"), recv = !strcmp(mode, "recv");
     const int pong = !strcmp(mode, "pong"), ping = !strcmp(mode, "ping");
     double port = 0, port_b = 0, count = 0, size = 0, warmup = 0, real = 0; /* RATE, TIMEOUT_S */
-    int ok = (send && (argc == 6 || argc == 7)) || (recv && argc == 6) ||
+    int ok = (send && (argc == 6 || argc == 7)) || (recv && (argc == 6 || argc == 7)) ||
              (pong && (argc == 7 || argc == 8)) || (ping && (argc == 9 || argc == 10));
-    const char* wait = argc > (ping ? 9 : 7) && (ping || pong) ? argv[ping ? 9 : 7] : "block";
+    const int wait_arg = ping ? 9 : pong ? 7 : recv ? 6 : 0;
+    const char* wait = wait_arg != 0 && argc > wait_arg ? argv[wait_arg] : "block";
     const int spin = !strcmp(wait, "spin");
     ok = ok && num(argv[3], 1, 65535, 0, &port) && (spin || !strcmp(wait, "block"));
     if (ok && send) {
@@ -470,7 +472,7 @@ int main(int argc, char** argv) {
     if (send) {
         rc = do_send(argv[2], (int)port, (uint64_t)count, (size_t)size, real);
     } else if (recv) {
-        rc = do_recv(argv[2], (int)port, (uint64_t)count, real);
+        rc = do_recv(argv[2], (int)port, (uint64_t)count, real, spin);
     } else if (pong) {
         rc = do_pong(argv[2], (int)port, argv[4], (int)port_b, (uint64_t)count, spin);
     } else {

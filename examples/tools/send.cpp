@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // prizma-send URI --count N --size S [--rate MSGS_PER_S] [--preset P] [--linger SECONDS]
 // Message i carries i as a 64-bit little-endian counter in its first 8 bytes, then filler.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -95,37 +96,47 @@ int main(int argc, char** argv) {
         return 2;
     }
     std::vector<std::byte> msg(bytes);
+    // Filler byte k of message i is (i + k) & 0xff: copied from a repeating 0..255 pattern.
+    std::vector<std::byte> pattern(bytes + 256);
+    for (std::size_t j = 0; j < pattern.size(); ++j) {
+        pattern[j] = static_cast<std::byte>(j & 0xffU);
+    }
     const auto start = std::chrono::steady_clock::now();
-    const double ns_per_msg = rate > 0 ? 1e9 / rate : 0;
     std::uint64_t sent = 0;
     while (sent < n) {
-        if (ns_per_msg > 0) {
-            const auto due = start
-                             + std::chrono::nanoseconds(
-                                 static_cast<std::int64_t>(ns_per_msg * static_cast<double>(sent)));
-            // Serve NAKs while waiting; sleep (ns precision) rather than spin so receivers
-            // sharing the CPU keep up.
-            for (auto now = std::chrono::steady_clock::now(); now < due;
-                 now = std::chrono::steady_clock::now()) {
+        // Paced: every message due by now goes out in one burst (one sendmmsg / GSO send per
+        // 32), then the sender sleeps until the next one is due, serving NAKs meanwhile.
+        std::uint64_t allowed = n;
+        if (rate > 0) {
+            const auto now = std::chrono::steady_clock::now();
+            const double elapsed = std::chrono::duration<double>(now - start).count();
+            allowed = std::min(n, static_cast<std::uint64_t>(elapsed * rate) + 1);
+            if (sent >= allowed) {
                 if ((*ctx)->poll() == 0) {
+                    const auto due =
+                        start
+                        + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::duration<double>(static_cast<double>(sent) / rate));
                     (*ctx)->wait(std::chrono::duration_cast<std::chrono::nanoseconds>(due - now));
                 }
+                continue;
             }
         }
-        std::memcpy(msg.data(), &sent, 8);
-        for (std::size_t k = 8; k < bytes; ++k) {
-            msg[k] = static_cast<std::byte>((sent + k) & 0xffU);
+        while (sent < allowed) {
+            std::memcpy(msg.data(), &sent, 8);
+            std::memcpy(msg.data() + 8, pattern.data() + ((sent + 8) & 0xffU), bytes - 8);
+            auto r = pub->offer(msg);
+            if (r) {
+                ++sent;
+            } else if (!prizma::is_transient(r.error())) {
+                fmt::print(stderr, "prizma-send: offer failed: {}\n", r.error().message());
+                return 1;
+            }
+            if (!r || sent % 32 == 0) {
+                (void)(*ctx)->poll();  // flush the batch, serve NAKs
+            }
         }
-        auto r = pub->offer(msg);
-        if (r) {
-            ++sent;
-        } else if (!prizma::is_transient(r.error())) {
-            fmt::print(stderr, "prizma-send: offer failed: {}\n", r.error().message());
-            return 1;
-        }
-        if (!r || sent % 32 == 0) {
-            (void)(*ctx)->poll();  // flush the batch, serve NAKs
-        }
+        (void)(*ctx)->poll();
     }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

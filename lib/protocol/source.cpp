@@ -346,14 +346,18 @@ void Source::on_packet(const pgm::Packet& p, std::int64_t now_ns, PacketSink& si
         case PacketType::spmr:
             // RFC 3208 §13.6: answer with an SPM, at most once per spmr_answer_ivl.
             ++counters_.spmr_received;
-            if (now_ns - last_spmr_answer_ns_ >= cfg_.timers.spmr_answer_ivl_ns) {
-                last_spmr_answer_ns_ = now_ns;
-                send_spm(now_ns, sink);
-            } else if (spmr_answer_due_ns_ == kNever) {
-                spmr_answer_due_ns_ = last_spmr_answer_ns_ + cfg_.timers.spmr_answer_ivl_ns;
-            }
+            answer_with_spm(now_ns, sink);
             break;
         default: break;
+    }
+}
+
+void Source::answer_with_spm(std::int64_t now_ns, PacketSink& sink) noexcept {
+    if (now_ns - last_spmr_answer_ns_ >= cfg_.timers.spmr_answer_ivl_ns) {
+        last_spmr_answer_ns_ = now_ns;
+        send_spm(now_ns, sink);
+    } else if (spmr_answer_due_ns_ == kNever) {
+        spmr_answer_due_ns_ = last_spmr_answer_ns_ + cfg_.timers.spmr_answer_ivl_ns;
     }
 }
 
@@ -396,8 +400,10 @@ void Source::handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& s
         send_ncf(p, std::span<const Sqn>(in_window.data(), n_in), sink);
     }
     if (out_of_window) {
-        // Tell receivers the trail now, so they report the loss instead of NAKing on.
-        send_spm(now_ns, sink);
+        // Tell receivers the trail, so they report the loss instead of NAKing on: at once, but
+        // at most once per spmr_answer_ivl (a lagging receiver's NAK storm must not become an
+        // SPM storm into the same overfull receive buffers); a later one is scheduled.
+        answer_with_spm(now_ns, sink);
     }
     flush_repairs(now_ns, sink);
 }

@@ -118,6 +118,7 @@ private:
                     PacketSink& sink) noexcept;
     void after_data(std::int64_t now_ns) noexcept;
     void send_spm(std::int64_t now_ns, PacketSink& sink) noexcept;
+    void answer_with_spm(std::int64_t now_ns, PacketSink& sink) noexcept;
     void handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept;
     void flush_repairs(std::int64_t now_ns, PacketSink& sink) noexcept;
     void send_ncf(const pgm::Packet& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept;

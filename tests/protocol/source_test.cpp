@@ -145,6 +145,23 @@ TEST_CASE("a NAK for data that left the window gets an SPM with the trail, no RD
     CHECK(out[0].trail == Sqn{12});
     CHECK(out[0].lead == Sqn{19});
     CHECK(src->counters().nak_out_of_window == 1);
+    // A storm of such NAKs (a receiver lagging by more than the window) gets one SPM per
+    // spmr_answer_ivl, not one per NAK; the one held back goes out when the interval ends.
+    cap.packets.clear();
+    const std::int64_t ivl = cfg.timers.spmr_answer_ivl_ns;
+    for (int i = 0; i < 100; ++i) {
+        src->on_packet(parse(nak(cfg, Sqn{static_cast<std::uint32_t>(i % 10)})),
+                       20 + i * (ivl / 200), cap);
+    }
+    CHECK(src->counters().nak_out_of_window == 101);
+    CHECK(cap.count(PacketType::spm) == 0);  // the first SPM went out at t=10, < ivl ago
+    src->on_timer(10 + ivl, cap);
+    CHECK(cap.count(PacketType::spm) == 1);
+    src->on_packet(parse(nak(cfg, Sqn{3})), 10 + ivl + 1, cap);
+    CHECK(cap.count(PacketType::spm) == 1);
+    src->on_packet(parse(nak(cfg, Sqn{3})), 10 + 2 * ivl, cap);
+    CHECK(cap.count(PacketType::spm) == 2);
+    CHECK(cap.parsed().back().trail == Sqn{12});
 }
 
 TEST_CASE("SPMRs are answered at most once per interval; heartbeats follow data",

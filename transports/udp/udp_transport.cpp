@@ -480,6 +480,12 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
     if (::getsockopt(im.tx, SOL_SOCKET, SO_SNDBUF, &eff, &elen) == 0) {
         t->counters_.sndbuf_effective = eff / 2;
     }
+    // SO_BUSY_POLL above net.core.busy_read needs CAP_NET_ADMIN: report what was granted.
+    elen = sizeof eff;
+    if (cfg.busy_poll_us > 0
+        && ::getsockopt(probe_fd, SOL_SOCKET, SO_BUSY_POLL, &eff, &elen) == 0) {
+        t->counters_.busy_poll_us = eff;
+    }
     // Probe GSO/GRO: a kernel without them refuses the socket option.
     t->gso_ = cfg.gso && set_opt(im.tx, SOL_UDP, UDP_SEGMENT, 0);
     t->gro_ = cfg.gro;
@@ -734,6 +740,7 @@ std::size_t UdpTransport::named_counters(std::span<NamedCounter> out) const noex
         {"rcvbuf_bytes", static_cast<std::uint64_t>(c.rcvbuf_effective)},
         {"rcvbuf_capped", c.rcvbuf_capped},
         {"sndbuf_bytes", static_cast<std::uint64_t>(c.sndbuf_effective)},
+        {"busy_poll_us", static_cast<std::uint64_t>(c.busy_poll_us)},
     };
     const std::size_t n = std::min(out.size(), std::size(all));
     std::copy_n(std::begin(all), n, out.begin());

@@ -58,6 +58,7 @@ struct UdpCounters {
     std::uint64_t rcvbuf_capped = 0;  ///< 1 when SO_RCVBUF read back smaller than asked
     int rcvbuf_effective = 0;
     int sndbuf_effective = 0;
+    int busy_poll_us = 0;  ///< SO_BUSY_POLL granted (read back), 0 = off or refused
 };
 
 class UdpTransport final : public Transport {

@@ -20,7 +20,7 @@ git ls-files '*.cpp' '*.hpp' | xargs clang-format --dry-run -Werror
 
 echo "== ASan/UBSan build + tests"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DPRIZMA_WARNINGS_AS_ERRORS=ON -DPRIZMA_SANITIZE=address,undefined \
+      -DPRIZMA_WARNINGS_AS_ERRORS=ON -DPRIZMA_SANITIZE=address,undefined -DPRIZMA_OWNER_CHECKS=ON \
       -DPRIZMA_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build build/asan -j 2
 ctest --test-dir build/asan -j 2 --output-on-failure --timeout 900

@@ -22,10 +22,12 @@ public:
     AgentRunner(Context& ctx, Idle idle, Duty duty)
         : thread_(
             [&ctx, idle = std::move(idle), duty = std::move(duty)](std::stop_token st) mutable {
+                ctx.adopt_owner_thread();
                 while (!st.stop_requested()) {
                     const int work = ctx.poll() + duty();
                     idle.idle(work);
                 }
+                ctx.release_owner_thread();  // joined: the Context is the caller's again
             }) {}
     AgentRunner(const AgentRunner&) = delete;
     AgentRunner& operator=(const AgentRunner&) = delete;

@@ -163,6 +163,17 @@ public:
     /// The steady clock used by the protocol, in ns.
     static std::int64_t now_ns() noexcept;
 
+    /// Owner thread (one per Context: every method of it, its Publishers, Subscribers and
+    /// Claims). The first thread to call one becomes the owner; adopt_owner_thread() makes the
+    /// calling thread the owner (hand-over, e.g. to a runner thread, once the previous owner
+    /// has stopped touching the Context; AgentRunner does this), release_owner_thread() leaves
+    /// it unbound. Builds with PRIZMA_OWNER_CHECKS (CMake option; on in Debug and in the CI's
+    /// sanitizer build) abort with the entry point's name when another thread calls in;
+    /// otherwise nothing is checked.
+    void adopt_owner_thread() noexcept;
+    void release_owner_thread() noexcept;
+    [[nodiscard]] static bool owner_checks_enabled() noexcept;
+
 private:
     struct Impl;
     Context() noexcept;

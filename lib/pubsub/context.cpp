@@ -5,15 +5,18 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <prizma/context.hpp>
@@ -31,7 +34,35 @@
 namespace prizma {
 namespace detail {
 
+/// The thread that owns a Context (STYLE §2.6). Checked, when PRIZMA_OWNER_CHECKS is defined
+/// (debug builds; the CI's sanitizer build), at every owner-only entry point: the first caller
+/// binds it, adopt() hands it over, a call from any other thread aborts with the entry point's
+/// name. Compiled out otherwise: nothing on the hot path.
+struct OwnerThread {
+    std::atomic<std::thread::id> id{};
+    void check(const char* what) noexcept {
+#ifdef PRIZMA_OWNER_CHECKS
+        const std::thread::id me = std::this_thread::get_id();
+        std::thread::id cur = id.load(std::memory_order_relaxed);
+        if (cur == me
+            || (cur == std::thread::id{}
+                && id.compare_exchange_strong(cur, me, std::memory_order_relaxed))) {
+            return;
+        }
+        std::fprintf(stderr,
+                     "prizma: %s called from a thread that does not own its Context (one owner "
+                     "thread; publish from others through a PublishQueue, hand over with "
+                     "Context::adopt_owner_thread())\n",
+                     what);
+        std::abort();
+#else
+        (void)what;
+#endif
+    }
+};
+
 struct Channel {
+    OwnerThread* owner = nullptr;
     std::shared_ptr<memory::MemoryNetwork> net;
     std::unique_ptr<Transport> base;
     std::unique_ptr<memory::LossyTransport> lossy;
@@ -121,6 +152,7 @@ bool fault_key(const std::string& k,
 }  // namespace
 
 struct Context::Impl {
+    detail::OwnerThread owner;
     std::vector<std::unique_ptr<detail::Channel>> channels;
     Gsi gsi{};
     std::mt19937_64 rng{std::random_device{}()};
@@ -141,6 +173,7 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
                                             bool publisher,
                                             std::string* error) {
     auto ch = std::make_unique<detail::Channel>();
+    ch->owner = &owner;
     auto timers = protocol::preset(o.preset);
     if (!timers) {
         (void)fail(error, "unknown preset '" + o.preset + "' (wan, lan, rdma)");
@@ -363,6 +396,7 @@ std::int64_t Context::now_ns() noexcept {
 Result<Publisher> Context::add_publisher(std::string_view uri,
                                          const ChannelOptions& options,
                                          std::string* error) {
+    impl_->owner.check("Context::add_publisher");
     auto ch = impl_->add(uri, options, true, error);
     if (!ch) {
         return ch.error();
@@ -373,6 +407,7 @@ Result<Publisher> Context::add_publisher(std::string_view uri,
 Result<Subscriber> Context::add_subscriber(std::string_view uri,
                                            const ChannelOptions& options,
                                            std::string* error) {
+    impl_->owner.check("Context::add_subscriber");
     auto ch = impl_->add(uri, options, false, error);
     if (!ch) {
         return ch.error();
@@ -380,7 +415,24 @@ Result<Subscriber> Context::add_subscriber(std::string_view uri,
     return Subscriber(*ch);
 }
 
+void Context::adopt_owner_thread() noexcept {
+    impl_->owner.id.store(std::this_thread::get_id(), std::memory_order_relaxed);
+}
+
+void Context::release_owner_thread() noexcept {
+    impl_->owner.id.store(std::thread::id{}, std::memory_order_relaxed);
+}
+
+bool Context::owner_checks_enabled() noexcept {
+#ifdef PRIZMA_OWNER_CHECKS
+    return true;
+#else
+    return false;
+#endif
+}
+
 int Context::poll() noexcept {
+    impl_->owner.check("Context::poll");
     const std::int64_t now = now_ns();
     int work = 0;
     for (auto& ch : impl_->channels) {
@@ -402,6 +454,7 @@ std::int64_t Context::next_deadline_ns() const noexcept {
 }
 
 void Context::wait(std::chrono::nanoseconds max_wait) noexcept {
+    impl_->owner.check("Context::wait");
     if (impl_->busy_only || impl_->epoll_fd < 0) {
         return;
     }
@@ -557,6 +610,7 @@ ChannelCounters Context::counters() const noexcept {
 Result<std::uint32_t> Publisher::offer(std::span<const std::byte> message) noexcept {
     // Queued in the channel's batch: it leaves at the next Context::poll() or when the batch
     // is full, so bursts go out in one sendmmsg / GSO send.
+    ch_->owner->check("Publisher::offer");
     auto r = ch_->session->source()->send(message, Context::now_ns(), *ch_->session);
     if (!r) {
         return r.error();
@@ -565,6 +619,7 @@ Result<std::uint32_t> Publisher::offer(std::span<const std::byte> message) noexc
 }
 
 Result<Claim> Publisher::try_claim(std::size_t n) noexcept {
+    ch_->owner->check("Publisher::try_claim");
     auto r = ch_->session->source()->claim(n, Context::now_ns());
     if (!r) {
         return r.error();
@@ -573,6 +628,7 @@ Result<Claim> Publisher::try_claim(std::size_t n) noexcept {
 }
 
 void Publisher::close() noexcept {
+    ch_->owner->check("Publisher::close");
     ch_->session->source()->close(Context::now_ns(), *ch_->session);
     ch_->session->flush();
 }
@@ -615,6 +671,7 @@ Result<std::uint32_t> Claim::commit(std::size_t used) noexcept {
         return Errc::invalid_argument;
     }
     auto* ch = std::exchange(ch_, nullptr);
+    ch->owner->check("Claim::commit");
     auto r = ch->session->source()->commit(used, Context::now_ns(), *ch->session);
     ch->session->flush();
     if (!r) {
@@ -624,6 +681,7 @@ Result<std::uint32_t> Claim::commit(std::size_t used) noexcept {
 }
 
 bool Subscriber::next(Message& out) noexcept {
+    ch_->owner->check("Subscriber::poll");
     protocol::Event ev;
     if (!ch_->session->receiver()->next_event(ev)) {
         return false;

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // AgentRunner + PublishQueue: four producer threads publish through the lock-free queue while a
 // runner thread owns the Context; every message arrives once, FIFO per producer.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -98,4 +103,43 @@ TEST_CASE("Backoff spins, yields, then parks with a doubling period; work resets
     const auto slow = std::chrono::steady_clock::now() - t1;
     CHECK(slow >= std::chrono::microseconds(550));
     CHECK(fast < slow);
+}
+
+TEST_CASE("a Context touched from a thread that does not own it aborts, naming the call",
+          "[unit][runner][owner]") {
+    if (!prizma::Context::owner_checks_enabled()) {
+        WARN("built without PRIZMA_OWNER_CHECKS: nothing to check");
+        return;
+    }
+    // The owner-thread rule, checked: after the runner hands the Context back, the test thread
+    // owns it again; a stranger thread calling poll() must abort in a child process.
+    auto ctx = std::move(*prizma::Context::create());
+    REQUIRE(ctx->add_subscriber("mem://owner-bus:7500").has_value());
+    {
+        prizma::AgentRunner runner(*ctx, prizma::Backoff{}, [] { return 0; });
+    }
+    CHECK(ctx->poll() >= 0);  // handed back: no abort
+    int err[2] = {-1, -1};
+    REQUIRE(::pipe(err) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        (void)::dup2(err[1], 2);
+        std::thread stranger([&] { (void)ctx->poll(); });
+        stranger.join();
+        ::_exit(0);  // reached only if the check did not fire
+    }
+    ::close(err[1]);
+    std::string text;
+    char buf[512];
+    for (ssize_t n; (n = ::read(err[0], buf, sizeof buf)) > 0;) {
+        text.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(err[0]);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status));
+    CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT));
+    CHECK(text.find("Context::poll called from a thread that does not own its Context")
+          != std::string::npos);
 }

@@ -12,28 +12,13 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v iptables >
     echo "SKIP: needs root, iproute2 and iptables"; exit 77
 fi
 tag=pz$$
-hosts=(pub s1 s2 s3)
-cleanup() {
-    for h in "${hosts[@]}" br; do ip netns del "$tag-$h" 2>/dev/null; done
-    rm -rf "$dir"
-}
 dir=$(mktemp -d)
-trap cleanup EXIT
-if ! ip netns add "$tag-br" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
-ip -n "$tag-br" link add br0 type bridge || { echo "SKIP: no bridge support"; exit 77; }
-ip -n "$tag-br" link set br0 up
+. "$(dirname "$0")/netns_lib.sh"
+netns_hosts "$tag" "" pub s1 s2 s3
 i=1
-for h in "${hosts[@]}"; do
-    ns=$tag-$h
-    ip netns add "$ns"
-    ip link add "$tag$h" type veth peer name "b$tag$h"
-    ip link set "$tag$h" netns "$ns"
-    ip link set "b$tag$h" netns "$tag-br"
-    ip -n "$tag-br" link set "b$tag$h" master br0 up
-    ip -n "$ns" link set lo up
-    ip -n "$ns" addr add "198.18.0.$i/24" dev "$tag$h"
-    ip -n "$ns" link set "$tag$h" up
-    ip netns exec "$ns" iptables -A INPUT -p udp -m statistic --mode random --probability 0.05 -j DROP
+for h in pub s1 s2 s3; do
+    ip -n "$tag-$h" addr add "198.18.0.$i/24" dev "$tag$h"
+    ip netns exec "$tag-$h" iptables -A INPUT -p udp -m statistic --mode random --probability 0.05 -j DROP
     i=$((i + 1))
 done
 uri() { echo "udp://239.192.90.1:7700?iface=198.18.0.$1&rcvbuf=8388608"; }

@@ -13,27 +13,12 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
 	exit 77
 fi
 tag=p6$$
-hosts=(pub s1 s2)
 dir=$(mktemp -d)
-cleanup() {
-	for h in "${hosts[@]}" br; do ip netns del "$tag-$h" 2>/dev/null; done
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-if ! ip netns add "$tag-br" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
-ip -n "$tag-br" link add br0 type bridge mcast_snooping 0 || { echo "SKIP: no bridge support"; exit 77; }
-ip -n "$tag-br" link set br0 up
+. "$(dirname "$0")/netns_lib.sh"
+netns_hosts "$tag" "mcast_snooping 0" pub s1 s2
 i=1
-for h in "${hosts[@]}"; do
-	ns=$tag-$h
-	ip netns add "$ns"
-	ip link add "$tag$h" type veth peer name "b$tag$h"
-	ip link set "$tag$h" netns "$ns"
-	ip link set "b$tag$h" netns "$tag-br"
-	ip -n "$tag-br" link set "b$tag$h" master br0 up
-	ip -n "$ns" link set lo up
-	ip -n "$ns" addr add "fd00:77::$i/64" dev "$tag$h" nodad
-	ip -n "$ns" link set "$tag$h" up
+for h in pub s1 s2; do
+	ip -n "$tag-$h" addr add "fd00:77::$i/64" dev "$tag$h" nodad
 	i=$((i + 1))
 done
 uri() { echo "udp://[ff15::7:1]:7710?iface=fd00:77::$1"; }

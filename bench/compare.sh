@@ -9,8 +9,8 @@
 #   OpenPGM (bench/compare/pgm_perf.c) and prizma (prizma-send/prizma-recv): neither has flow
 #            control, so each runs down a ladder of send rates (unpaced first) and reports the
 #            receiver's rate at the first step where every message arrived with no loss event;
-#            each step is sustained ~2 s (up to 2 M messages): shorter bursts only measure the
-#            socket buffers.
+#            each step is sustained ~2 s (up to 2 M messages, 6 M for prizma, which reaches
+#            3 M/s): shorter bursts only measure the socket buffers.
 #   In every throughput run the sender is pinned to CPU 0 and the receiver to CPU 1, and every
 #   receiver busy-polls (raw recvmmsg loop, OpenPGM "spin", prizma-recv --spin).
 # Ping-pong RTT, 64 B, closed loop, both parties busy-polling on their own core (ping on CPU 0,
@@ -57,11 +57,13 @@ jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
 for k in sys.argv[2].split("."): d=d[k]
 print(d)' "$@" 2>/dev/null; }
 log() { echo "[$(date +%T)] $*" >&2; }
-count_for() { # SIZE RATE -> messages for a sustained ~2 s step (socket buffers hold ~0.1 s)
-	local c=$(($2 == 0 ? 2000000 : $2 * 2))
-	local cap=$((400000000 / $1))
+count_for() { # SIZE RATE [MAX] -> messages for a sustained ~2 s step (socket buffers hold
+	# ~0.1 s); MAX (default 2 M) is raised for a system fast enough to need more for 2 s
+	local max=${3:-2000000}
+	local c=$(($2 == 0 ? max : $2 * 2))
+	local cap=$((600000000 / $1))
 	[ $c -gt $cap ] && c=$cap
-	[ $c -gt 2000000 ] && c=2000000
+	[ $c -gt "$max" ] && c=$max
 	[ $c -lt 20000 ] && c=20000
 	echo $c
 }
@@ -121,7 +123,7 @@ pgm_step() {
 ladder() { # SYSTEM SIZE REP
 	local sys=$1 size=$2 rep=$3 rate n got
 	for rate in $LADDER; do
-		n=$(count_for "$size" "$rate")
+		n=$(count_for "$size" "$rate" "$([ "$sys" = prizma ] && echo 6000000)")
 		if got=$("${sys}_step" "$size" "$rate" "$n"); then
 			echo -e "$sys\ttput\t$size\t$rep\t$got\tat send rate $([ "$rate" = 0 ] && echo unpaced || echo "$rate")" >>"$RES"
 			log "$sys $size B: $got msgs/s delivered (send rate ${rate/#0/unpaced})"

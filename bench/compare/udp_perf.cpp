@@ -103,7 +103,7 @@ int rx_socket(const sockaddr_in& group) {
         die("socket");
     }
     setint(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR");
-    setint(fd, SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20, "SO_RCVBUFFORCE");
+    setint(fd, SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20, "SO_RCVBUFFORCE");  // as prizma and pgm_perf
     setint(fd, IPPROTO_IP, IP_MULTICAST_ALL, 0, "IP_MULTICAST_ALL");
     if (bind(fd, reinterpret_cast<const sockaddr*>(&group), sizeof group) != 0) {
         die("bind");

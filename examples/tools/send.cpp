@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
                 fmt::print(stderr, "prizma-send: offer failed: {}\n", r.error().message());
                 return 1;
             }
-            if (!r || sent % 32 == 0) {
+            if (!r || sent % 64 == 0) {
                 (void)(*ctx)->poll();  // flush the batch, serve NAKs
             }
         }

@@ -23,7 +23,7 @@ struct UdpConfig {
     bool loop = true;        ///< IP_MULTICAST_LOOP (same-host subscribers need it)
     /// SO_RCVBUF wanted: SO_RCVBUFFORCE first (CAP_NET_ADMIN goes past net.core.rmem_max),
     /// then SO_RCVBUF; the granted size is read back (rcvbuf_capped when smaller).
-    int rcvbuf = 8 << 20;
+    int rcvbuf = 32 << 20;
     int sndbuf = 8 << 20;  ///< likewise (SO_SNDBUFFORCE, then SO_SNDBUF)
     bool gso = true;       ///< UDP_SEGMENT for runs of same-size packets, if the kernel has it
     bool gro = true;       ///< UDP_GRO on receive, if the kernel has it

@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
         for (;;) {
             auto r = pub->offer(msg);
             if (r) {
-                (void)ctx.poll();  // flush: the message leaves now
+                pub->flush();  // the message leaves now
                 return true;
             }
             if (!prizma::is_transient(r.error())) {

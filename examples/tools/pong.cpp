@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
                 if (seq != ~std::uint64_t{0}) {
                     ++echoed;
                 }
-                (void)(*ctx)->poll();  // flush the echo now
+                pub->flush();  // the echo leaves now, before any channel is polled
             } else if (prizma::is_transient(r.error())) {
                 ++retries;
                 (void)(*ctx)->poll();  // serve NAKs/SPMs until the window has room

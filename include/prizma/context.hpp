@@ -60,6 +60,9 @@ public:
     Result<std::uint32_t> offer(std::span<const std::byte> message) noexcept;
     /// Zero-copy: reserves n ≤ max_packet_payload() bytes in the window.
     Result<Claim> try_claim(std::size_t n) noexcept;
+    /// Sends what offer()/commit() queued now, without polling any channel (Context::poll()
+    /// also sends it, after whatever channels come first): for a latency-critical reply.
+    void flush() noexcept;
     /// Sends the 3 OPT_FIN SPMs; the channel keeps answering NAKs until the Context ends.
     void close() noexcept;
     [[nodiscard]] std::size_t max_message_size() const noexcept;

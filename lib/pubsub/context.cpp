@@ -339,6 +339,12 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         c.timers = *timers;
         sc.receiver = c;
     }
+    if (publisher && uri.starts_with("udp://")) {
+        // A publisher only hears NAKs and SPMRs: it polls its socket at most every 10 us
+        // (a quarter of the NAK back-off, if shorter) while the socket is quiet, so that a
+        // busy-polling party spends its syscalls on the channels it waits for data on.
+        sc.upstream_poll_ns = std::min<std::int64_t>(10'000, sc.source->timers.nak_bo_ivl_ns / 4);
+    }
     auto s = pubsub::Session::create(t, sc);
     if (!s) {
         (void)fail(error,
@@ -625,6 +631,11 @@ Result<Claim> Publisher::try_claim(std::size_t n) noexcept {
         return r.error();
     }
     return Claim(ch_, *r);
+}
+
+void Publisher::flush() noexcept {
+    ch_->owner->check("Publisher::flush");
+    ch_->session->flush();
 }
 
 void Publisher::close() noexcept {

@@ -140,15 +140,19 @@ int Session::do_work(std::int64_t now_ns) noexcept {
         work += static_cast<int>(tx_count_);
         flush();
     }
-    auto r = transport_.poll_rx(rx_);
-    if (!r) {
-        ++counters_.rx_errors;
-    } else if (*r != 0) {
-        for (std::size_t i = 0; i < *r; ++i) {
-            dispatch(rx_[i], now_ns);
+    if (receiver_ || now_ns >= next_rx_poll_ns_) {
+        auto r = transport_.poll_rx(rx_);
+        if (!r) {
+            ++counters_.rx_errors;
+        } else if (*r != 0) {
+            for (std::size_t i = 0; i < *r; ++i) {
+                dispatch(rx_[i], now_ns);
+            }
+            transport_.release_rx(*r);
+            work += static_cast<int>(*r);
+        } else if (cfg_.upstream_poll_ns > 0) {
+            next_rx_poll_ns_ = now_ns + cfg_.upstream_poll_ns;
         }
-        transport_.release_rx(*r);
-        work += static_cast<int>(*r);
     }
     if (source_ && now_ns >= source_->next_deadline()) {
         source_->on_timer(now_ns, *this);

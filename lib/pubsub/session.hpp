@@ -30,6 +30,9 @@ struct SessionConfig {
     /// When set, unicast packets (NAK, SPMR) go to this port of the peer's address: over UDP,
     /// OpenPGM sources listen on the channel's port only, whatever port their SPMs came from.
     std::uint16_t unicast_port = 0;
+    /// Source-only sessions: after a poll that found nothing, the transport is not polled
+    /// again for this long (0 = every do_work). Upstream traffic is NAKs and SPMRs only.
+    std::int64_t upstream_poll_ns = 0;
 };
 
 struct SessionCounters {
@@ -94,6 +97,7 @@ private:
     std::vector<std::byte> tx_bytes_;
     std::vector<TxPacket> tx_;
     std::size_t tx_count_ = 0;
+    std::int64_t next_rx_poll_ns_ = 0;  // upstream_poll_ns: quiet until then
     SessionCounters counters_;
 };
 

@@ -474,3 +474,30 @@ TEST_CASE("malformed and foreign packets are counted and dropped; delivery goes 
     CHECK(rcv.receiver().counters().foreign_dport >= 1);
     require_in_order(rcv, 0, 10);
 }
+
+TEST_CASE("a source-only session with upstream_poll_ns polls a quiet transport that often only",
+          "[protocol][session]") {
+    memory::MemoryNetwork net(memory::MemoryNetwork::Config{});
+    auto a = net.attach();
+    auto b = net.attach();
+    pubsub::SessionConfig sc;
+    sc.source = source_config();
+    sc.upstream_poll_ns = 1 * kMs;
+    auto src = std::move(*pubsub::Session::create(*a, sc));
+    pubsub::SessionConfig rc;
+    rc.receiver = receiver_config(3);
+    rc.upstream_poll_ns = 1 * kMs;  // ignored: a receiver polls on every call
+    auto rcv = std::move(*pubsub::Session::create(*b, rc));
+    const std::array<std::byte, 40> junk{};
+    const TxPacket p{junk, {}, Route::downstream, {}};
+    std::int64_t t = 10 * kMs;
+    CHECK(src->do_work(t) == 0);  // quiet: the next poll is due at t + 1 ms
+    CHECK(rcv->do_work(t) == 0);
+    REQUIRE(b->send_batch(std::span<const TxPacket>(&p, 1)).value() == 1);  // to a and b
+    (void)rcv->do_work(t + 1);
+    CHECK(rcv->counters().rx_packets == 1);  // its own copy (loopback), polled at once
+    (void)src->do_work(t + kMs / 2);
+    CHECK(src->counters().rx_packets == 0);  // not yet polled
+    (void)src->do_work(t + kMs);
+    CHECK(src->counters().rx_packets == 1);  // polled once the interval ended
+}

@@ -401,7 +401,12 @@ void Receiver::lose_all_missing(Peer& p) noexcept {
     const std::uint32_t mask = capacity_ - 1;
     for (std::uint32_t b = 0; b < kWheelBuckets && p.missing != 0; ++b) {
         while (p.wheel[b] != kNil) {
-            lose(p, p.sqn_of(p.wheel[b], mask));  // unlinks it
+            const std::uint32_t idx = p.wheel[b];
+            if (is_missing(p.slots[idx].state)) {
+                lose(p, p.sqn_of(idx, mask));  // unlinks it
+            } else {
+                p.unlink(idx);  // only missing slots are linked; never loop on a stray one
+            }
         }
     }
 }

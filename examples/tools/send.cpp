@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     std::uint64_t sent = 0;
     while (sent < n) {
         // Paced: every message due by now goes out in one burst (one sendmmsg / GSO send per
-        // 32), then the sender sleeps until the next one is due, serving NAKs meanwhile.
+        // 64), then the sender sleeps until the next one is due, serving NAKs meanwhile.
         std::uint64_t allowed = n;
         if (rate > 0) {
             const auto now = std::chrono::steady_clock::now();

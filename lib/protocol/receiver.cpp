@@ -217,6 +217,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     reassembly_.resize(pgm::kMaxApduBytes);
     scratch_.resize(512);
     due_.reserve(capacity_);
+    wheel_shift_ = wheel_shift_for(cfg.timers);
     rng_ = cfg.seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL;
 }
 
@@ -276,7 +277,7 @@ Receiver::Peer* Receiver::find_or_add(const Tsi& tsi, std::int64_t now_ns) noexc
             p->slots = std::move(slots);
             p->buffers = std::move(buffers);
             p->allocs = std::move(allocs);
-            p->reset_wheel(wheel_shift_for(cfg_.timers));
+            p->reset_wheel(wheel_shift_);
             p->in_use = true;
             p->tsi = tsi;
             p->counters.tsi = tsi;
@@ -654,8 +655,8 @@ void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
     }
 }
 
-// Walks the missing sequence numbers oldest first (§6.3 "NAKs sent in order"), sends the due
-// ones as NAKs with OPT_NAK_LIST (≤ 62 + 1 per packet) and moves every timer on.
+// Takes the expired NAK timers from the wheel, oldest sqn first (§6.3 "NAKs sent in order"),
+// sends the due ones as NAKs with OPT_NAK_LIST (≤ 62 + 1 per packet) and re-arms each timer.
 void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept {
     const std::uint32_t mask = capacity_ - 1;
     const auto& t = cfg_.timers;

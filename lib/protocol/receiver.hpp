@@ -147,6 +147,7 @@ private:
     std::vector<std::byte> reassembly_;
     std::vector<std::byte> scratch_;
     std::vector<std::uint32_t> due_;  // run_naks: slots whose NAK timer expired
+    unsigned wheel_shift_ = 10;       // NAK timer wheel tick = 2^shift ns (from the timers)
     std::uint64_t rng_ = 0;
     ReceiverCounters counters_;
 };

@@ -40,6 +40,9 @@ Session::Session(Transport& t, const SessionConfig& cfg) : transport_(t), cfg_(c
     const std::size_t batch =
         std::min(cfg.tx_batch, std::max<std::size_t>(1, t.caps().max_tx_batch));
     cfg_.tx_batch = batch;
+    if (cfg.receiver) {
+        cfg_.upstream_poll_ns = 0;  // a receiver polls on every call: data is what it waits for
+    }
     rx_.resize(cfg.rx_batch);
     tx_.resize(batch);
     tx_bytes_.resize(batch * max_datagram_);
@@ -140,7 +143,7 @@ int Session::do_work(std::int64_t now_ns) noexcept {
         work += static_cast<int>(tx_count_);
         flush();
     }
-    if (receiver_ || now_ns >= next_rx_poll_ns_) {
+    if (now_ns >= next_rx_poll_ns_) {
         auto r = transport_.poll_rx(rx_);
         if (!r) {
             ++counters_.rx_errors;

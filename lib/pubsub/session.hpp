@@ -97,7 +97,7 @@ private:
     std::vector<std::byte> tx_bytes_;
     std::vector<TxPacket> tx_;
     std::size_t tx_count_ = 0;
-    std::int64_t next_rx_poll_ns_ = 0;  // upstream_poll_ns: quiet until then
+    std::int64_t next_rx_poll_ns_ = INT64_MIN;  // upstream_poll_ns: quiet until then
     SessionCounters counters_;
 };
 

@@ -3,6 +3,7 @@
 // default route). The binary exits 77 (ctest: skipped) when loopback multicast is unusable.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -330,6 +331,75 @@ TEST_CASE("busy_poll=US sets SO_BUSY_POLL on the receive sockets and reports wha
     }
     CHECK(got == 1);
     CHECK(rx[0].data.size() == 32);
+}
+
+TEST_CASE(
+    "the wakeup fd watches the sockets only once armed, and arming sees undelivered "
+    "GRO segments",
+    "[udp][wakeup]") {
+    const std::string base =
+        "udp://239.255.77.1:" + std::to_string(next_port()) + "?iface=127.0.0.1";
+    auto rx = open(base, false);
+    auto tx = open(base, true);
+    REQUIRE(rx->wakeup_fd() >= 0);
+    auto readable = [&](int timeout_ms) {
+        pollfd p{rx->wakeup_fd(), POLLIN, 0};
+        return ::poll(&p, 1, timeout_ms) == 1;
+    };
+    std::array<std::byte, 100> b{};
+    std::array<TxPacket, 8> burst{};
+    burst.fill(TxPacket{b, {}, Route::downstream, {}});
+    auto send = [&](std::size_t n) {
+        auto r = tx->send_batch(std::span<const TxPacket>(burst.data(), n));
+        REQUIRE(r.has_value());
+        REQUIRE(*r == n);
+    };
+    // Never armed (a busy-polling owner): the sockets are not in the epoll set, so a
+    // datagram does not make the fd readable (and costs the sender no epoll callback).
+    send(1);
+    CHECK_FALSE(readable(20));
+    // Armed: level-triggered, so the datagram already queued wakes a wait at once.
+    auto armed = rx->arm_wakeup();
+    REQUIRE(armed.has_value());
+    CHECK(*armed);
+    CHECK(readable(1000));
+    std::array<RxPacket, 2> two{};
+    auto k = rx->poll_rx(two);
+    REQUIRE(k.has_value());
+    REQUIRE(*k == 1);
+    rx->release_rx(*k);
+    armed = rx->arm_wakeup();
+    REQUIRE(armed.has_value());
+    CHECK(*armed);
+    CHECK_FALSE(readable(0));
+    // One GSO send of 8 -> with GRO one datagram of 8 segments; 2 handed out, 6 held in
+    // user space where epoll cannot see them: arming must say "do not sleep".
+    send(8);
+    REQUIRE(readable(1000));
+    k = rx->poll_rx(two);
+    REQUIRE(k.has_value());
+    REQUIRE(*k == 2);
+    rx->release_rx(*k);
+    if (rx->gro_enabled() && tx->gso_enabled()) {
+        CHECK_FALSE(readable(0));  // the kernel queue is empty...
+        armed = rx->arm_wakeup();
+        REQUIRE(armed.has_value());
+        CHECK_FALSE(*armed);  // ...but 6 segments wait
+    }
+    std::size_t got = 2;
+    for (int i = 0; i < 1000 && got < 8; ++i) {
+        k = rx->poll_rx(two);
+        REQUIRE(k.has_value());
+        got += *k;
+        rx->release_rx(*k);
+        if (*k == 0) {
+            ::usleep(1000);
+        }
+    }
+    CHECK(got == 8);
+    armed = rx->arm_wakeup();
+    REQUIRE(armed.has_value());
+    CHECK(*armed);
 }
 
 int prizma_probe() {

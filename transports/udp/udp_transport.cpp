@@ -293,9 +293,10 @@ struct UdpTransport::Impl {
     Addr group;
     Addr iface;
     bool multicast = false;
-    UniqueFd rx;  // group traffic (wildcard:port, joined) or unicast group address
-    UniqueFd uc;  // iface:port, for unicast NAKs/SPMRs; also the send socket when present
-    UniqueFd ep;  // epoll over both, the wakeup fd
+    UniqueFd rx;           // group traffic (wildcard:port, joined) or unicast group address
+    UniqueFd uc;           // iface:port, for unicast NAKs/SPMRs; also the send socket when present
+    UniqueFd ep;           // epoll over both, the wakeup fd
+    bool watched = false;  // the sockets are in ep (from the first arm_wakeup() on)
     int tx = -1;
     std::size_t max_datagram = 0;
     // receive
@@ -516,16 +517,11 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
     im.tx_iov.resize(2 * n);
     im.tx_addr.resize(n);
     im.tx_ctl.resize(n);
-    // Wakeup: one epoll fd over both sockets.
+    // Wakeup: one epoll fd over both sockets. The sockets join it only at the first
+    // arm_wakeup(): a socket watched by an epoll set makes every datagram queued to it run
+    // the epoll callbacks (a locked wait queue, twice when the Context's epoll nests this
+    // one) in the *sender's* send path, ~0.3 us per hop that a busy-polling party never uses.
     im.ep.reset(::epoll_create1(EPOLL_CLOEXEC));
-    for (int fd : {im.rx.get(), im.uc.get()}) {
-        if (fd >= 0 && im.ep.get() >= 0) {
-            epoll_event ev{};
-            ev.events = EPOLLIN;
-            ev.data.fd = fd;
-            (void)::epoll_ctl(im.ep.get(), EPOLL_CTL_ADD, fd, &ev);
-        }
-    }
     if (!cfg.iface.empty()) {
         t->local_ = to_endpoint(im.iface.ss);
     }
@@ -541,6 +537,26 @@ TransportCaps UdpTransport::caps() const noexcept {
 
 int UdpTransport::wakeup_fd() const noexcept {
     return impl_->ep.get();
+}
+
+Result<bool> UdpTransport::arm_wakeup() noexcept {
+    Impl& im = *impl_;
+    if (!im.watched && im.ep.get() >= 0) {
+        for (int fd : {im.rx.get(), im.uc.get()}) {
+            if (fd < 0) {
+                continue;
+            }
+            epoll_event ev{};
+            ev.events = EPOLLIN;  // level-triggered: a datagram already queued wakes at once
+            ev.data.fd = fd;
+            if (::epoll_ctl(im.ep.get(), EPOLL_CTL_ADD, fd, &ev) != 0 && errno != EEXIST) {
+                return errno_code();
+            }
+        }
+        im.watched = true;
+    }
+    // Segments of a GRO datagram not yet handed out are invisible to epoll.
+    return im.pending_pos == im.pending.size();
 }
 
 // Batches into sendmmsg; a run of downstream packets of one size (the last may be shorter)
@@ -653,9 +669,11 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
         int fds[2] = {im.poll_uc_first ? im.uc.get() : im.rx.get(),
                       im.poll_uc_first ? im.rx.get() : im.uc.get()};
         im.poll_uc_first = !im.poll_uc_first;
-        if (fds[0] >= 0 && fds[1] >= 0 && im.ep.get() >= 0) {
-            // Two sockets: one epoll_wait(0) (~0.2 us) says which has datagrams, so an empty
-            // busy poll costs one cheap syscall instead of two recvmmsg (~0.3-1 us each).
+        if (fds[0] >= 0 && fds[1] >= 0 && im.watched) {
+            // Two watched sockets: one epoll_wait(0) (~0.2 us) says which has datagrams, so
+            // an empty poll costs one cheap syscall instead of two recvmmsg (~0.3-1 us each).
+            // Unwatched (never armed, the busy-poll case) both are read: two-socket channels
+            // are publishers, whose upstream is polled only every upstream_poll_ns.
             std::array<epoll_event, 2> ev{};
             const int ready = ::epoll_wait(im.ep.get(), ev.data(), 2, 0);
             if (ready <= 0) {

@@ -79,7 +79,7 @@ public:
     void release_rx(std::size_t count) noexcept override;
     [[nodiscard]] int wakeup_fd() const noexcept override;
     std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
-    [[nodiscard]] Result<bool> arm_wakeup() noexcept override { return true; }
+    [[nodiscard]] Result<bool> arm_wakeup() noexcept override;
 
     [[nodiscard]] const UdpCounters& counters() const noexcept { return counters_; }
     [[nodiscard]] bool gso_enabled() const noexcept { return gso_; }

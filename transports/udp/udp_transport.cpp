@@ -310,6 +310,7 @@ struct UdpTransport::Impl {
     std::size_t pending_pos = 0;
     std::size_t lent = 0;
     bool poll_uc_first = false;
+    std::array<bool, 2> quiet{};                  // the last read of rx, uc found nothing
     std::array<std::uint32_t, 2> kernel_drops{};  // last SO_RXQ_OVFL value of rx, uc
     // send
     std::vector<mmsghdr> tx_msgs;
@@ -695,15 +696,21 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             }
             // The headers were built once; received entries are restored below, so an empty
             // poll (the busy-poll common case) costs only the syscall.
-            const std::size_t n = im.rx_msgs.size() - slot;
+            // After an empty poll ask for one datagram: the first to arrive after a quiet
+            // spell (the latency case) comes back without the kernel trying the empty queue
+            // again for the next one; a burst gets the full batch from the next poll on.
+            const std::size_t fi = fd == im.rx.get() ? 0 : 1;
+            const std::size_t n = im.quiet[fi] ? 1 : im.rx_msgs.size() - slot;
             const int rc =
                 ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
             if (rc < 0) {
                 if (errno == EAGAIN) {  // == EWOULDBLOCK on Linux
+                    im.quiet[fi] = true;
                     continue;
                 }
                 return errno_code();
             }
+            im.quiet[fi] = false;
             for (std::size_t i = slot; i < slot + static_cast<std::size_t>(rc); ++i) {
                 const mmsghdr& m = im.rx_msgs[i];
                 std::size_t seg = m.msg_len;

@@ -154,8 +154,10 @@ int main(int argc, char** argv) {
                secs > 0 ? static_cast<double>(received) / secs : 0.0,
                secs > 0 ? static_cast<double>(bytes) / secs / 1e6 : 0.0);
     fmt::print(
-        "repairs {} naks {} gaps {} duplicates {} out-of-range {} loss events {} malformed {}\n",
-        c.repaired, c.naks_sent, gaps, duplicates, out_of_range, loss_events, c.malformed);
+        "repairs {} naks {} gaps {} duplicates {} out-of-range {} loss events {} malformed {} "
+        "window-full {}\n",
+        c.repaired, c.naks_sent, gaps, duplicates, out_of_range, loss_events, c.malformed,
+        c.window_full);
     if (const auto t = sub->transport_counters(); !t.empty()) {
         fmt::print("transport");
         for (const auto& k : t) {

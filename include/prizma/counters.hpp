@@ -36,6 +36,7 @@ struct ChannelCounters {
     std::uint64_t duplicates = 0;
     std::uint64_t loss_events = 0;
     std::uint64_t lost_sqns = 0;
+    std::uint64_t window_full = 0;  ///< data beyond the receive window: dropped, NAKed later
     std::uint64_t sources = 0;  ///< sources currently known
 };
 

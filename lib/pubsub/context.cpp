@@ -525,6 +525,7 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.duplicates = k.duplicates;
         c.loss_events = k.loss_events;
         c.lost_sqns = k.lost_sqns;
+        c.window_full = k.outside_window;
         c.sources = rcv->peer_count();
     }
     return c;

@@ -64,6 +64,7 @@ std::size_t flatten(const ChannelCounters& c, std::span<NamedCounter> out) noexc
         {"duplicates", c.duplicates},
         {"loss_events", c.loss_events},
         {"lost_sqns", c.lost_sqns},
+        {"window_full", c.window_full},
         {"sources", c.sources},
     };
     const std::size_t n = std::min(out.size(), std::size(all));

@@ -88,6 +88,41 @@ TEST_CASE("API: publisher and two subscribers on mem://, one losing 5%, all deli
     CHECK(total.sources == 2);  // each subscriber knows the one source
 }
 
+TEST_CASE(
+    "API: a subscriber that stops consuming fills its window: window_full counts the "
+    "drops, repaired once it consumes again",
+    "[unit][api]") {
+    auto ctx = std::move(*prizma::Context::create());
+    prizma::ChannelOptions small;
+    small.window_sqns = 64;
+    auto sub = std::move(*ctx->add_subscriber("mem://full-bus:7502", small));
+    auto pub = std::move(*ctx->add_publisher("mem://full-bus:7502"));
+    constexpr std::uint64_t kN = 200;
+    for (std::uint64_t i = 0; i < kN; ++i) {
+        REQUIRE(pub.offer(msg(i, 100)).has_value());
+        (void)ctx->poll();  // the subscriber receives, but nobody consumes
+    }
+    (void)ctx->poll();  // the last one, sent by the poll above, arrives
+    CHECK(sub.counters().window_full == kN - 64);
+    std::vector<std::vector<std::byte>> got;
+    const std::int64_t deadline = prizma::Context::now_ns() + 10'000'000'000LL;
+    while (got.size() < kN && prizma::Context::now_ns() < deadline) {
+        (void)ctx->poll();
+        sub.poll(64, [&](const prizma::Message& m) {
+            CHECK(m.kind != prizma::MessageKind::loss);
+            if (m.kind == prizma::MessageKind::data) {
+                got.emplace_back(m.payload.begin(), m.payload.end());
+            }
+        });
+    }
+    REQUIRE(got.size() == kN);
+    for (std::uint64_t i = 0; i < kN; ++i) {
+        CHECK(got[i] == msg(i, 100));
+    }
+    CHECK(sub.counters().repaired == kN - 64);
+    CHECK(pub.counters().rdata_sent >= kN - 64);
+}
+
 TEST_CASE("API: zero-copy claim, abort on destruction", "[unit][api]") {
     auto ctx = std::move(*prizma::Context::create());
     auto sub = std::move(*ctx->add_subscriber("mem://claim-bus:7501"));

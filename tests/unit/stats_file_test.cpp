@@ -40,7 +40,7 @@ TEST_CASE("stats file: round trip, names, roles, removal", "[unit][stats]") {
         c.naks_received = 7;
         std::array<NamedCounter, stats::kMaxCounters> buf{};
         std::size_t n = stats::flatten(c, buf);
-        REQUIRE(n == 25);  // every ChannelCounters field
+        REQUIRE(n == 26);  // every ChannelCounters field
         buf[n++] = {"rx_ring_low", 3};
         w.begin();
         w.values(0, std::span(buf).first(n));
@@ -65,10 +65,10 @@ TEST_CASE("stats file: round trip, names, roles, removal", "[unit][stats]") {
         CHECK(s->channels[0].publisher);
         CHECK_FALSE(s->channels[1].publisher);
         const auto& k0 = s->channels[0].counters;
-        REQUIRE(k0.size() == 26);
+        REQUIRE(k0.size() == 27);
         CHECK(k0[6] == std::pair<std::string, std::uint64_t>{"odata_sent", 42});
         CHECK(k0[10] == std::pair<std::string, std::uint64_t>{"naks_received", 7});
-        CHECK(k0[25] == std::pair<std::string, std::uint64_t>{"rx_ring_low", 3});
+        CHECK(k0[26] == std::pair<std::string, std::uint64_t>{"rx_ring_low", 3});
         CHECK(s->channels[1].counters[13]
               == std::pair<std::string, std::uint64_t>{"messages_delivered", 1000});
         const auto& src = s->channels[1].sources;

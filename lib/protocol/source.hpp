@@ -78,6 +78,11 @@ public:
     [[nodiscard]] Sqn next_sqn() const noexcept { return next_; }
     [[nodiscard]] const SourceCounters& counters() const noexcept { return counters_; }
     [[nodiscard]] const SourceConfig& config() const noexcept { return cfg_; }
+    /// The rate limit or the retention compares the times given to send()/claim()/commit():
+    /// they must be exact. Otherwise those times only schedule heartbeat SPMs.
+    [[nodiscard]] bool needs_exact_time() const noexcept {
+        return cfg_.odata_rate_bytes_per_sec != 0 || cfg_.txw_retention_ns > 0;
+    }
 
 private:
     struct Slot {

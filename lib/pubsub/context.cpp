@@ -67,6 +67,7 @@ struct Channel {
     std::unique_ptr<Transport> base;
     std::unique_ptr<memory::LossyTransport> lossy;
     std::unique_ptr<pubsub::Session> session;
+    std::int64_t stamp_ns = 0;  ///< the time offered data is stamped with (see offer_stamp)
 };
 
 }  // namespace detail
@@ -614,11 +615,27 @@ ChannelCounters Context::counters() const noexcept {
 
 // ---- Publisher / Claim / Subscriber ----------------------------------------------------------
 
+namespace {
+
+/// The time offered data is stamped with. A clock read costs ~40 ns on this kind of machine,
+/// a sixth of a 100-byte message's whole cost at 3 M msgs/s, so the offers that fill one
+/// send batch share the time read at its first. A source whose rate limit or retention
+/// needs exact times reads the clock every time. The stamp otherwise only schedules the
+/// heartbeat SPMs after the data, which leave with the batch, at most a batch later.
+std::int64_t offer_stamp(detail::Channel& ch) noexcept {
+    if (ch.session->tx_batch_start() || ch.session->source()->needs_exact_time()) {
+        ch.stamp_ns = Context::now_ns();
+    }
+    return ch.stamp_ns;
+}
+
+}  // namespace
+
 Result<std::uint32_t> Publisher::offer(std::span<const std::byte> message) noexcept {
     // Queued in the channel's batch: it leaves at the next Context::poll() or when the batch
     // is full, so bursts go out in one sendmmsg / GSO send.
     ch_->owner->check("Publisher::offer");
-    auto r = ch_->session->source()->send(message, Context::now_ns(), *ch_->session);
+    auto r = ch_->session->source()->send(message, offer_stamp(*ch_), *ch_->session);
     if (!r) {
         return r.error();
     }
@@ -627,7 +644,7 @@ Result<std::uint32_t> Publisher::offer(std::span<const std::byte> message) noexc
 
 Result<Claim> Publisher::try_claim(std::size_t n) noexcept {
     ch_->owner->check("Publisher::try_claim");
-    auto r = ch_->session->source()->claim(n, Context::now_ns());
+    auto r = ch_->session->source()->claim(n, offer_stamp(*ch_));
     if (!r) {
         return r.error();
     }
@@ -684,7 +701,7 @@ Result<std::uint32_t> Claim::commit(std::size_t used) noexcept {
     }
     auto* ch = std::exchange(ch_, nullptr);
     ch->owner->check("Claim::commit");
-    auto r = ch->session->source()->commit(used, Context::now_ns(), *ch->session);
+    auto r = ch->session->source()->commit(used, offer_stamp(*ch), *ch->session);
     ch->session->flush();
     if (!r) {
         return r.error();

@@ -75,6 +75,10 @@ public:
     Result<Sqn> publish(std::span<const std::byte> apdu, std::int64_t now_ns) noexcept;
     [[nodiscard]] std::int64_t next_deadline() const noexcept;
     void flush() noexcept;
+    /// Nothing is queued, or a full batch is (the next packet flushes it): a batch begins.
+    [[nodiscard]] bool tx_batch_start() const noexcept {
+        return tx_count_ == 0 || tx_count_ == tx_.size();
+    }
 
     void emit(const TxPacket& packet) noexcept override;
     void forget(const Endpoint& peer) noexcept override { transport_.forget(peer); }

@@ -116,11 +116,14 @@ private:
     Result<void> make_room(std::uint32_t n, std::int64_t now_ns) noexcept;
     Result<void> evict(std::uint32_t n, std::int64_t now_ns) noexcept;
     Result<std::byte*> place(Sqn s, std::size_t bytes, std::int64_t now_ns) noexcept;
+    /// `copied_from`: the APDU the payload was just copied from (unfragmented sends), summed
+    /// there instead of in the slot; nullptr sums the slot (claim/commit, fragments).
     void emit_odata(Sqn s,
                     std::size_t len,
                     const pgm::FragmentInfo* frag,
                     std::int64_t now_ns,
-                    PacketSink& sink) noexcept;
+                    PacketSink& sink,
+                    const std::byte* copied_from = nullptr) noexcept;
     void after_data(std::int64_t now_ns) noexcept;
     void send_spm(std::int64_t now_ns, PacketSink& sink) noexcept;
     void answer_with_spm(std::int64_t now_ns, PacketSink& sink) noexcept;
@@ -142,6 +145,7 @@ private:
     std::size_t repair_count_ = 0;
     std::vector<std::byte> scratch_;  // SPM / NCF / RDATA headers
     std::array<std::byte, pgm::kDataHeaderBytes> odata_template_{};
+    std::uint16_t odata_template_sum_ = 0;  ///< checksum of its fixed 16 bytes
     Sqn trail_{};
     Sqn next_{};
     Sqn spm_sqn_{};

@@ -245,9 +245,11 @@ std::int64_t Receiver::backoff(std::int64_t now_ns) noexcept {
     return now_ns + 1 + static_cast<std::int64_t>(r % ivl);
 }
 
-Receiver::Peer* Receiver::find(const Tsi& tsi) noexcept {
+// By GSI and port, not a Tsi: a Tsi temporary built from small stores and copied as one
+// 8-byte word stalled on store forwarding for every packet (a twentieth of the receiver).
+Receiver::Peer* Receiver::find(const Gsi& gsi, std::uint16_t sport) noexcept {
     for (Peer* p : live_) {
-        if (p->tsi == tsi) {
+        if (p->tsi.sport == sport && p->tsi.gsi == gsi) {
             return p;
         }
     }
@@ -255,10 +257,13 @@ Receiver::Peer* Receiver::find(const Tsi& tsi) noexcept {
 }
 
 // A new source: storage is allocated the first time a peer slot is used and then reused.
-Receiver::Peer* Receiver::find_or_add(const Tsi& tsi, std::int64_t now_ns) noexcept {
-    if (Peer* p = find(tsi)) {
+Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
+                                      std::uint16_t sport,
+                                      std::int64_t now_ns) noexcept {
+    if (Peer* p = find(gsi, sport)) {
         return p;
     }
+    const Tsi tsi{gsi, sport};
     for (auto& p : peers_) {
         if (!p) {
             p = std::make_unique<Peer>();
@@ -302,9 +307,9 @@ void Receiver::on_packet(const pgm::Packet& pkt,
         ++counters_.foreign_dport;
         return;
     }
-    const Tsi tsi = pkt.source_tsi();
+    const std::uint16_t sport = upstream ? pkt.dport : pkt.sport;  // the source's port
     if (upstream) {
-        if (Peer* p = find(tsi)) {
+        if (Peer* p = find(pkt.gsi, sport)) {
             if (pkt.type == PacketType::nak) {
                 on_peer_nak(*p, pkt, now_ns);
             } else if (pkt.type == PacketType::spmr && p->spmr_deadline != kNever) {
@@ -319,7 +324,8 @@ void Receiver::on_packet(const pgm::Packet& pkt,
         && pkt.type != PacketType::rdata && pkt.type != PacketType::ncf) {
         return;
     }
-    Peer* p = pkt.type == PacketType::ncf ? find(tsi) : find_or_add(tsi, now_ns);
+    Peer* p =
+        pkt.type == PacketType::ncf ? find(pkt.gsi, sport) : find_or_add(pkt.gsi, sport, now_ns);
     if (p == nullptr) {
         return;
     }

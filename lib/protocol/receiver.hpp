@@ -119,8 +119,8 @@ public:
 private:
     struct Peer;
     explicit Receiver(const ReceiverConfig& cfg);
-    Peer* find_or_add(const Tsi& tsi, std::int64_t now_ns) noexcept;
-    Peer* find(const Tsi& tsi) noexcept;
+    Peer* find_or_add(const Gsi& gsi, std::uint16_t sport, std::int64_t now_ns) noexcept;
+    Peer* find(const Gsi& gsi, std::uint16_t sport) noexcept;
     void on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
     void on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
     void on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;

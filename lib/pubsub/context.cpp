@@ -715,11 +715,21 @@ bool Subscriber::next(Message& out) noexcept {
     if (!ch_->session->receiver()->next_event(ev)) {
         return false;
     }
+    // The payload span through two registers: next_event() stored its pointer and size
+    // separately, and the 16-byte load the compiler merges them into stalls on store
+    // forwarding (three quarters of this function's time at 5 M msgs/s).
+    // Likewise sqn and count (two 4-byte stores, one merged 8-byte load).
+    const std::byte* data = ev.payload.data();
+    std::size_t size = ev.payload.size();
+    std::uint32_t sqn = ev.sqn.value;
+    std::uint32_t count = ev.count;
+    // NOLINTNEXTLINE(hicpp-no-assembler): an empty compiler barrier, no instruction
+    asm("" : "+r"(data), "+r"(size), "+r"(sqn), "+r"(count));
     out.kind = static_cast<MessageKind>(ev.kind);
     out.tsi = ev.tsi;
-    out.sqn = ev.sqn.value;
-    out.count = ev.count;
-    out.payload = ev.payload;
+    out.sqn = sqn;
+    out.count = count;
+    out.payload = std::span<const std::byte>(data, size);
     return true;
 }
 

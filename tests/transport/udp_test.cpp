@@ -402,6 +402,49 @@ TEST_CASE(
     CHECK(*armed);
 }
 
+TEST_CASE("segments handed out but not released come back first, in order", "[udp][gro]") {
+    const std::string base =
+        "udp://239.255.77.1:" + std::to_string(next_port()) + "?iface=127.0.0.1";
+    auto rx = open(base, false);
+    auto tx = open(base, true);
+    if (!rx->gro_enabled() || !tx->gso_enabled()) {
+        WARN("no UDP GSO/GRO on this kernel: nothing is held back to test");
+        return;
+    }
+    std::array<std::array<std::byte, 100>, 8> bodies{};
+    std::array<TxPacket, 8> burst{};
+    for (std::size_t i = 0; i < burst.size(); ++i) {
+        bodies[i][0] = static_cast<std::byte>(i);
+        burst[i] = TxPacket{bodies[i], {}, Route::downstream, {}};
+    }
+    REQUIRE(tx->send_batch(burst).value() == 8);
+    std::array<RxPacket, 4> four{};
+    std::size_t k = 0;
+    for (int i = 0; i < 1000 && k == 0; ++i) {
+        k = rx->poll_rx(four).value();
+        if (k == 0) {
+            ::usleep(1000);
+        }
+    }
+    REQUIRE(k >= 2);
+    CHECK(four[0].data[0] == std::byte{0});
+    CHECK(four[1].data[0] == std::byte{1});
+    rx->release_rx(1);  // only the first was consumed
+    std::vector<int> order{0};
+    std::array<RxPacket, 16> more{};
+    for (int i = 0; i < 1000 && order.size() < 8; ++i) {
+        const std::size_t n = rx->poll_rx(more).value();
+        for (std::size_t j = 0; j < n; ++j) {
+            order.push_back(std::to_integer<int>(more[j].data[0]));
+        }
+        rx->release_rx(n);
+        if (n == 0) {
+            ::usleep(1000);
+        }
+    }
+    CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+}
+
 int prizma_probe() {
     // Probe: a multicast datagram to ourselves on 127.0.0.1.
     g_port_base = static_cast<std::uint16_t>(20000 + (::getpid() % 2000) * 10);

@@ -306,9 +306,16 @@ struct UdpTransport::Impl {
     std::vector<iovec> rx_iov;
     std::vector<sockaddr_storage> rx_from;
     std::vector<std::array<char, 64>> rx_ctl;
-    std::vector<RxPacket> pending;  // segments received, not yet handed out
+    std::vector<RxPacket> pending;  // segments received that did not fit the caller's span
     std::size_t pending_pos = 0;
-    std::size_t lent = 0;
+    std::size_t lent = 0;         // handed out by the last poll_rx
+    RxPacket* lent_to = nullptr;  // ...straight into the caller's span, or from pending
+    // The sender address of the last datagram, raw and converted: consecutive datagrams
+    // mostly come from one source, and a freshly built Endpoint copied into each segment
+    // stalled on store forwarding.
+    sockaddr_storage last_sa{};
+    socklen_t last_sa_len = 0;
+    Endpoint last_from{};
     bool poll_uc_first = false;
     std::array<bool, 2> quiet{};                  // the last read of rx, uc found nothing
     std::array<std::uint32_t, 2> kernel_drops{};  // last SO_RXQ_OVFL value of rx, uc
@@ -664,9 +671,21 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
 
 Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     Impl& im = *impl_;
-    if (im.pending_pos == im.pending.size()) {
-        im.pending.clear();
-        im.pending_pos = 0;
+    im.lent = 0;
+    im.lent_to = nullptr;
+    if (im.pending_pos < im.pending.size()) {
+        // Segments of the last batch that did not fit: handed out before anything is read
+        // (they live in rx_buf, which the next recvmmsg overwrites).
+        const std::size_t k = std::min(out.size(), im.pending.size() - im.pending_pos);
+        std::copy_n(im.pending.begin() + static_cast<std::ptrdiff_t>(im.pending_pos), k,
+                    out.begin());
+        im.lent = k;
+        return k;
+    }
+    im.pending.clear();
+    im.pending_pos = 0;
+    std::size_t k = 0;  // segments written straight into `out`
+    {
         int fds[2] = {im.poll_uc_first ? im.uc.get() : im.rx.get(),
                       im.poll_uc_first ? im.rx.get() : im.uc.get()};
         im.poll_uc_first = !im.poll_uc_first;
@@ -708,6 +727,9 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                     im.quiet[fi] = true;
                     continue;
                 }
+                if (k != 0 || !im.pending.empty()) {
+                    break;  // hand out what the other socket gave; the error comes back next
+                }
                 return errno_code();
             }
             im.quiet[fi] = false;
@@ -730,13 +752,21 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                             std::uint64_t{im.kernel_drops[0]} + im.kernel_drops[1];
                     }
                 }
-                const Endpoint from = to_endpoint(im.rx_from[i]);
+                const socklen_t salen = m.msg_hdr.msg_namelen;
+                if (salen != im.last_sa_len
+                    || std::memcmp(&im.last_sa, &im.rx_from[i], salen) != 0) {
+                    std::memcpy(&im.last_sa, &im.rx_from[i], salen);
+                    im.last_sa_len = salen;
+                    im.last_from = to_endpoint(im.rx_from[i]);
+                }
                 const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
                 ++counters_.rx_datagrams;
                 for (std::size_t off = 0; off < m.msg_len; off += seg) {
                     const std::size_t len = std::min<std::size_t>(seg, m.msg_len - off);
-                    im.pending.push_back(
-                        RxPacket{std::span<const std::byte>(base + off, len), from, 0});
+                    RxPacket& r = k < out.size() ? out[k++] : im.pending.emplace_back();
+                    r.data = std::span<const std::byte>(base + off, len);
+                    r.from = im.last_from;
+                    r.rx_time_ns = 0;
                     if (off != 0) {
                         ++counters_.rx_gro_segments;
                     }
@@ -746,9 +776,8 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             slot += static_cast<std::size_t>(rc);
         }
     }
-    const std::size_t k = std::min(out.size(), im.pending.size() - im.pending_pos);
-    std::copy_n(im.pending.begin() + static_cast<std::ptrdiff_t>(im.pending_pos), k, out.begin());
     im.lent = k;
+    im.lent_to = out.data();
     return k;
 }
 
@@ -773,8 +802,17 @@ std::size_t UdpTransport::named_counters(std::span<NamedCounter> out) const noex
 }
 
 void UdpTransport::release_rx(std::size_t count) noexcept {
-    impl_->pending_pos += std::min(count, impl_->lent);
-    impl_->lent = 0;
+    Impl& im = *impl_;
+    count = std::min(count, im.lent);
+    if (im.lent_to == nullptr) {
+        im.pending_pos += count;  // they came from pending
+    } else if (count < im.lent) {
+        // Handed out straight but not all taken: the rest goes back in front of pending
+        // (within its reserved capacity: no allocation), to be handed out again first.
+        im.pending.insert(im.pending.begin(), im.lent_to + count, im.lent_to + im.lent);
+    }
+    im.lent = 0;
+    im.lent_to = nullptr;
 }
 
 }  // namespace prizma::udp

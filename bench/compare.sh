@@ -9,8 +9,9 @@
 #   OpenPGM (bench/compare/pgm_perf.c) and prizma (prizma-send/prizma-recv): neither has flow
 #            control, so each runs down a ladder of send rates (unpaced first) and reports the
 #            receiver's rate at the first step where every message arrived with no loss event;
-#            each step is sustained ~2 s (up to 2 M messages, 6 M for prizma, which reaches
-#            3 M/s): shorter bursts only measure the socket buffers.
+#            each step is sustained ~2 s (up to 2 M messages, 12 M for prizma, which reaches
+#            5-6 M/s and gets 6/5/4 M/s steps first): shorter bursts only measure the socket
+#            buffers.
 #   In every throughput run the sender is pinned to CPU 0 and the receiver to CPU 1, and every
 #   receiver busy-polls (raw recvmmsg loop, OpenPGM "spin", prizma-recv --spin).
 # Ping-pong RTT, 64 B, closed loop, both parties busy-polling on their own core (ping on CPU 0,
@@ -22,12 +23,13 @@ cd "$(dirname "$0")/.."
 REPS=3
 SIZES="100 500 1400 8000"
 LADDER="0 3000000 2000000 1500000 1000000 700000 500000 350000 250000 180000 120000 80000 50000 30000 20000"
+LADDER_PRIZMA="0 6000000 5000000 4000000 ${LADDER#0 }" # prizma reaches 5-6 M msgs/s
 while [ $# -gt 0 ]; do
 	case $1 in
 	--reps) REPS=$2; shift 2 ;;
 	--sizes) SIZES=$2; shift 2 ;;
 	--quick) REPS=1; SIZES="100 1400"; shift ;;
-	-h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -61,7 +63,7 @@ count_for() { # SIZE RATE [MAX] -> messages for a sustained ~2 s step (socket bu
 	# ~0.1 s); MAX (default 2 M) is raised for a system fast enough to need more for 2 s
 	local max=${3:-2000000}
 	local c=$(($2 == 0 ? max : $2 * 2))
-	local cap=$((600000000 / $1))
+	local cap=$((1200000000 / $1))
 	[ $c -gt $cap ] && c=$cap
 	[ $c -gt "$max" ] && c=$max
 	[ $c -lt 20000 ] && c=20000
@@ -122,8 +124,10 @@ pgm_step() {
 
 ladder() { # SYSTEM SIZE REP
 	local sys=$1 size=$2 rep=$3 rate n got
-	for rate in $LADDER; do
-		n=$(count_for "$size" "$rate" "$([ "$sys" = prizma ] && echo 6000000)")
+	local steps=$LADDER
+	[ "$sys" = prizma ] && steps=$LADDER_PRIZMA
+	for rate in $steps; do
+		n=$(count_for "$size" "$rate" "$([ "$sys" = prizma ] && echo 12000000)")
 		if got=$("${sys}_step" "$size" "$rate" "$n"); then
 			echo -e "$sys\ttput\t$size\t$rep\t$got\tat send rate $([ "$rate" = 0 ] && echo unpaced || echo "$rate")" >>"$RES"
 			log "$sys $size B: $got msgs/s delivered (send rate ${rate/#0/unpaced})"

@@ -37,7 +37,7 @@ struct ChannelCounters {
     std::uint64_t loss_events = 0;
     std::uint64_t lost_sqns = 0;
     std::uint64_t window_full = 0;  ///< data beyond the receive window: dropped, NAKed later
-    std::uint64_t sources = 0;  ///< sources currently known
+    std::uint64_t sources = 0;      ///< sources currently known
 };
 
 /// One transport-specific counter (e.g. verbs `rx_ring_low`), for tools and logs.

@@ -642,8 +642,12 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
             done = consumed;
             continue;
         }
+        // One message (a lone packet, or one GSO run): sendmsg skips sendmmsg's per-call
+        // vector handling, which is on the latency path of every echo.
         const int rc =
-            ::sendmmsg(im.tx, im.tx_msgs.data(), static_cast<unsigned>(nmsg), MSG_DONTWAIT);
+            nmsg == 1
+                ? (::sendmsg(im.tx, &im.tx_msgs[0].msg_hdr, MSG_DONTWAIT) < 0 ? -1 : 1)
+                : ::sendmmsg(im.tx, im.tx_msgs.data(), static_cast<unsigned>(nmsg), MSG_DONTWAIT);
         ++counters_.tx_syscalls;
         if (rc < 0) {
             if (errno == EAGAIN || errno == ENOBUFS) {

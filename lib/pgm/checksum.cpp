@@ -74,20 +74,6 @@ std::uint16_t csum_partial(std::span<const std::byte> data, std::uint16_t initia
     return csum_add(initial, native);
 }
 
-std::uint16_t csum_add(std::uint16_t a, std::uint16_t b, bool b_offset_odd) noexcept {
-    if (b_offset_odd) {
-        b = bswap16(b);
-    }
-    std::uint32_t s = static_cast<std::uint32_t>(a) + b;
-    s = (s & 0xffffU) + (s >> 16U);
-    return static_cast<std::uint16_t>(s);
-}
-
-std::uint16_t csum_finish(std::uint16_t sum) noexcept {
-    const auto c = static_cast<std::uint16_t>(~sum);
-    return c == 0 ? std::uint16_t{0xffff} : c;
-}
-
 bool csum_verify(std::span<const std::byte> packet) noexcept {
     return csum_partial(packet) == 0xffff;
 }

@@ -17,11 +17,24 @@ std::uint16_t csum_partial(std::span<const std::byte> data, std::uint16_t initia
 
 /// Ones'-complement addition of two folded sums. `b_offset_odd` is true when the block that
 /// `b` sums started at an odd byte offset within the packet (RFC 1071 §2(B): byte swap).
-std::uint16_t csum_add(std::uint16_t a, std::uint16_t b, bool b_offset_odd = false) noexcept;
+/// Inline: it runs twice per ODATA sent.
+inline std::uint16_t csum_add(std::uint16_t a,
+                              std::uint16_t b,
+                              bool b_offset_odd = false) noexcept {
+    if (b_offset_odd) {
+        b = static_cast<std::uint16_t>((b << 8U) | (b >> 8U));
+    }
+    std::uint32_t s = static_cast<std::uint32_t>(a) + b;
+    s = (s & 0xffffU) + (s >> 16U);
+    return static_cast<std::uint16_t>(s);
+}
 
 /// The value to transmit for a packet whose sum (checksum field zero) is `sum`. A result of
 /// 0 is sent as 0xffff, because 0 on the wire means "no checksum" (OpenPGM pgm_csum_fold).
-std::uint16_t csum_finish(std::uint16_t sum) noexcept;
+inline std::uint16_t csum_finish(std::uint16_t sum) noexcept {
+    const auto c = static_cast<std::uint16_t>(~sum);
+    return c == 0 ? std::uint16_t{0xffff} : c;
+}
 
 /// True when a packet whose checksum field is in place sums to 0xffff (valid).
 bool csum_verify(std::span<const std::byte> packet) noexcept;

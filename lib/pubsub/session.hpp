@@ -98,6 +98,7 @@ private:
     std::unique_ptr<protocol::Receiver> receiver_;
     std::size_t max_datagram_ = 0;
     std::vector<RxPacket> rx_;
+    pgm::Packet rx_pkt_{};  // the packet being dispatched
     std::vector<std::byte> tx_bytes_;
     std::vector<TxPacket> tx_;
     std::size_t tx_count_ = 0;

@@ -33,6 +33,20 @@ std::int64_t now_ns() {
         .count();
 }
 
+/// Polls `t` into `buf` until something arrives, for at most about a second; returns how
+/// many were handed out (0: nothing came). The caller releases them.
+std::size_t wait_rx(Transport& t, std::span<RxPacket> buf) {
+    for (int i = 0; i < 1000; ++i) {
+        auto n = t.poll_rx(buf);
+        REQUIRE(n.has_value());
+        if (*n != 0) {
+            return *n;
+        }
+        ::usleep(1000);
+    }
+    return 0;
+}
+
 std::unique_ptr<udp::UdpTransport> open(const std::string& uri, bool source) {
     std::string err;
     auto cfg = udp::parse_uri(uri, &err);
@@ -320,16 +334,7 @@ TEST_CASE("busy_poll=US sets SO_BUSY_POLL on the receive sockets and reports wha
     const TxPacket p{b, {}, Route::downstream, {}};
     REQUIRE(tx->send_batch(std::span<const TxPacket>(&p, 1)).has_value());
     std::array<RxPacket, 4> rx{};
-    std::size_t got = 0;
-    for (int i = 0; i < 1000 && got == 0; ++i) {
-        auto n = on->poll_rx(rx);
-        REQUIRE(n.has_value());
-        got = *n;
-        if (got == 0) {
-            ::usleep(1000);
-        }
-    }
-    CHECK(got == 1);
+    CHECK(wait_rx(*on, rx) == 1);
     CHECK(rx[0].data.size() == 32);
 }
 
@@ -387,14 +392,13 @@ TEST_CASE(
         CHECK_FALSE(*armed);  // ...but 6 segments wait
     }
     std::size_t got = 2;
-    for (int i = 0; i < 1000 && got < 8; ++i) {
-        k = rx->poll_rx(two);
-        REQUIRE(k.has_value());
-        got += *k;
-        rx->release_rx(*k);
-        if (*k == 0) {
-            ::usleep(1000);
+    while (got < 8) {
+        const std::size_t n = wait_rx(*rx, two);
+        if (n == 0) {
+            break;
         }
+        got += n;
+        rx->release_rx(n);
     }
     CHECK(got == 8);
     armed = rx->arm_wakeup();
@@ -419,28 +423,21 @@ TEST_CASE("segments handed out but not released come back first, in order", "[ud
     }
     REQUIRE(tx->send_batch(burst).value() == 8);
     std::array<RxPacket, 4> four{};
-    std::size_t k = 0;
-    for (int i = 0; i < 1000 && k == 0; ++i) {
-        k = rx->poll_rx(four).value();
-        if (k == 0) {
-            ::usleep(1000);
-        }
-    }
-    REQUIRE(k >= 2);
+    REQUIRE(wait_rx(*rx, four) >= 2);
     CHECK(four[0].data[0] == std::byte{0});
     CHECK(four[1].data[0] == std::byte{1});
     rx->release_rx(1);  // only the first was consumed
     std::vector<int> order{0};
     std::array<RxPacket, 16> more{};
-    for (int i = 0; i < 1000 && order.size() < 8; ++i) {
-        const std::size_t n = rx->poll_rx(more).value();
+    while (order.size() < 8) {
+        const std::size_t n = wait_rx(*rx, more);
+        if (n == 0) {
+            break;
+        }
         for (std::size_t j = 0; j < n; ++j) {
             order.push_back(std::to_integer<int>(more[j].data[0]));
         }
         rx->release_rx(n);
-        if (n == 0) {
-            ::usleep(1000);
-        }
     }
     CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
 }

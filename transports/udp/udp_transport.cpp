@@ -689,96 +689,93 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     im.pending.clear();
     im.pending_pos = 0;
     std::size_t k = 0;  // segments written straight into `out`
-    {
-        int fds[2] = {im.poll_uc_first ? im.uc.get() : im.rx.get(),
-                      im.poll_uc_first ? im.rx.get() : im.uc.get()};
-        im.poll_uc_first = !im.poll_uc_first;
-        if (fds[0] >= 0 && fds[1] >= 0 && im.watched) {
-            // Two watched sockets: one epoll_wait(0) (~0.2 us) says which has datagrams, so
-            // an empty poll costs one cheap syscall instead of two recvmmsg (~0.3-1 us each).
-            // Unwatched (never armed, the busy-poll case) both are read: two-socket channels
-            // are publishers, whose upstream is polled only every upstream_poll_ns.
-            std::array<epoll_event, 2> ev{};
-            const int ready = ::epoll_wait(im.ep.get(), ev.data(), 2, 0);
-            if (ready <= 0) {
-                return std::size_t{0};  // nothing, or EINTR: the next poll retries
-            }
-            bool in[2] = {false, false};
-            for (int i = 0; i < ready; ++i) {
-                const int fd = ev[static_cast<std::size_t>(i)].data.fd;
-                in[0] = in[0] || fd == fds[0];
-                in[1] = in[1] || fd == fds[1];
-            }
-            fds[0] = in[0] ? fds[0] : -1;
-            fds[1] = in[1] ? fds[1] : -1;
+    int fds[2] = {im.poll_uc_first ? im.uc.get() : im.rx.get(),
+                  im.poll_uc_first ? im.rx.get() : im.uc.get()};
+    im.poll_uc_first = !im.poll_uc_first;
+    if (fds[0] >= 0 && fds[1] >= 0 && im.watched) {
+        // Two watched sockets: one epoll_wait(0) (~0.2 us) says which has datagrams, so
+        // an empty poll costs one cheap syscall instead of two recvmmsg (~0.3-1 us each).
+        // Unwatched (never armed, the busy-poll case) both are read: two-socket channels
+        // are publishers, whose upstream is polled only every upstream_poll_ns.
+        std::array<epoll_event, 2> ev{};
+        const int ready = ::epoll_wait(im.ep.get(), ev.data(), 2, 0);
+        if (ready <= 0) {
+            return std::size_t{0};  // nothing, or EINTR: the next poll retries
         }
-        std::size_t slot = 0;
-        for (int fd : fds) {
-            if (fd < 0 || slot == im.rx_msgs.size()) {
+        bool in[2] = {false, false};
+        for (int i = 0; i < ready; ++i) {
+            const int fd = ev[static_cast<std::size_t>(i)].data.fd;
+            in[0] = in[0] || fd == fds[0];
+            in[1] = in[1] || fd == fds[1];
+        }
+        fds[0] = in[0] ? fds[0] : -1;
+        fds[1] = in[1] ? fds[1] : -1;
+    }
+    std::size_t slot = 0;
+    for (int fd : fds) {
+        if (fd < 0 || slot == im.rx_msgs.size()) {
+            continue;
+        }
+        // The headers were built once; received entries are restored below, so an empty
+        // poll (the busy-poll common case) costs only the syscall.
+        // After an empty poll ask for one datagram: the first to arrive after a quiet
+        // spell (the latency case) comes back without the kernel trying the empty queue
+        // again for the next one; a burst gets the full batch from the next poll on.
+        const std::size_t fi = fd == im.rx.get() ? 0 : 1;
+        const std::size_t n = im.quiet[fi] ? 1 : im.rx_msgs.size() - slot;
+        const int rc =
+            ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+        if (rc < 0) {
+            if (errno == EAGAIN) {  // == EWOULDBLOCK on Linux
+                im.quiet[fi] = true;
                 continue;
             }
-            // The headers were built once; received entries are restored below, so an empty
-            // poll (the busy-poll common case) costs only the syscall.
-            // After an empty poll ask for one datagram: the first to arrive after a quiet
-            // spell (the latency case) comes back without the kernel trying the empty queue
-            // again for the next one; a burst gets the full batch from the next poll on.
-            const std::size_t fi = fd == im.rx.get() ? 0 : 1;
-            const std::size_t n = im.quiet[fi] ? 1 : im.rx_msgs.size() - slot;
-            const int rc =
-                ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
-            if (rc < 0) {
-                if (errno == EAGAIN) {  // == EWOULDBLOCK on Linux
-                    im.quiet[fi] = true;
-                    continue;
-                }
-                if (k != 0 || !im.pending.empty()) {
-                    break;  // hand out what the other socket gave; the error comes back next
-                }
-                return errno_code();
+            if (k != 0 || !im.pending.empty()) {
+                break;  // hand out what the other socket gave; the error comes back next
             }
-            im.quiet[fi] = false;
-            for (std::size_t i = slot; i < slot + static_cast<std::size_t>(rc); ++i) {
-                const mmsghdr& m = im.rx_msgs[i];
-                std::size_t seg = m.msg_len;
-                for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c != nullptr;
-                     c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
-                    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-                        int gs = 0;
-                        std::memcpy(&gs, CMSG_DATA(c), sizeof gs);
-                        if (gs > 0) {
-                            seg = static_cast<std::size_t>(gs);
-                        }
-                    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
-                        std::uint32_t d = 0;
-                        std::memcpy(&d, CMSG_DATA(c), sizeof d);
-                        im.kernel_drops[fd == im.rx.get() ? 0 : 1] = d;
-                        counters_.rx_kernel_drops =
-                            std::uint64_t{im.kernel_drops[0]} + im.kernel_drops[1];
-                    }
-                }
-                const socklen_t salen = m.msg_hdr.msg_namelen;
-                if (salen != im.last_sa_len
-                    || std::memcmp(&im.last_sa, &im.rx_from[i], salen) != 0) {
-                    std::memcpy(&im.last_sa, &im.rx_from[i], salen);
-                    im.last_sa_len = salen;
-                    im.last_from = to_endpoint(im.rx_from[i]);
-                }
-                const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
-                ++counters_.rx_datagrams;
-                for (std::size_t off = 0; off < m.msg_len; off += seg) {
-                    const std::size_t len = std::min<std::size_t>(seg, m.msg_len - off);
-                    RxPacket& r = k < out.size() ? out[k++] : im.pending.emplace_back();
-                    r.data = std::span<const std::byte>(base + off, len);
-                    r.from = im.last_from;
-                    r.rx_time_ns = 0;
-                    if (off != 0) {
-                        ++counters_.rx_gro_segments;
-                    }
-                }
-                im.reset_rx(i);
-            }
-            slot += static_cast<std::size_t>(rc);
+            return errno_code();
         }
+        im.quiet[fi] = false;
+        for (std::size_t i = slot; i < slot + static_cast<std::size_t>(rc); ++i) {
+            const mmsghdr& m = im.rx_msgs[i];
+            std::size_t seg = m.msg_len;
+            for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c != nullptr;
+                 c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
+                if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+                    int gs = 0;
+                    std::memcpy(&gs, CMSG_DATA(c), sizeof gs);
+                    if (gs > 0) {
+                        seg = static_cast<std::size_t>(gs);
+                    }
+                } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+                    std::uint32_t d = 0;
+                    std::memcpy(&d, CMSG_DATA(c), sizeof d);
+                    im.kernel_drops[fd == im.rx.get() ? 0 : 1] = d;
+                    counters_.rx_kernel_drops =
+                        std::uint64_t{im.kernel_drops[0]} + im.kernel_drops[1];
+                }
+            }
+            const socklen_t salen = m.msg_hdr.msg_namelen;
+            if (salen != im.last_sa_len || std::memcmp(&im.last_sa, &im.rx_from[i], salen) != 0) {
+                std::memcpy(&im.last_sa, &im.rx_from[i], salen);
+                im.last_sa_len = salen;
+                im.last_from = to_endpoint(im.rx_from[i]);
+            }
+            const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
+            ++counters_.rx_datagrams;
+            for (std::size_t off = 0; off < m.msg_len; off += seg) {
+                const std::size_t len = std::min<std::size_t>(seg, m.msg_len - off);
+                RxPacket& r = k < out.size() ? out[k++] : im.pending.emplace_back();
+                r.data = std::span<const std::byte>(base + off, len);
+                r.from = im.last_from;
+                r.rx_time_ns = 0;
+                if (off != 0) {
+                    ++counters_.rx_gro_segments;
+                }
+            }
+            im.reset_rx(i);
+        }
+        slot += static_cast<std::size_t>(rc);
     }
     im.lent = k;
     im.lent_to = out.data();

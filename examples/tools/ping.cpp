@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
                                    && load_u64(m.payload.data()) == kProbe);
                 });
                 if (work == 0 && got == 0) {
-                    ctx.wait(std::chrono::milliseconds(1));
+                    idle(until);
                 }
             }
         }
@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
         const std::int64_t until = now() + 50'000'000;
         while (now() < until) {
             if (ctx.poll() == 0 && sub->poll(64, [](const prizma::Message&) {}) == 0) {
-                ctx.wait(std::chrono::milliseconds(1));
+                idle(until);
             }
         }
     }

@@ -251,9 +251,14 @@ TEST_CASE("garbage to the data port is counted and dropped; delivery goes on", "
 TEST_CASE("a full socket buffer shows as rx_kernel_drops; named counters match the struct",
           "[udp][counters]") {
     const std::uint16_t port = next_port();
+    // The count is read from the socket, so it holds however the datagrams were read (with
+    // gro=0 a quiet socket's first read is a recvfrom(), which carries no control message).
+    const std::string gro = GENERATE(as<std::string>{}, "", "&gro=0");
+    INFO("extra URI keys: " << gro);
     // A small buffer (root may force it below rmem_default; others get the kernel's minimum).
     auto rx =
-        open("udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1&rcvbuf=65536", false);
+        open("udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1&rcvbuf=65536" + gro,
+             false);
     const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
     REQUIRE(fd >= 0);
     in_addr lo{};
@@ -288,7 +293,7 @@ TEST_CASE("a full socket buffer shows as rx_kernel_drops; named counters match t
     };
     blast(2000);  // never read meanwhile: far more than 64 KiB
     const std::uint64_t first = drain();
-    blast(1);  // carries the socket's drop count up to now
+    blast(1);  // a datagram after the drops, read by recvfrom() with gro=0
     const std::uint64_t second = drain();
     ::close(fd);
     CHECK(first > 0);
@@ -473,4 +478,89 @@ int prizma_probe() {
         return 1;
     }
     return 0;
+}
+
+TEST_CASE(
+    "gro=0: the first datagram after a quiet poll comes by recvfrom, address and bytes "
+    "intact; a burst after it by recvmmsg",
+    "[udp][latency]") {
+    const std::uint16_t port = next_port();
+    const std::string base = "udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1";
+    auto rx = open(base + "&gro=0", false);
+    auto tx = open(base, true);  // sends from 127.0.0.1:port (its unicast socket)
+    REQUIRE_FALSE(rx->gro_enabled());
+    std::array<std::array<std::byte, 100>, 8> bodies{};
+    std::array<TxPacket, 8> burst{};
+    for (std::size_t i = 0; i < burst.size(); ++i) {
+        for (std::size_t j = 0; j < bodies[i].size(); ++j) {
+            bodies[i][j] = static_cast<std::byte>(i * 31 + j);
+        }
+        burst[i] = TxPacket{bodies[i], {}, Route::downstream, {}};
+    }
+    std::array<RxPacket, 16> got{};
+    auto k = rx->poll_rx(got);  // nothing yet: the socket is now quiet
+    REQUIRE(k.has_value());
+    REQUIRE(*k == 0);
+    REQUIRE(tx->send_batch(std::span<const TxPacket>(burst.data(), 1)).value() == 1);
+    std::size_t n = wait_rx(*rx, got);
+    REQUIRE(n == 1);
+    CHECK(rx->counters().rx_single_reads == 1);
+    CHECK(std::equal(got[0].data.begin(), got[0].data.end(), bodies[0].begin(), bodies[0].end()));
+    CHECK(got[0].from == tx->local_address());  // 127.0.0.1:port, as recvmmsg gives it
+    rx->release_rx(n);
+    // Eight more at once (one GSO send, split by the kernel for a socket without UDP_GRO):
+    // the socket is busy now, so they come in batches, all of them, in order.
+    while (true) {  // let the socket go quiet again first
+        k = rx->poll_rx(got);
+        REQUIRE(k.has_value());
+        if (*k == 0) {
+            break;
+        }
+        rx->release_rx(*k);
+    }
+    const std::uint64_t singles = rx->counters().rx_single_reads;
+    REQUIRE(tx->send_batch(burst).value() == burst.size());
+    std::size_t seen = 0;
+    while (seen < burst.size()) {
+        n = wait_rx(*rx, got);
+        REQUIRE(n != 0);
+        for (std::size_t i = 0; i < n; ++i) {
+            REQUIRE(seen + i < bodies.size());
+            CHECK(std::equal(got[i].data.begin(), got[i].data.end(), bodies[seen + i].begin(),
+                             bodies[seen + i].end()));
+            CHECK(got[i].from == tx->local_address());
+        }
+        seen += n;
+        rx->release_rx(n);
+    }
+    CHECK(seen == burst.size());
+    // One single read opened the burst; the rest needed far fewer calls than datagrams.
+    CHECK(rx->counters().rx_single_reads == singles + 1);
+    CHECK(rx->counters().rx_gro_segments == 0);
+    CHECK(rx->counters().rx_datagrams == 1 + burst.size());
+}
+
+TEST_CASE("with GRO on, reads always go through recvmmsg (the segment size needs its cmsg)",
+          "[udp][latency]") {
+    const std::string base =
+        "udp://239.255.77.1:" + std::to_string(next_port()) + "?iface=127.0.0.1";
+    auto rx = open(base, false);
+    auto tx = open(base, true);
+    if (!rx->gro_enabled()) {
+        WARN("no UDP_GRO on this kernel");
+        return;
+    }
+    std::array<std::byte, 64> b{};
+    const TxPacket one{b, {}, Route::downstream, {}};
+    std::array<RxPacket, 4> got{};
+    for (int i = 0; i < 3; ++i) {
+        auto k = rx->poll_rx(got);  // quiet
+        REQUIRE(k.has_value());
+        REQUIRE(tx->send_batch(std::span<const TxPacket>(&one, 1)).value() == 1);
+        const std::size_t n = wait_rx(*rx, got);
+        REQUIRE(n == 1);
+        rx->release_rx(n);
+    }
+    CHECK(rx->counters().rx_single_reads == 0);
+    CHECK(rx->counters().rx_datagrams == 3);
 }

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <linux/sock_diag.h>  // SK_MEMINFO_DROPS
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -317,8 +318,7 @@ struct UdpTransport::Impl {
     socklen_t last_sa_len = 0;
     Endpoint last_from{};
     bool poll_uc_first = false;
-    std::array<bool, 2> quiet{};                  // the last read of rx, uc found nothing
-    std::array<std::uint32_t, 2> kernel_drops{};  // last SO_RXQ_OVFL value of rx, uc
+    std::array<bool, 2> quiet{};  // the last read of rx, uc found nothing
     // send
     std::vector<mmsghdr> tx_msgs;
     std::vector<iovec> tx_iov;
@@ -433,8 +433,6 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
         if (!set_opt(fd, SOL_SOCKET, SO_SNDBUFFORCE, cfg.sndbuf)) {
             (void)set_opt(fd, SOL_SOCKET, SO_SNDBUF, cfg.sndbuf);
         }
-        // The socket's count of datagrams dropped for want of buffer space, on every receive.
-        (void)set_opt(fd, SOL_SOCKET, SO_RXQ_OVFL, 1);
         if (cfg.busy_poll_us > 0) {
             (void)set_opt(fd, SOL_SOCKET, SO_BUSY_POLL, cfg.busy_poll_us);
         }
@@ -576,7 +574,7 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
         std::size_t nmsg = 0;
         std::size_t niov = 0;
         std::size_t consumed = done;
-        std::array<std::size_t, 64> per_msg{};
+        std::array<std::size_t, 64> per_msg;  // only [0, nmsg) is written and read
         const std::size_t max_msgs = std::min(im.tx_msgs.size(), per_msg.size());
         std::size_t skipped = 0;
         while (consumed < packets.size() && nmsg < max_msgs && niov + 2 <= im.tx_iov.size()) {
@@ -723,8 +721,26 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
         // again for the next one; a burst gets the full batch from the next poll on.
         const std::size_t fi = fd == im.rx.get() ? 0 : 1;
         const std::size_t n = im.quiet[fi] ? 1 : im.rx_msgs.size() - slot;
-        const int rc =
-            ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+        int rc = 0;
+        if (n == 1 && !gro_) {
+            // One datagram, no GRO segment size to learn: recvfrom() skips the msghdr and
+            // iovec copy-in that recvmsg/recvmmsg pay on every call, empty or not (about a
+            // third of an empty poll).
+            mmsghdr& m = im.rx_msgs[slot];
+            socklen_t alen = sizeof(sockaddr_storage);
+            const ssize_t got =
+                ::recvfrom(fd, im.rx_buf.data() + slot * im.rx_slot, im.rx_slot, MSG_DONTWAIT,
+                           reinterpret_cast<sockaddr*>(&im.rx_from[slot]), &alen);
+            rc = got < 0 ? -1 : 1;
+            if (got >= 0) {
+                ++counters_.rx_single_reads;
+                m.msg_len = static_cast<unsigned>(got);
+                m.msg_hdr.msg_namelen = alen;
+                m.msg_hdr.msg_controllen = 0;
+            }
+        } else {
+            rc = ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+        }
         if (rc < 0) {
             if (errno == EAGAIN) {  // == EWOULDBLOCK on Linux
                 im.quiet[fi] = true;
@@ -747,12 +763,6 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                     if (gs > 0) {
                         seg = static_cast<std::size_t>(gs);
                     }
-                } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
-                    std::uint32_t d = 0;
-                    std::memcpy(&d, CMSG_DATA(c), sizeof d);
-                    im.kernel_drops[fd == im.rx.get() ? 0 : 1] = d;
-                    counters_.rx_kernel_drops =
-                        std::uint64_t{im.kernel_drops[0]} + im.kernel_drops[1];
                 }
             }
             const socklen_t salen = m.msg_hdr.msg_namelen;
@@ -782,12 +792,30 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     return k;
 }
 
+// The kernel's drop count is read when asked for, not carried on every receive (SO_RXQ_OVFL
+// would put a control message on each datagram: a put_cmsg copy-out per read, and the
+// single-datagram recvfrom() path has nowhere to receive it).
+UdpCounters UdpTransport::counters() const noexcept {
+    UdpCounters c = counters_;
+    c.rx_kernel_drops = 0;
+    for (int fd : {impl_->rx.get(), impl_->uc.get()}) {
+        std::array<std::uint32_t, SK_MEMINFO_VARS> mem{};
+        socklen_t len = sizeof mem;
+        if (fd >= 0 && ::getsockopt(fd, SOL_SOCKET, SO_MEMINFO, mem.data(), &len) == 0
+            && len >= (SK_MEMINFO_DROPS + 1) * sizeof(std::uint32_t)) {
+            c.rx_kernel_drops += mem[SK_MEMINFO_DROPS];
+        }
+    }
+    return c;
+}
+
 std::size_t UdpTransport::named_counters(std::span<NamedCounter> out) const noexcept {
-    const UdpCounters& c = counters_;
+    const UdpCounters c = counters();
     const NamedCounter all[] = {
         {"rx_datagrams", c.rx_datagrams},
         {"rx_gro_segments", c.rx_gro_segments},
         {"rx_kernel_drops", c.rx_kernel_drops},
+        {"rx_single_reads", c.rx_single_reads},
         {"tx_datagrams", c.tx_datagrams},
         {"tx_syscalls", c.tx_syscalls},
         {"tx_gso_sends", c.tx_gso_sends},

@@ -50,7 +50,10 @@ Result<UdpConfig> parse_uri(std::string_view uri,
 struct UdpCounters {
     std::uint64_t rx_datagrams = 0;
     std::uint64_t rx_gro_segments = 0;
-    std::uint64_t rx_kernel_drops = 0;  ///< datagrams the kernel dropped (socket buffer full)
+    /// Datagrams the kernel dropped at the sockets (buffer full): their SO_MEMINFO drop count.
+    std::uint64_t rx_kernel_drops = 0;
+    /// Reads of one datagram with recvfrom() after an empty poll (gro=0 only; see poll_rx).
+    std::uint64_t rx_single_reads = 0;
     std::uint64_t tx_datagrams = 0;
     std::uint64_t tx_syscalls = 0;
     std::uint64_t tx_gso_sends = 0;
@@ -81,7 +84,8 @@ public:
     std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
     [[nodiscard]] Result<bool> arm_wakeup() noexcept override;
 
-    [[nodiscard]] const UdpCounters& counters() const noexcept { return counters_; }
+    /// A snapshot; rx_kernel_drops is read from the sockets (SO_MEMINFO) on each call.
+    [[nodiscard]] UdpCounters counters() const noexcept;
     [[nodiscard]] bool gso_enabled() const noexcept { return gso_; }
     [[nodiscard]] bool gro_enabled() const noexcept { return gro_; }
     /// The interface address as a PGM NLA family/bytes (AFI 1 or 2) for SPMs.

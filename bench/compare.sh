@@ -15,7 +15,9 @@
 #   In every throughput run the sender is pinned to CPU 0 and the receiver to CPU 1, and every
 #   receiver busy-polls (raw recvmmsg loop, OpenPGM "spin", prizma-recv --spin).
 # Ping-pong RTT, 64 B, closed loop, both parties busy-polling on their own core (ping on CPU 0,
-#   pong on CPU 1): raw UDP, OpenPGM, prizma.
+#   pong on CPU 1): raw UDP, OpenPGM, prizma with default URIs and with gro=0 (the latency
+#   setting: a quiet socket's first datagram is read by recvfrom, see PERFORMANCE.md).
+#   RTT_REPS rounds (default 3 x --reps), each system's ratio to raw UDP taken per round.
 # Each figure is the median of --reps runs (default 3). Prints a markdown table with ratios;
 # raw results go to $OUT (default build/compare-YYYYmmdd-HHMMSS). Takes ~15 minutes.
 set -u
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
 	--reps) REPS=$2; shift 2 ;;
 	--sizes) SIZES=$2; shift 2 ;;
 	--quick) REPS=1; SIZES="100 1400"; shift ;;
-	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -154,11 +156,13 @@ rtt() { # SYSTEM REP
 		sleep 0.5
 		taskset -c 0 "$PGM" ping "127.0.0.1;$g1" $port "127.0.0.1;$g2" $((port + 1)) 20000 64 2000 spin >"$OUT/rtt.json" 2>/dev/null
 		;;
-	prizma)
-		"$PONG" "udp://$g1:$port?iface=127.0.0.1" "udp://$g2:$((port + 1))?iface=127.0.0.1" --cpu 1 >/dev/null 2>&1 &
+	prizma | prizma_gro0)
+		local q=""
+		[ "$sys" = prizma_gro0 ] && q="&gro=0"
+		"$PONG" "udp://$g1:$port?iface=127.0.0.1$q" "udp://$g2:$((port + 1))?iface=127.0.0.1$q" --cpu 1 >/dev/null 2>&1 &
 		p=$!
 		sleep 0.3
-		"$PING" "udp://$g1:$port?iface=127.0.0.1" "udp://$g2:$((port + 1))?iface=127.0.0.1" --cpu 0 \
+		"$PING" "udp://$g1:$port?iface=127.0.0.1$q" "udp://$g2:$((port + 1))?iface=127.0.0.1$q" --cpu 0 \
 			--count 20000 --size 64 --warmup 2000 --json >"$OUT/rtt.json" 2>/dev/null
 		;;
 	esac
@@ -171,8 +175,8 @@ rtt() { # SYSTEM REP
 	log "$sys RTT p50 $(jget "$OUT/rtt.json" rtt_ns.p50) ns"
 }
 
-systems="prizma raw"
-[ -n "$PGM" ] && systems="prizma pgm raw"
+systems="prizma_gro0 prizma raw"
+[ -n "$PGM" ] && systems="prizma_gro0 prizma pgm raw"
 for rep in $(seq 1 "$REPS"); do
 	for size in $SIZES; do
 		raw_tput mmsg "$size" "$rep"
@@ -180,7 +184,14 @@ for rep in $(seq 1 "$REPS"); do
 		ladder prizma "$size" "$rep"
 		[ -n "$PGM" ] && ladder pgm "$size" "$rep"
 	done
-	for s in $systems; do rtt "$s" "$rep"; done
+done
+# RTT runs are short (~0.5 s) and this machine's speed drifts by the second: RTT_REPS rounds
+# (default 3 x --reps), the systems' order reversed every other round.
+RTT_REPS=${RTT_REPS:-$((REPS * 3))}
+for rep in $(seq 1 "$RTT_REPS"); do
+	order=$systems
+	[ $((rep % 2)) = 0 ] && order=$(echo "$systems" | tr ' ' '\n' | tac | tr '\n' ' ')
+	for s in $order; do rtt "$s" "$rep"; done
 done
 
 python3 - "$RES" "$REPS" <<'PY'
@@ -196,7 +207,7 @@ for line in open(sys.argv[1]):
     notes[(sysname, metric, int(size))] = extra
 med = {k: statistics.median(v) for k, v in rows.items()}
 sizes = sorted({k[2] for k in med if k[1] == "tput"})
-name = {"prizma": "prizma", "pgm": "OpenPGM 5.3.128", "raw_mmsg": "raw UDP sendmmsg/recvmmsg",
+name = {"prizma": "prizma", "prizma_gro0": "prizma, gro=0 (latency setting)", "pgm": "OpenPGM 5.3.128", "raw_mmsg": "raw UDP sendmmsg/recvmmsg",
         "raw_gso": "raw UDP GSO/GRO", "raw": "raw UDP busy-poll"}
 print(f"\nMedians of {sys.argv[2]} run(s). Throughput: messages/s delivered, one publisher -> one"
       " subscriber, multicast on 127.0.0.1.\n")
@@ -216,13 +227,24 @@ for other in ["pgm", "raw_mmsg", "raw_gso"]:
             a, b = med.get(("prizma", "tput", z)), med.get((other, "tput", z))
             cells.append("-" if not a or not b else f"{a/b:.2f}x")
         print(f"| prizma / {name[other]} | " + " | ".join(cells) + " |")
-print("\nPing-pong RTT, 64 B, busy-poll, ping on CPU 0, pong on CPU 1:\n")
-print("| system | p50 | p99 | prizma p50 / this p50 |")
+# Per round: each system's p50 over raw UDP's p50 from the same round; the median of those.
+by_rep = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    f = line.rstrip("\n").split("\t")
+    if len(f) >= 5 and f[1] == "rtt_p50":
+        try:
+            by_rep[f[3]][f[0]] = float(f[4])
+        except ValueError:
+            pass
+nrtt = len(by_rep)
+print(f"\nPing-pong RTT, 64 B, busy-poll, ping on CPU 0, pong on CPU 1; medians of {nrtt} rounds:\n")
+print("| system | p50 | p99 | p50 / raw p50 (median of per-round ratios) |")
 print("|---|---|---|---|")
-for s in ["prizma", "pgm", "raw"]:
+for s in ["prizma_gro0", "prizma", "pgm", "raw"]:
     p50, p99 = med.get((s, "rtt_p50", 64)), med.get((s, "rtt_p99", 64))
     if p50:
-        ratio = med.get(("prizma", "rtt_p50", 64), 0) / p50
-        print(f"| {name[s]} | {p50/1e3:.1f} us | {p99/1e3:.1f} us | {ratio:.2f}x |")
+        rs = [r[s] / r["raw"] for r in by_rep.values() if r.get(s) and r.get("raw")]
+        ratio = f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})" if rs else "-"
+        print(f"| {name[s]} | {p50/1e3:.1f} us | {p99/1e3:.1f} us | {ratio} |")
 PY
 echo "raw results: $RES" >&2

@@ -641,11 +641,22 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
             continue;
         }
         // One message (a lone packet, or one GSO run): sendmsg skips sendmmsg's per-call
-        // vector handling, which is on the latency path of every echo.
-        const int rc =
-            nmsg == 1
-                ? (::sendmsg(im.tx, &im.tx_msgs[0].msg_hdr, MSG_DONTWAIT) < 0 ? -1 : 1)
-                : ::sendmmsg(im.tx, im.tx_msgs.data(), static_cast<unsigned>(nmsg), MSG_DONTWAIT);
+        // vector handling, which is on the latency path of every echo; a lone packet in one
+        // buffer (the Session's send batch copies each packet into one) goes by sendto(),
+        // which also skips the msghdr and iovec copy-in.
+        int rc = 0;
+        if (nmsg == 1 && per_msg[0] == 1 && im.tx_msgs[0].msg_hdr.msg_iovlen == 1) {
+            const msghdr& h = im.tx_msgs[0].msg_hdr;
+            rc = ::sendto(im.tx, h.msg_iov[0].iov_base, h.msg_iov[0].iov_len, MSG_DONTWAIT,
+                          static_cast<const sockaddr*>(h.msg_name), h.msg_namelen)
+                         < 0
+                     ? -1
+                     : 1;
+        } else if (nmsg == 1) {
+            rc = ::sendmsg(im.tx, &im.tx_msgs[0].msg_hdr, MSG_DONTWAIT) < 0 ? -1 : 1;
+        } else {
+            rc = ::sendmmsg(im.tx, im.tx_msgs.data(), static_cast<unsigned>(nmsg), MSG_DONTWAIT);
+        }
         ++counters_.tx_syscalls;
         if (rc < 0) {
             if (errno == EAGAIN || errno == ENOBUFS) {

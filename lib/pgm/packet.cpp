@@ -245,6 +245,47 @@ ParseStatus parse(std::span<const std::byte> d, Packet& out, const ParseConfig& 
     return ParseStatus::ok;
 }
 
+std::size_t wire_length(std::span<const std::byte> d) noexcept {
+    if (d.size() < kHeaderBytes) {
+        return 0;
+    }
+    const std::byte* h = d.data();
+    const auto type = static_cast<PacketType>(std::to_integer<std::uint8_t>(h[4]));
+    std::size_t off = kHeaderBytes;
+    Nla nla;
+    switch (type) {
+        case PacketType::spm:
+            off += 12;
+            if (read_nla(d, off, nla) != ParseStatus::ok) {
+                return 0;
+            }
+            break;
+        case PacketType::odata:
+        case PacketType::rdata: off += 8; break;
+        case PacketType::nak:
+        case PacketType::nnak:
+        case PacketType::ncf:
+            off += 4;
+            if (read_nla(d, off, nla) != ParseStatus::ok
+                || read_nla(d, off, nla) != ParseStatus::ok) {
+                return 0;
+            }
+            break;
+        case PacketType::spmr: break;
+        default: return 0;  // unknown, or POLL/POLR/ACK (header-only to parse())
+    }
+    if ((std::to_integer<std::uint8_t>(h[5]) & kOptPresent) != 0) {
+        if (d.size() < off + 4
+            || (std::to_integer<std::uint8_t>(d[off]) & 0x7fU)
+                   != static_cast<std::uint8_t>(OptionType::length)
+            || std::to_integer<std::uint8_t>(d[off + 1]) != 4) {
+            return 0;
+        }
+        off += load_be16(d.data() + off + 2);
+    }
+    return off + load_be16(h + 14);
+}
+
 namespace {
 
 std::size_t fixed_part(const PacketSpec& s) noexcept {

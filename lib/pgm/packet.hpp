@@ -160,6 +160,16 @@ struct ParseConfig {
     bool verify_checksum = true;
 };
 
+/// The length of the PGM packet at the front of `bytes`, from its own fields: header, the
+/// type's fixed part (with its NLAs), OPT_LENGTH's total and the TSDU length. 0 when the
+/// front is no packet whose length can be known (too short, unknown type, POLL/POLR/ACK, bad
+/// AFI, options without OPT_LENGTH first); more than bytes.size() when the packet is cut
+/// short after its fixed part. Checks nothing else (no checksum): it finds the
+/// packet boundaries in a GRO-merged datagram read without its segment size, and every piece
+/// is still parsed. For any datagram that parse() accepts it returns the datagram's size.
+/// Never reads out of bounds.
+std::size_t wire_length(std::span<const std::byte> bytes) noexcept;
+
 /// Validates and parses one PGM packet (the whole datagram). Never reads out of bounds.
 ParseStatus parse(std::span<const std::byte> datagram,
                   Packet& out,

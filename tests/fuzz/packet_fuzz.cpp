@@ -52,8 +52,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     prizma::pgm::Packet p;
     // Checksums off: let mutated packets reach the state machines.
     const prizma::pgm::ParseConfig cfg{true, false};
+    const std::size_t wire = prizma::pgm::wire_length(d);  // any bytes: in bounds
     if (prizma::pgm::parse(d, p, cfg) != prizma::pgm::ParseStatus::ok) {
         return 0;
+    }
+    // What parse() accepts, wire_length() measures to the byte (POLL/POLR/ACK: header only).
+    using prizma::pgm::PacketType;
+    if (p.type != PacketType::poll && p.type != PacketType::polr && p.type != PacketType::ack
+        && wire != size) {
+        __builtin_trap();
     }
     st.now += 7000;
     if (p.is_upstream()) {

@@ -194,3 +194,65 @@ TEST_CASE("encode refuses small buffers and missing NLAs", "[unit][codec]") {
     CHECK(encode(std::span<std::byte>(buf.data(), 20), s) == 0);
     CHECK(encode(buf, s) == 36);
 }
+
+TEST_CASE("wire_length finds each packet's end from its own fields; 0 when it cannot",
+          "[unit][codec]") {
+    std::vector<std::vector<std::byte>> all;
+    std::vector<std::byte> payload(333, std::byte{0x11});
+    const FragmentInfo f{Sqn{18}, 0, 900};
+    const std::array<Sqn, 2> list{Sqn{5}, Sqn{6}};
+    PacketSpec d;
+    d.type = PacketType::odata;
+    d.tsdu_length = 333;
+    all.push_back(build(d, payload));  // no options
+    d.fragment = &f;
+    all.push_back(build(d, payload));  // OPT_LENGTH + OPT_FRAGMENT
+    PacketSpec spm;
+    spm.type = PacketType::spm;
+    spm.nla = Nla::ipv4(127, 0, 0, 1);
+    all.push_back(build(spm));
+    Nla gid;
+    gid.afi = kAfiIpv6;
+    spm.nla = gid;
+    spm.fin = true;
+    all.push_back(build(spm));  // IPv6 NLA and an option
+    PacketSpec nak;
+    nak.type = PacketType::nak;
+    nak.nla = Nla::ipv4(127, 0, 0, 1);
+    nak.group = gid;
+    nak.nak_list = list;
+    all.push_back(build(nak));
+    nak.type = PacketType::ncf;
+    nak.nak_list = {};
+    all.push_back(build(nak));
+    PacketSpec spmr;
+    spmr.type = PacketType::spmr;
+    all.push_back(build(spmr));
+    for (const auto& b : all) {
+        Packet p;
+        REQUIRE(parse(b, p) == ParseStatus::ok);
+        INFO("type " << static_cast<int>(p.type) << ", " << b.size() << " bytes");
+        CHECK(wire_length(b) == b.size());
+        // At the front of a longer buffer (a merged datagram) it still ends there.
+        std::vector<std::byte> two(b);
+        two.insert(two.end(), all[0].begin(), all[0].end());
+        CHECK(wire_length(two) == b.size());
+        // Cut short: 0 before the fixed part is whole, never a length inside the cut.
+        for (std::size_t cut = 0; cut < b.size(); ++cut) {
+            const std::size_t n = wire_length(std::span<const std::byte>(b.data(), cut));
+            CHECK((n == 0 || n == b.size()));
+        }
+    }
+    // Unknown type, POLL, and options that do not start with OPT_LENGTH: unknowable.
+    auto bad = all[1];
+    bad[4] = std::byte{0x7f};
+    CHECK(wire_length(bad) == 0);
+    bad[4] = std::byte{0x01};  // POLL
+    CHECK(wire_length(bad) == 0);
+    bad = all[1];
+    bad[24] = std::byte{0x01};  // OPT_FRAGMENT where OPT_LENGTH must be
+    CHECK(wire_length(bad) == 0);
+    bad = all[2];
+    store_be16(bad.data() + 28, 3);  // SPM NLA AFI 3
+    CHECK(wire_length(bad) == 0);
+}

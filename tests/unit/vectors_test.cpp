@@ -174,6 +174,7 @@ TEST_CASE("every PGM packet of the OpenPGM captures parses and matches its decod
             Packet p;
             REQUIRE(parse(fr.pgm, p) == ParseStatus::ok);
             CHECK(csum_verify(fr.pgm));
+            CHECK(wire_length(fr.pgm) == fr.pgm.size());  // OpenPGM's packets, every type
             CHECK(std::string(type_name(p.type)) == e[2]);
             CHECK((p.type == PacketType::spmr ? std::string("-") : std::to_string(p.sqn.value))
                   == e[3]);

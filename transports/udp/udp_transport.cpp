@@ -18,6 +18,8 @@
 #include <charconv>
 #include <cstring>
 
+#include "lib/pgm/packet.hpp"
+
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
@@ -95,6 +97,23 @@ bool make_addr(const std::string& host, std::uint16_t port, Addr& out) noexcept 
         return true;
     }
     return false;
+}
+
+// A datagram read without its UDP_GRO control message may be several same-size datagrams
+// merged by the kernel (the last one may be shorter). PGM packets carry their own lengths:
+// the first packet's is the segment size if every piece after it agrees; otherwise it is one
+// datagram, and parse() judges it. Returns the segment size.
+std::size_t gro_segment_size(std::span<const std::byte> d) noexcept {
+    const std::size_t seg = pgm::wire_length(d);
+    if (seg == 0 || seg >= d.size()) {
+        return d.size();
+    }
+    for (std::size_t off = seg; off < d.size(); off += seg) {
+        if (pgm::wire_length(d.subspan(off)) != std::min(seg, d.size() - off)) {
+            return d.size();
+        }
+    }
+    return seg;
 }
 
 Endpoint to_endpoint(const sockaddr_storage& ss) noexcept {
@@ -733,10 +752,12 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
         const std::size_t fi = fd == im.rx.get() ? 0 : 1;
         const std::size_t n = im.quiet[fi] ? 1 : im.rx_msgs.size() - slot;
         int rc = 0;
-        if (n == 1 && !gro_) {
-            // One datagram, no GRO segment size to learn: recvfrom() skips the msghdr and
-            // iovec copy-in that recvmsg/recvmmsg pay on every call, empty or not (about a
-            // third of an empty poll).
+        std::size_t single_seg = 0;  // segment size of a recvfrom() read (0: none)
+        if (n == 1) {
+            // One datagram: recvfrom() skips the msghdr and iovec copy-in that recvmsg and
+            // recvmmsg pay on every call, empty or not (about a third of an empty poll). It
+            // brings no UDP_GRO segment size: a merged datagram is split at its PGM packets'
+            // own lengths instead (gro_segment_size).
             mmsghdr& m = im.rx_msgs[slot];
             socklen_t alen = sizeof(sockaddr_storage);
             const ssize_t got =
@@ -748,6 +769,9 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 m.msg_len = static_cast<unsigned>(got);
                 m.msg_hdr.msg_namelen = alen;
                 m.msg_hdr.msg_controllen = 0;
+                const std::span<const std::byte> d(im.rx_buf.data() + slot * im.rx_slot,
+                                                   static_cast<std::size_t>(got));
+                single_seg = gro_ ? gro_segment_size(d) : d.size();
             }
         } else {
             rc = ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
@@ -765,7 +789,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
         im.quiet[fi] = false;
         for (std::size_t i = slot; i < slot + static_cast<std::size_t>(rc); ++i) {
             const mmsghdr& m = im.rx_msgs[i];
-            std::size_t seg = m.msg_len;
+            std::size_t seg = single_seg != 0 ? single_seg : m.msg_len;
             for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c != nullptr;
                  c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
                 if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {

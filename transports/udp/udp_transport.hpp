@@ -52,7 +52,7 @@ struct UdpCounters {
     std::uint64_t rx_gro_segments = 0;
     /// Datagrams the kernel dropped at the sockets (buffer full): their SO_MEMINFO drop count.
     std::uint64_t rx_kernel_drops = 0;
-    /// Reads of one datagram with recvfrom() after an empty poll (gro=0 only; see poll_rx).
+    /// Reads of one datagram with recvfrom() after an empty poll (see poll_rx).
     std::uint64_t rx_single_reads = 0;
     std::uint64_t tx_datagrams = 0;
     std::uint64_t tx_syscalls = 0;

@@ -621,3 +621,48 @@ TEST_CASE(
     rx->release_rx(1);
     CHECK(rx->counters().rx_single_reads == 2);
 }
+
+TEST_CASE(
+    "a datagram longer than a receive slot is counted as rx_truncated and dropped, on the "
+    "batched and the single-read path",
+    "[udp][malformed]") {
+    const std::uint16_t port = next_port();
+    auto rx = open("udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1&gro=0", false);
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    REQUIRE(fd >= 0);
+    in_addr lo{};
+    lo.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &lo, sizeof lo) == 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    REQUIRE(::inet_pton(AF_INET, "239.255.77.1", &to.sin_addr) == 1);
+    const std::vector<std::uint8_t> big(3000, 0xab);  // gro=0 slots hold 1472 + 64 bytes
+    const std::vector<std::uint8_t> small(100, 0x5c);
+    auto send = [&](const std::vector<std::uint8_t>& b) {
+        REQUIRE(
+            ::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to)
+            == static_cast<ssize_t>(b.size()));
+    };
+    std::array<RxPacket, 8> got{};
+    // Never read yet: the first poll is a batched recvmmsg, and finds both.
+    send(big);
+    send(small);
+    std::size_t n = wait_rx(*rx, got);
+    REQUIRE(n == 1);
+    CHECK(got[0].data.size() == small.size());
+    rx->release_rx(n);
+    CHECK(rx->counters().rx_truncated == 1);
+    auto k = rx->poll_rx(got);  // empty: the socket is quiet, the next read is recvfrom()
+    REQUIRE(k.has_value());
+    REQUIRE(*k == 0);
+    send(big);
+    send(small);
+    n = wait_rx(*rx, got);
+    REQUIRE(n == 1);
+    CHECK(got[0].data.size() == small.size());
+    rx->release_rx(n);
+    CHECK(rx->counters().rx_truncated == 2);
+    CHECK(rx->counters().rx_datagrams == 2);  // only what was handed up
+    ::close(fd);
+}

@@ -760,9 +760,14 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             // own lengths instead (gro_segment_size).
             mmsghdr& m = im.rx_msgs[slot];
             socklen_t alen = sizeof(sockaddr_storage);
-            const ssize_t got =
-                ::recvfrom(fd, im.rx_buf.data() + slot * im.rx_slot, im.rx_slot, MSG_DONTWAIT,
-                           reinterpret_cast<sockaddr*>(&im.rx_from[slot]), &alen);
+            const ssize_t got = ::recvfrom(fd, im.rx_buf.data() + slot * im.rx_slot, im.rx_slot,
+                                           MSG_DONTWAIT | MSG_TRUNC,  // the real length
+                                           reinterpret_cast<sockaddr*>(&im.rx_from[slot]), &alen);
+            if (got > static_cast<ssize_t>(im.rx_slot)) {
+                ++counters_.rx_truncated;  // its tail is gone: nothing to hand up
+                im.quiet[fi] = false;
+                continue;
+            }
             rc = got < 0 ? -1 : 1;
             if (got >= 0) {
                 ++counters_.rx_single_reads;
@@ -789,6 +794,11 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
         im.quiet[fi] = false;
         for (std::size_t i = slot; i < slot + static_cast<std::size_t>(rc); ++i) {
             const mmsghdr& m = im.rx_msgs[i];
+            if ((m.msg_hdr.msg_flags & MSG_TRUNC) != 0) {
+                ++counters_.rx_truncated;  // longer than the slot: its tail is gone
+                im.reset_rx(i);
+                continue;
+            }
             std::size_t seg = single_seg != 0 ? single_seg : m.msg_len;
             for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c != nullptr;
                  c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
@@ -851,6 +861,7 @@ std::size_t UdpTransport::named_counters(std::span<NamedCounter> out) const noex
         {"rx_gro_segments", c.rx_gro_segments},
         {"rx_kernel_drops", c.rx_kernel_drops},
         {"rx_single_reads", c.rx_single_reads},
+        {"rx_truncated", c.rx_truncated},
         {"tx_datagrams", c.tx_datagrams},
         {"tx_syscalls", c.tx_syscalls},
         {"tx_gso_sends", c.tx_gso_sends},

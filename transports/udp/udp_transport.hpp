@@ -54,6 +54,8 @@ struct UdpCounters {
     std::uint64_t rx_kernel_drops = 0;
     /// Reads of one datagram with recvfrom() after an empty poll (see poll_rx).
     std::uint64_t rx_single_reads = 0;
+    /// Datagrams longer than a receive slot (gro=0: max_datagram + 64 bytes), dropped.
+    std::uint64_t rx_truncated = 0;
     std::uint64_t tx_datagrams = 0;
     std::uint64_t tx_syscalls = 0;
     std::uint64_t tx_gso_sends = 0;

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,35 @@ std::vector<std::byte> odata_bytes(std::uint32_t sqn, std::size_t payload) {
     }
     return b;
 }
+
+/// A plain UDP socket sending to 239.255.77.1:port out of 127.0.0.1: datagrams no transport
+/// made (floods, oversize ones).
+class GroupSender {
+public:
+    explicit GroupSender(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_DGRAM, 0)) {
+        REQUIRE(fd_ >= 0);
+        in_addr lo{};
+        lo.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::setsockopt(fd_, IPPROTO_IP, IP_MULTICAST_IF, &lo, sizeof lo) == 0);
+        to_.sin_family = AF_INET;
+        to_.sin_port = htons(port);
+        REQUIRE(::inet_pton(AF_INET, "239.255.77.1", &to_.sin_addr) == 1);
+    }
+    ~GroupSender() { ::close(fd_); }
+    GroupSender(const GroupSender&) = delete;
+    GroupSender& operator=(const GroupSender&) = delete;
+    GroupSender(GroupSender&&) = delete;
+    GroupSender& operator=(GroupSender&&) = delete;
+    /// The bytes sent (-1: error).
+    ssize_t send(std::span<const std::uint8_t> b) const {
+        return ::sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to_),
+                        sizeof to_);
+    }
+
+private:
+    int fd_;
+    sockaddr_in to_{};
+};
 
 std::unique_ptr<udp::UdpTransport> open(const std::string& uri, bool source) {
     std::string err;
@@ -275,20 +305,11 @@ TEST_CASE("a full socket buffer shows as rx_kernel_drops; named counters match t
     auto rx =
         open("udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1&rcvbuf=65536" + gro,
              false);
-    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-    REQUIRE(fd >= 0);
-    in_addr lo{};
-    lo.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &lo, sizeof lo) == 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    REQUIRE(::inet_pton(AF_INET, "239.255.77.1", &to.sin_addr) == 1);
+    const GroupSender sender(port);
     const std::vector<std::uint8_t> payload(1000, 0x5a);
     auto blast = [&](int n) {
         for (int i = 0; i < n; ++i) {
-            (void)::sendto(fd, payload.data(), payload.size(), 0,
-                           reinterpret_cast<const sockaddr*>(&to), sizeof to);
+            (void)sender.send(payload);
         }
     };
     std::array<RxPacket, 64> got{};
@@ -311,7 +332,6 @@ TEST_CASE("a full socket buffer shows as rx_kernel_drops; named counters match t
     const std::uint64_t first = drain();
     blast(1);  // a datagram after the drops, read by recvfrom() with gro=0
     const std::uint64_t second = drain();
-    ::close(fd);
     CHECK(first > 0);
     CHECK(first < 2000);
     CHECK(second == 1);
@@ -628,21 +648,11 @@ TEST_CASE(
     "[udp][malformed]") {
     const std::uint16_t port = next_port();
     auto rx = open("udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1&gro=0", false);
-    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-    REQUIRE(fd >= 0);
-    in_addr lo{};
-    lo.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &lo, sizeof lo) == 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    REQUIRE(::inet_pton(AF_INET, "239.255.77.1", &to.sin_addr) == 1);
+    const GroupSender sender(port);
     const std::vector<std::uint8_t> big(3000, 0xab);  // gro=0 slots hold 1472 + 64 bytes
     const std::vector<std::uint8_t> small(100, 0x5c);
     auto send = [&](const std::vector<std::uint8_t>& b) {
-        REQUIRE(
-            ::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to)
-            == static_cast<ssize_t>(b.size()));
+        REQUIRE(sender.send(b) == static_cast<ssize_t>(b.size()));
     };
     std::array<RxPacket, 8> got{};
     // Never read yet: the first poll is a batched recvmmsg, and finds both.
@@ -664,5 +674,4 @@ TEST_CASE(
     rx->release_rx(n);
     CHECK(rx->counters().rx_truncated == 2);
     CHECK(rx->counters().rx_datagrams == 2);  // only what was handed up
-    ::close(fd);
 }

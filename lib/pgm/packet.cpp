@@ -44,9 +44,11 @@ ParseStatus read_nla(std::span<const std::byte> d, std::size_t& off, Nla& out) n
     return ParseStatus::ok;
 }
 
-// RFC 3208 §9: OPT_LENGTH first (its value = total bytes of all options), then TLVs, the last
-// one with OPT_END. Every length is checked against the bytes that are really there.
-ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options& o) noexcept {
+// RFC 3208 §9: the options start with OPT_LENGTH (4 bytes), whose value is the total bytes of
+// all options. Reads that total from the option at `off`.
+ParseStatus read_opt_length(std::span<const std::byte> d,
+                            std::size_t off,
+                            std::uint16_t& total) noexcept {
     if (d.size() < off + 4) {
         return ParseStatus::truncated;
     }
@@ -55,7 +57,17 @@ ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options
     if ((first_type & 0x7fU) != static_cast<std::uint8_t>(OptionType::length) || first_len != 4) {
         return ParseStatus::bad_options;
     }
-    const std::uint16_t total = load_be16(d.data() + off + 2);
+    total = load_be16(d.data() + off + 2);
+    return ParseStatus::ok;
+}
+
+// OPT_LENGTH first, then TLVs, the last one with OPT_END. Every length is checked against the
+// bytes that are really there.
+ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options& o) noexcept {
+    std::uint16_t total = 0;
+    if (const ParseStatus st = read_opt_length(d, off, total); st != ParseStatus::ok) {
+        return st;
+    }
     if (total < 8 || d.size() < off + total) {
         // At least OPT_LENGTH plus one real option; lying totals past the datagram are refused.
         return total < 8 ? ParseStatus::bad_options : ParseStatus::truncated;
@@ -275,13 +287,11 @@ std::size_t wire_length(std::span<const std::byte> d) noexcept {
         default: return 0;  // unknown, or POLL/POLR/ACK (header-only to parse())
     }
     if ((std::to_integer<std::uint8_t>(h[5]) & kOptPresent) != 0) {
-        if (d.size() < off + 4
-            || (std::to_integer<std::uint8_t>(d[off]) & 0x7fU)
-                   != static_cast<std::uint8_t>(OptionType::length)
-            || std::to_integer<std::uint8_t>(d[off + 1]) != 4) {
+        std::uint16_t total = 0;
+        if (read_opt_length(d, off, total) != ParseStatus::ok) {
             return 0;
         }
-        off += load_be16(d.data() + off + 2);
+        off += total;
     }
     return off + load_be16(h + 14);
 }

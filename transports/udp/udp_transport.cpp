@@ -759,8 +759,9 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             // brings no UDP_GRO segment size: a merged datagram is split at its PGM packets'
             // own lengths instead (gro_segment_size).
             mmsghdr& m = im.rx_msgs[slot];
+            std::byte* buf = im.rx_buf.data() + slot * im.rx_slot;
             socklen_t alen = sizeof(sockaddr_storage);
-            const ssize_t got = ::recvfrom(fd, im.rx_buf.data() + slot * im.rx_slot, im.rx_slot,
+            const ssize_t got = ::recvfrom(fd, buf, im.rx_slot,
                                            MSG_DONTWAIT | MSG_TRUNC,  // the real length
                                            reinterpret_cast<sockaddr*>(&im.rx_from[slot]), &alen);
             if (got > static_cast<ssize_t>(im.rx_slot)) {
@@ -774,8 +775,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 m.msg_len = static_cast<unsigned>(got);
                 m.msg_hdr.msg_namelen = alen;
                 m.msg_hdr.msg_controllen = 0;
-                const std::span<const std::byte> d(im.rx_buf.data() + slot * im.rx_slot,
-                                                   static_cast<std::size_t>(got));
+                const std::span<const std::byte> d(buf, static_cast<std::size_t>(got));
                 single_seg = gro_ ? gro_segment_size(d) : d.size();
             }
         } else {

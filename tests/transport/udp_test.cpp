@@ -93,6 +93,23 @@ private:
     sockaddr_in to_{};
 };
 
+/// ODATA packets with the given payload sizes (sqn 0, 1, ...), and the TxPackets that send
+/// them downstream.
+struct OdataBurst {
+    std::vector<std::vector<std::byte>> bodies;
+    std::vector<TxPacket> packets;
+};
+OdataBurst odata_burst(const std::vector<std::size_t>& payloads) {
+    OdataBurst b;
+    for (std::size_t i = 0; i < payloads.size(); ++i) {
+        b.bodies.push_back(odata_bytes(static_cast<std::uint32_t>(i), payloads[i]));
+    }
+    for (const auto& body : b.bodies) {
+        b.packets.push_back(TxPacket{body, {}, Route::downstream, {}});
+    }
+    return b;
+}
+
 std::unique_ptr<udp::UdpTransport> open(const std::string& uri, bool source) {
     std::string err;
     auto cfg = udp::parse_uri(uri, &err);
@@ -394,14 +411,9 @@ TEST_CASE(
     };
     // PGM packets: a quiet socket's first read (recvfrom) finds the segments of a GRO
     // datagram by the packets' own lengths.
-    std::vector<std::vector<std::byte>> bodies;
-    std::array<TxPacket, 8> burst{};
-    for (std::size_t i = 0; i < burst.size(); ++i) {
-        bodies.push_back(odata_bytes(static_cast<std::uint32_t>(i), 76));
-        burst[i] = TxPacket{bodies.back(), {}, Route::downstream, {}};
-    }
+    const OdataBurst burst = odata_burst(std::vector<std::size_t>(8, 76));
     auto send = [&](std::size_t n) {
-        auto r = tx->send_batch(std::span<const TxPacket>(burst.data(), n));
+        auto r = tx->send_batch(std::span<const TxPacket>(burst.packets.data(), n));
         REQUIRE(r.has_value());
         REQUIRE(*r == n);
     };
@@ -605,26 +617,21 @@ TEST_CASE(
         }
     };
     // Seven ODATA of 100 bytes and a shorter eighth: one GSO send, one merged datagram.
-    std::vector<std::vector<std::byte>> bodies;
-    std::array<TxPacket, 8> burst{};
-    for (std::size_t i = 0; i < burst.size(); ++i) {
-        bodies.push_back(
-            odata_bytes(static_cast<std::uint32_t>(i), i + 1 < burst.size() ? 76 : 30));
-        burst[i] = TxPacket{bodies.back(), {}, Route::downstream, {}};
-    }
+    const OdataBurst burst = odata_burst({76, 76, 76, 76, 76, 76, 76, 30});
+    const std::vector<std::vector<std::byte>>& bodies = burst.bodies;
     quiet();
-    REQUIRE(tx->send_batch(burst).value() == burst.size());
+    REQUIRE(tx->send_batch(burst.packets).value() == bodies.size());
     const std::size_t n = wait_rx(*rx, got);
     CHECK(rx->counters().rx_single_reads == 1);
     CHECK(rx->counters().rx_datagrams == 1);  // one read, one (merged) datagram
-    REQUIRE(n == burst.size());
+    REQUIRE(n == bodies.size());
     for (std::size_t i = 0; i < n; ++i) {
         INFO("segment " << i);
         CHECK(
             std::equal(got[i].data.begin(), got[i].data.end(), bodies[i].begin(), bodies[i].end()));
         CHECK(got[i].from == tx->local_address());
     }
-    CHECK(rx->counters().rx_gro_segments == burst.size() - 1);
+    CHECK(rx->counters().rx_gro_segments == bodies.size() - 1);
     rx->release_rx(n);
     // Bytes that are no PGM packets, merged the same way, cannot be split: they come out
     // as the one datagram the kernel gave (for parse() to refuse), nothing lost or invented.

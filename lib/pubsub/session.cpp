@@ -63,7 +63,10 @@ void Session::emit(const TxPacket& packet) noexcept {
             return;
         }
     }
-    std::byte* buf = tx_bytes_.data() + tx_count_ * max_datagram_;
+    // Packed back to back (each fits: at most tx_.size() packets of max_datagram_ each), so
+    // a run of packets is one contiguous range the transport can hand over as one iovec.
+    std::byte* buf = tx_bytes_.data() + tx_used_;
+    tx_used_ += len;
     std::memcpy(buf, packet.header.data(), packet.header.size());
     if (!packet.payload.empty()) {
         std::memcpy(buf + packet.header.size(), packet.payload.data(), packet.payload.size());
@@ -94,6 +97,7 @@ void Session::flush() noexcept {
         if (!is_transient(r.error())) {
             counters_.tx_dropped += tx_count_;
             tx_count_ = 0;
+            tx_used_ = 0;
         }
         return;
     }
@@ -104,13 +108,22 @@ void Session::flush() noexcept {
     counters_.tx_packets += sent;
     if (sent < tx_count_) {
         ++counters_.tx_short;
-        // Keep the rest in order for the next flush; buffers move with them.
+        // Keep the rest in order for the next flush; their bytes (one packed range) move
+        // to the front with them.
+        const std::byte* from = tx_[sent].header.data();
+        const auto keep = static_cast<std::size_t>(tx_bytes_.data() + tx_used_ - from);
+        std::memmove(tx_bytes_.data(), from, keep);
         for (std::size_t i = sent; i < tx_count_; ++i) {
-            std::byte* dst = tx_bytes_.data() + (i - sent) * max_datagram_;
-            std::memmove(dst, tx_[i].header.data(), tx_[i].header.size());
-            tx_[i - sent] = TxPacket{
-                std::span<const std::byte>(dst, tx_[i].header.size()), {}, tx_[i].route, tx_[i].to};
+            const auto off = static_cast<std::size_t>(tx_[i].header.data() - from);
+            tx_[i - sent] =
+                TxPacket{std::span<const std::byte>(tx_bytes_.data() + off, tx_[i].header.size()),
+                         {},
+                         tx_[i].route,
+                         tx_[i].to};
         }
+        tx_used_ = keep;
+    } else {
+        tx_used_ = 0;
     }
     tx_count_ -= sent;
 }

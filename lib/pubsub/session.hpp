@@ -102,6 +102,7 @@ private:
     std::vector<std::byte> tx_bytes_;
     std::vector<TxPacket> tx_;
     std::size_t tx_count_ = 0;
+    std::size_t tx_used_ = 0;  // bytes of tx_bytes_ the queued packets take, from its start
     std::int64_t next_rx_poll_ns_ = INT64_MIN;  // upstream_poll_ns: quiet until then
     SessionCounters counters_;
 };

@@ -627,10 +627,22 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
                         break;
                     }
                 }
-                im.tx_iov[niov++] = iovec{const_cast<std::byte*>(q.header.data()), q.header.size()};
-                if (!q.payload.empty()) {
-                    im.tx_iov[niov++] =
-                        iovec{const_cast<std::byte*>(q.payload.data()), q.payload.size()};
+                // A piece that starts where the message's last one ends extends it: the
+                // Session packs its batch back to back, so a GSO run is one iovec and the
+                // kernel copies it in one pass instead of one short copy per packet.
+                for (const auto piece : {q.header, q.payload}) {
+                    if (piece.empty()) {
+                        continue;
+                    }
+                    auto* base = const_cast<std::byte*>(piece.data());
+                    iovec* last =
+                        &im.tx_iov[niov] != m.msg_hdr.msg_iov ? &im.tx_iov[niov - 1] : nullptr;
+                    if (last != nullptr
+                        && static_cast<std::byte*>(last->iov_base) + last->iov_len == base) {
+                        last->iov_len += piece.size();
+                    } else {
+                        im.tx_iov[niov++] = iovec{base, piece.size()};
+                    }
                 }
                 ++segs;
                 total += qs;

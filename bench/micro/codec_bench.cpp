@@ -15,7 +15,7 @@ static void BM_Checksum(benchmark::State& state) {
     }
     state.SetBytesProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_Checksum)->Arg(64)->Arg(1024)->Arg(8192);
+BENCHMARK(BM_Checksum)->Arg(64)->Arg(100)->Arg(124)->Arg(1024)->Arg(8192);
 
 static void BM_ChecksumReference(benchmark::State& state) {
     std::vector<std::byte> buf(static_cast<std::size_t>(state.range(0)), std::byte{0xa5});

@@ -10,8 +10,8 @@
 #            control, so each runs down a ladder of send rates (unpaced first) and reports the
 #            receiver's rate at the first step where every message arrived with no loss event;
 #            each step is sustained ~2 s (up to 2 M messages, 12 M for prizma, which reaches
-#            5-6 M/s and gets 6/5/4 M/s steps first): shorter bursts only measure the socket
-#            buffers.
+#            5-8 M/s and gets 8/7/6/5/4 M/s steps first): shorter bursts only measure the
+#            socket buffers.
 #   In every throughput run the sender is pinned to CPU 0 and the receiver to CPU 1, and every
 #   receiver busy-polls (raw recvmmsg loop, OpenPGM "spin", prizma-recv --spin).
 # Ping-pong RTT, 64 B, closed loop, both parties busy-polling on their own core (ping on CPU 0,
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 REPS=3
 SIZES="100 500 1400 8000"
 LADDER="0 3000000 2000000 1500000 1000000 700000 500000 350000 250000 180000 120000 80000 50000 30000 20000"
-LADDER_PRIZMA="0 6000000 5000000 4000000 ${LADDER#0 }" # prizma reaches 5-6 M msgs/s
+LADDER_PRIZMA="0 8000000 7000000 6000000 5000000 4000000 ${LADDER#0 }" # prizma reaches 5-8 M msgs/s
 while [ $# -gt 0 ]; do
 	case $1 in
 	--reps) REPS=$2; shift 2 ;;

@@ -197,15 +197,18 @@ done
 python3 - "$RES" "$REPS" <<'PY'
 import collections, statistics, sys
 rows = collections.defaultdict(list)
-notes = {}
+runs = collections.defaultdict(list)  # (value, extra) of every run
 for line in open(sys.argv[1]):
     sysname, metric, size, rep, value, extra = (line.rstrip("\n").split("\t") + [""])[:6]
     try:
-        rows[(sysname, metric, int(size))].append(float(value))
+        v = float(value)
     except ValueError:
-        rows[(sysname, metric, int(size))].append(0.0)
-    notes[(sysname, metric, int(size))] = extra
+        v = 0.0
+    rows[(sysname, metric, int(size))].append(v)
+    runs[(sysname, metric, int(size))].append((v, extra))
 med = {k: statistics.median(v) for k, v in rows.items()}
+# The note shown is the median run's own (with an even count, the median is a mean: no note).
+notes = {k: next((e for v, e in runs[k] if v == med[k]), "") for k in med}
 sizes = sorted({k[2] for k in med if k[1] == "tput"})
 name = {"prizma": "prizma", "prizma_gro0": "prizma, gro=0 (latency setting)", "pgm": "OpenPGM 5.3.128", "raw_mmsg": "raw UDP sendmmsg/recvmmsg",
         "raw_gso": "raw UDP GSO/GRO", "raw": "raw UDP busy-poll"}

@@ -635,8 +635,8 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
                         continue;
                     }
                     auto* base = const_cast<std::byte*>(piece.data());
-                    iovec* last =
-                        &im.tx_iov[niov] != m.msg_hdr.msg_iov ? &im.tx_iov[niov - 1] : nullptr;
+                    iovec* const end = im.tx_iov.data() + niov;
+                    iovec* last = end != m.msg_hdr.msg_iov ? end - 1 : nullptr;
                     if (last != nullptr
                         && static_cast<std::byte*>(last->iov_base) + last->iov_len == base) {
                         last->iov_len += piece.size();

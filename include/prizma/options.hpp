@@ -22,6 +22,13 @@ struct ChannelOptions {
     bool recover_history = false;
     std::uint32_t max_recover_sqns = 1024;
     std::size_t max_sources = 16;
+    /// Subscriber: sources whose receive storage (window_sqns slots and a payload ring of
+    /// window_sqns x the largest packet payload, ~96 MiB at the defaults on UDP) is allocated
+    /// and paged in when the channel is added. A source beyond them gets its storage at its
+    /// first packet: an allocation on the owner thread and page faults over the ring's first
+    /// pass (the storage is then reused by later sources). Set it to the sources expected at
+    /// once, e.g. 2 for a hot-standby pair. At most max_sources.
+    std::size_t preallocated_sources = 1;
     bool passive = false;           ///< subscriber never NAKs
     std::uint16_t source_port = 0;  ///< PGM TSI source port; 0 = random
 };

@@ -140,7 +140,7 @@ Result<void> validate(const ReceiverConfig& c) noexcept {
     if (c.max_tpdu < pgm::kDataHeaderBytes + 8 || c.max_tpdu > 65535) {
         return Errc::invalid_argument;
     }
-    if (c.max_peers == 0 || c.max_peers > 4096) {
+    if (c.max_peers == 0 || c.max_peers > 4096 || c.preallocated_peers > c.max_peers) {
         return Errc::invalid_argument;
     }
     if (c.group.afi != pgm::kAfiIpv4 && c.group.afi != pgm::kAfiIpv6) {

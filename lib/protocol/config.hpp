@@ -80,6 +80,11 @@ struct ReceiverConfig {
     std::uint32_t rxw_sqns = 4096;
     std::size_t max_tpdu = 1472;
     std::size_t max_peers = 16;
+    /// Sources whose storage (a slot per sqn and a payload ring of rxw_sqns x max_tpdu bytes)
+    /// is allocated and paged in by create(), so that their first packet costs no more than
+    /// any other. A source beyond them allocates at its first packet (not paged in: the pages
+    /// fault in over the ring's first pass). At most max_peers.
+    std::size_t preallocated_peers = 1;
     JoinPolicy join = JoinPolicy::first_packet;
     std::uint32_t max_recover_sqns = 1024;  ///< from_trail: history asked for at most
     bool passive = false;                   ///< never NAK (monitor)

@@ -70,6 +70,7 @@ struct Receiver::Peer {
         bool freed = false;
     };
     bool in_use = false;
+    bool used = false;  // has held a source: its slots need clearing before the next one
     Tsi tsi{};
     PeerCounters counters{};
     Endpoint from{};
@@ -100,7 +101,10 @@ struct Receiver::Peer {
     std::array<std::uint64_t, kWheelBuckets / 64> wheel_bits{};  // non-empty buckets
     std::int64_t wheel_tick = 0;                                 // first tick not yet fully visited
     unsigned wheel_shift = 0;                                    // tick = 2^shift ns
-    std::vector<std::byte> buffers;
+    // Not a vector: a peer allocated at its first packet must not zero ~100 MB then (a pause
+    // of tens of ms on the owner thread); payloads are always written before they are read.
+    std::unique_ptr<std::byte[]> buffers;
+    std::size_t buffers_size = 0;
     std::vector<Alloc> allocs;
     std::size_t alloc_first = 0;  // oldest live record
     std::size_t alloc_count = 0;
@@ -112,7 +116,7 @@ struct Receiver::Peer {
             return nullptr;
         }
         const std::size_t off =
-            ring_fit(alloc_count == 0, head_off, allocs[alloc_first].off, n, buffers.size());
+            ring_fit(alloc_count == 0, head_off, allocs[alloc_first].off, n, buffers_size);
         if (off == kNoFit) {
             return nullptr;
         }
@@ -128,7 +132,7 @@ struct Receiver::Peer {
         sl.has_buf = true;
         sl.off = static_cast<std::uint32_t>(off);
         sl.alloc = static_cast<std::uint32_t>(idx);
-        return buffers.data() + off;
+        return buffers.get() + off;
     }
     void release(Slot& sl) noexcept {
         if (!sl.has_buf) {
@@ -220,6 +224,9 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     stride_ = cfg.max_tpdu - pgm::kDataHeaderBytes;
     buf_stride_ = (stride_ + 63) & ~std::size_t{63};
     peers_.resize(cfg.max_peers);
+    for (std::size_t i = 0; i < cfg.preallocated_peers; ++i) {
+        peers_[i] = new_peer(true);
+    }
     live_.reserve(cfg.max_peers);
     reassembly_.resize(pgm::kMaxApduBytes);
     scratch_.resize(512);
@@ -263,7 +270,24 @@ Receiver::Peer* Receiver::find(const Gsi& gsi, std::uint16_t sport) noexcept {
     return nullptr;
 }
 
-// A new source: storage is allocated the first time a peer slot is used and then reused.
+// Storage for one source. Paged in (prefault): every page of the payload ring is written
+// now, not at the first pass of the ring.
+std::unique_ptr<Receiver::Peer> Receiver::new_peer(bool prefault) const {
+    auto p = std::make_unique<Peer>();
+    p->slots.resize(capacity_);
+    p->buffers_size = (static_cast<std::size_t>(capacity_) + 1) * buf_stride_;
+    p->buffers.reset(new std::byte[p->buffers_size]);  // NOLINT(cppcoreguidelines-owning-memory)
+    if (prefault) {
+        std::memset(p->buffers.get(), 0, p->buffers_size);
+    }
+    // Live payloads are at most one per window slot; delivered ones not yet reclaimed (stored
+    // after the oldest live one, i.e. repairs) at most as many again.
+    p->allocs.resize(2 * static_cast<std::size_t>(capacity_) + 2);
+    return p;
+}
+
+// A new source: the storage of the first preallocated_peers was made by the constructor; a
+// peer slot beyond them gets its storage the first time it is used. Either is then reused.
 Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
                                       std::uint16_t sport,
                                       std::int64_t now_ns) noexcept {
@@ -273,21 +297,21 @@ Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
     const Tsi tsi{gsi, sport};
     for (auto& p : peers_) {
         if (!p) {
-            p = std::make_unique<Peer>();
-            p->slots.resize(capacity_);
-            p->buffers.resize((static_cast<std::size_t>(capacity_) + 1) * buf_stride_);
-            // Live payloads are at most one per window slot; delivered ones not yet reclaimed
-            // (stored after the oldest live one, i.e. repairs) at most as many again.
-            p->allocs.resize(2 * static_cast<std::size_t>(capacity_) + 2);
+            p = new_peer(false);
         }
         if (!p->in_use) {
             auto slots = std::move(p->slots);
             auto buffers = std::move(p->buffers);
+            const std::size_t buffers_size = p->buffers_size;
             auto allocs = std::move(p->allocs);
-            std::fill(slots.begin(), slots.end(), Peer::Slot{});
+            if (p->used) {  // fresh storage is clear already: no pass over it at a join
+                std::fill(slots.begin(), slots.end(), Peer::Slot{});
+            }
             *p = Peer{};
+            p->used = true;
             p->slots = std::move(slots);
             p->buffers = std::move(buffers);
+            p->buffers_size = buffers_size;
             p->allocs = std::move(allocs);
             p->reset_wheel(wheel_shift_);
             p->in_use = true;
@@ -894,7 +918,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
         if (sl.state != SlotState::have) {
             break;  // missing: wait for repair
         }
-        const std::byte* base = p.buffers.data();
+        const std::byte* base = p.buffers.get();
         if (!sl.has_fragment) {
             // Released now, but the bytes stay untouched until the next packet is stored.
             p.release(sl);

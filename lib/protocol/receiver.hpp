@@ -119,6 +119,7 @@ public:
 private:
     struct Peer;
     explicit Receiver(const ReceiverConfig& cfg);
+    [[nodiscard]] std::unique_ptr<Peer> new_peer(bool prefault) const;
     Peer* find_or_add(const Gsi& gsi, std::uint16_t sport, std::int64_t now_ns) noexcept;
     Peer* find(const Gsi& gsi, std::uint16_t sport) noexcept;
     void on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;

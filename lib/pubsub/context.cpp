@@ -326,12 +326,20 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         c.timers = *timers;
         sc.source = c;
     } else {
+        if (o.preallocated_sources > o.max_sources) {
+            (void)fail(error, "bad channel options for '" + std::string(uri)
+                                  + "': preallocated_sources "
+                                  + std::to_string(o.preallocated_sources)
+                                  + " is more than max_sources " + std::to_string(o.max_sources));
+            return Errc::invalid_argument;
+        }
         protocol::ReceiverConfig c;
         c.dport = dport;
         c.group = group;
         c.rxw_sqns = o.window_sqns;
         c.max_tpdu = t.caps().max_datagram;
         c.max_peers = o.max_sources;
+        c.preallocated_peers = o.preallocated_sources;
         c.join = o.recover_history ? protocol::JoinPolicy::from_trail
                                    : protocol::JoinPolicy::first_packet;
         c.max_recover_sqns = std::min(o.max_recover_sqns, o.window_sqns - 1);

@@ -130,6 +130,54 @@ TEST_CASE("steady-state loss repair (NAK, NCF, RDATA) allocates nothing", "[prot
     steady_state(0.05);
 }
 
+TEST_CASE(
+    "a source's first packets allocate nothing when its storage was made at create; "
+    "one beyond preallocated_peers allocates",
+    "[protocol][alloc]") {
+    // Its storage is ~100 MB at the default window: made at its first packet, it was a pause
+    // of tens of ms on the owner thread just as a new (e.g. failed-over) source started.
+    for (const std::size_t prealloc : {std::size_t{1}, std::size_t{2}}) {
+        INFO("preallocated_peers " << prealloc);
+        Sim sim;
+        auto c1 = source_config();
+        auto c2 = source_config();
+        c2.tsi.sport = static_cast<std::uint16_t>(c1.tsi.sport + 1);  // a second TSI
+        auto rc = receiver_config(1);
+        rc.preallocated_peers = prealloc;
+        auto& rcv = sim.add_receiver(rc);
+        auto* receiver = rcv.session->receiver();
+        const auto msg = make_message(1, 100);
+        std::uint64_t delivered = 0;
+        // Opens a source, sends it 10 messages, and returns the allocations made while the
+        // receiver took its first packets and delivered them.
+        auto first_packets = [&](const protocol::SourceConfig& c) {
+            auto& src = sim.add_source(c);
+            std::uint64_t allocs = 0;
+            for (int i = 0; i < 10; ++i) {
+                REQUIRE(src.session->publish(msg, sim.now).has_value());
+                sim.now += 2000;
+                (void)src.session->do_work(sim.now);
+                const std::uint64_t before = g_allocations.load();
+                (void)rcv.session->do_work(sim.now);
+                (void)receiver->poll(64, [&](const protocol::Event& e) {
+                    delivered += e.kind == protocol::Event::Kind::data ? 1U : 0U;
+                });
+                allocs += g_allocations.load() - before;
+            }
+            return allocs;
+        };
+        CHECK(first_packets(c1) == 0);
+        CHECK(delivered == 10);
+        if (prealloc == 1) {
+            CHECK(first_packets(c2) > 0);  // the hook sees a peer made at its first packet
+        } else {
+            CHECK(first_packets(c2) == 0);
+        }
+        CHECK(delivered == 20);
+        CHECK(receiver->peer_count() == 2);
+    }
+}
+
 TEST_CASE("public API steady state allocates nothing, stats-file updates included",
           "[protocol][alloc]") {
     auto ctx = Context::create();

@@ -223,4 +223,11 @@ TEST_CASE("API: bad channel URIs and options give clear errors", "[unit][api]") 
     o = {};
     o.window_sqns = 0;
     CHECK_FALSE(ctx->add_publisher("mem://b:7500", o, &err).has_value());
+    o = {};
+    o.max_sources = 2;
+    o.preallocated_sources = 3;
+    err.clear();
+    CHECK_FALSE(ctx->add_subscriber("mem://b:7500", o, &err).has_value());
+    CHECK(err.find("preallocated_sources 3") != std::string::npos);
+    CHECK(err.find("max_sources 2") != std::string::npos);
 }

@@ -67,4 +67,11 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     rbad = rc;
     rbad.timers.nak_bo_ivl_ns = -5;
     CHECK_FALSE(Receiver::create(rbad).has_value());
+    rbad = rc;
+    rbad.preallocated_peers = rc.max_peers + 1;
+    CHECK(Receiver::create(rbad).error() == Errc::invalid_argument);
+    rbad.preallocated_peers = rc.max_peers;
+    rbad.rxw_sqns = 64;  // small storage: max_peers of them are made at once
+    rbad.max_recover_sqns = 32;
+    CHECK(Receiver::create(rbad).has_value());
 }

@@ -651,7 +651,8 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
                     break;  // a shorter one can only end a GSO run
                 }
             }
-            m.msg_hdr.msg_iovlen = static_cast<std::size_t>(&im.tx_iov[niov] - m.msg_hdr.msg_iov);
+            m.msg_hdr.msg_iovlen =
+                static_cast<std::size_t>(im.tx_iov.data() + niov - m.msg_hdr.msg_iov);
             if (segs > 1) {
                 auto& ctl = im.tx_ctl[nmsg];
                 m.msg_hdr.msg_control = ctl.data();
@@ -703,6 +704,7 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
         std::size_t sent_pkts = 0;
         for (int i = 0; i < rc; ++i) {
             sent_pkts += per_msg[static_cast<std::size_t>(i)];
+            counters_.tx_iovecs += im.tx_msgs[static_cast<std::size_t>(i)].msg_hdr.msg_iovlen;
         }
         counters_.tx_datagrams += sent_pkts;
         if (static_cast<std::size_t>(rc) < nmsg) {
@@ -877,6 +879,7 @@ std::size_t UdpTransport::named_counters(std::span<NamedCounter> out) const noex
         {"tx_datagrams", c.tx_datagrams},
         {"tx_syscalls", c.tx_syscalls},
         {"tx_gso_sends", c.tx_gso_sends},
+        {"tx_iovecs", c.tx_iovecs},
         {"tx_errors", c.tx_errors},
         {"rcvbuf_bytes", static_cast<std::uint64_t>(c.rcvbuf_effective)},
         {"rcvbuf_capped", c.rcvbuf_capped},

@@ -59,6 +59,9 @@ struct UdpCounters {
     std::uint64_t tx_datagrams = 0;
     std::uint64_t tx_syscalls = 0;
     std::uint64_t tx_gso_sends = 0;
+    /// Buffers handed to the kernel for the datagrams sent; pieces that lie back to back in
+    /// memory (a packed send batch) share one, so a GSO run is usually one.
+    std::uint64_t tx_iovecs = 0;
     std::uint64_t tx_errors = 0;
     std::uint64_t rcvbuf_capped = 0;  ///< 1 when SO_RCVBUF read back smaller than asked
     int rcvbuf_effective = 0;

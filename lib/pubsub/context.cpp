@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -354,7 +355,18 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         // busy-polling party spends its syscalls on the channels it waits for data on.
         sc.upstream_poll_ns = std::min<std::int64_t>(10'000, sc.source->timers.nak_bo_ivl_ns / 4);
     }
-    auto s = pubsub::Session::create(t, sc);
+    // The windows' storage is made here (a subscriber's preallocated sources included): too
+    // much of it is an error for the caller, not an exception through a Result API.
+    Result<std::unique_ptr<pubsub::Session>> s = Errc::invalid_argument;
+    try {
+        s = pubsub::Session::create(t, sc);
+    } catch (const std::bad_alloc&) {
+        (void)fail(error,
+                   "cannot allocate the window storage for '" + std::string(uri)
+                       + "' (window_sqns x largest packet, per preallocated source): out of memory",
+                   std::make_error_code(std::errc::not_enough_memory));
+        return std::make_error_code(std::errc::not_enough_memory);
+    }
     if (!s) {
         (void)fail(error,
                    "bad channel options for '" + std::string(uri) + "': " + s.error().message());

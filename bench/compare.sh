@@ -19,7 +19,7 @@
 #   setting: a quiet socket's first datagram is read by recvfrom, see PERFORMANCE.md).
 #   RTT_REPS rounds (default 3 x --reps), each system's ratio to raw UDP taken per round.
 # Each figure is the median of --reps runs (default 3). Prints a markdown table with ratios;
-# raw results go to $OUT (default build/compare-YYYYmmdd-HHMMSS). Takes ~15 minutes.
+# raw results go to $OUT (default build/compare-YYYYmmdd-HHMMSS). Takes 8-10 minutes.
 set -u
 cd "$(dirname "$0")/.."
 REPS=3

@@ -29,6 +29,11 @@ std::uint16_t next_port() {
     return static_cast<std::uint16_t>(g_port_base + 2 * n++);
 }
 
+/// The test group on port `port`, sent and joined on 127.0.0.1 (never the default route).
+std::string group_uri(std::uint16_t port) {
+    return "udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1";
+}
+
 std::int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
@@ -226,7 +231,7 @@ TEST_CASE("udp transport refuses multicast without an interface and unknown inte
 TEST_CASE("publish over UDP multicast on lo: two subscribers, one losing 5%, all delivered",
           "[udp][multicast]") {
     const std::uint16_t port = next_port();
-    const std::string uri = "udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1";
+    const std::string uri = group_uri(port);
     Node rx1 = make_node(uri, false, 11);
     Node rx2 = make_node(uri, false, 12, 0.05);
     Node pub = make_node(uri, true, 7);
@@ -277,7 +282,7 @@ TEST_CASE("publish over UDP multicast on lo: two subscribers, one losing 5%, all
 
 TEST_CASE("garbage to the data port is counted and dropped; delivery goes on", "[udp][malformed]") {
     const std::uint16_t port = next_port();
-    const std::string uri = "udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1";
+    const std::string uri = group_uri(port);
     Node rx = make_node(uri, false, 21);
     Node pub = make_node(uri, true, 8);
     std::vector<Node*> all{&pub, &rx};
@@ -319,9 +324,7 @@ TEST_CASE("a full socket buffer shows as rx_kernel_drops; named counters match t
     const std::string gro = GENERATE(as<std::string>{}, "", "&gro=0");
     INFO("extra URI keys: " << gro);
     // A small buffer (root may force it below rmem_default; others get the kernel's minimum).
-    auto rx =
-        open("udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1&rcvbuf=65536" + gro,
-             false);
+    auto rx = open(group_uri(port) + "&rcvbuf=65536" + gro, false);
     const GroupSender sender(port);
     const std::vector<std::uint8_t> payload(1000, 0x5a);
     auto blast = [&](int n) {
@@ -374,8 +377,7 @@ TEST_CASE("a full socket buffer shows as rx_kernel_drops; named counters match t
 
 TEST_CASE("busy_poll=US sets SO_BUSY_POLL on the receive sockets and reports what was granted",
           "[udp][busy_poll]") {
-    const std::string base =
-        "udp://239.255.77.1:" + std::to_string(next_port()) + "?iface=127.0.0.1";
+    const std::string base = group_uri(next_port());
     auto off = open(base, false);
     CHECK(off->counters().busy_poll_us == 0);
     auto on = open(base + "&busy_poll=50", false);
@@ -400,8 +402,7 @@ TEST_CASE(
     "the wakeup fd watches the sockets only once armed, and arming sees undelivered "
     "GRO segments",
     "[udp][wakeup]") {
-    const std::string base =
-        "udp://239.255.77.1:" + std::to_string(next_port()) + "?iface=127.0.0.1";
+    const std::string base = group_uri(next_port());
     auto rx = open(base, false);
     auto tx = open(base, true);
     REQUIRE(rx->wakeup_fd() >= 0);
@@ -465,8 +466,7 @@ TEST_CASE(
 }
 
 TEST_CASE("segments handed out but not released come back first, in order", "[udp][gro]") {
-    const std::string base =
-        "udp://239.255.77.1:" + std::to_string(next_port()) + "?iface=127.0.0.1";
+    const std::string base = group_uri(next_port());
     auto rx = open(base, false);
     auto tx = open(base, true);
     if (!rx->gro_enabled() || !tx->gso_enabled()) {
@@ -538,7 +538,7 @@ TEST_CASE(
     "intact; a burst after it by recvmmsg",
     "[udp][latency]") {
     const std::uint16_t port = next_port();
-    const std::string base = "udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1";
+    const std::string base = group_uri(port);
     auto rx = open(base + "&gro=0", false);
     auto tx = open(base, true);  // sends from 127.0.0.1:port (its unicast socket)
     REQUIRE_FALSE(rx->gro_enabled());
@@ -598,7 +598,7 @@ TEST_CASE(
     "a gap in memory ends the merge",
     "[udp][gso]") {
     const std::uint16_t port = next_port();
-    const std::string base = "udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1";
+    const std::string base = group_uri(port);
     auto rx = open(base + "&gro=0", false);  // every datagram on its own, as the kernel cut it
     auto tx = open(base, true);
     // Eight 100-byte packets in one buffer, each as a 24-byte header piece and a 76-byte
@@ -649,8 +649,7 @@ TEST_CASE(
     "GRO on: a quiet socket's first read is recvfrom() too, and a merged GSO burst is "
     "split at the PGM packets' own lengths",
     "[udp][latency][gro]") {
-    const std::string base =
-        "udp://239.255.77.1:" + std::to_string(next_port()) + "?iface=127.0.0.1";
+    const std::string base = group_uri(next_port());
     auto rx = open(base, false);
     auto tx = open(base, true);
     if (!rx->gro_enabled() || !tx->gso_enabled()) {
@@ -706,7 +705,7 @@ TEST_CASE(
     "batched and the single-read path",
     "[udp][malformed]") {
     const std::uint16_t port = next_port();
-    auto rx = open("udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.1&gro=0", false);
+    auto rx = open(group_uri(port) + "&gro=0", false);
     const GroupSender sender(port);
     const std::vector<std::uint8_t> big(3000, 0xab);  // gro=0 slots hold 1472 + 64 bytes
     const std::vector<std::uint8_t> small(100, 0x5c);

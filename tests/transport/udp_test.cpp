@@ -7,8 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <span>
 #include <string>
 #include <vector>
@@ -732,4 +734,48 @@ TEST_CASE(
     rx->release_rx(n);
     CHECK(rx->counters().rx_truncated == 2);
     CHECK(rx->counters().rx_datagrams == 2);  // only what was handed up
+}
+
+TEST_CASE("a channel that does not join holds no group socket; its NLA still hears unicast",
+          "[udp]") {
+    auto open_fds = [] {
+        std::size_t n = 0;
+        for ([[maybe_unused]] const auto& e :
+             std::filesystem::directory_iterator("/proc/self/fd")) {
+            ++n;
+        }
+        return n;
+    };
+    std::string err;
+    auto cfg = udp::parse_uri(group_uri(next_port()), &err);
+    REQUIRE(cfg.has_value());
+    cfg->bind_unicast = true;
+    const std::size_t before = open_fds();
+    {
+        auto joined = udp::UdpTransport::create(*cfg, &err);
+        REQUIRE(joined.has_value());
+        CHECK(open_fds() - before == 3);  // group socket, unicast socket, epoll
+    }
+    cfg->port = next_port();
+    cfg->join = false;  // a publisher: its upstream poll reads one socket, not two
+    auto pub = udp::UdpTransport::create(*cfg, &err);
+    INFO(err);
+    REQUIRE(pub.has_value());
+    CHECK(open_fds() - before == 2);
+    // A NAK's way in: a datagram to 127.0.0.1:port.
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(cfg->port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const std::vector<std::uint8_t> b(40, 0x11);
+    REQUIRE(::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to)
+            == 40);
+    ::close(fd);
+    std::array<RxPacket, 4> got{};
+    const std::size_t n = wait_rx(**pub, got);
+    REQUIRE(n == 1);
+    CHECK(got[0].data.size() == 40);
+    (*pub)->release_rx(n);
 }

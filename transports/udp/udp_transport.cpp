@@ -313,7 +313,7 @@ struct UdpTransport::Impl {
     Addr group;
     Addr iface;
     bool multicast = false;
-    UniqueFd rx;           // group traffic (wildcard:port, joined) or unicast group address
+    UniqueFd rx;           // group:port (joined), or a unicast group address of this host
     UniqueFd uc;           // iface:port, for unicast NAKs/SPMRs; also the send socket when present
     UniqueFd ep;           // epoll over both, the wakeup fd
     bool watched = false;  // the sockets are in ep (from the first arm_wakeup() on)
@@ -413,12 +413,17 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
     // Downstream receive socket.
     // Bound to the group address itself: only that group's datagrams arrive, and same-host
     // unicast NAKs to ADDR:port can never be hashed to a receiver's socket.
-    Addr rx_bind = impl->group;
-    auto rx = make_socket(rx_bind);
-    if (rx) {
-        impl->rx = std::move(*rx);
-    } else if (impl->multicast || rx.error().value() != EADDRNOTAVAIL) {
-        return fail("cannot bind UDP port " + std::to_string(cfg.port), rx.error());
+    // A multicast channel that does not join (a publisher) has none: with IP_MULTICAST_ALL
+    // off it could hear nothing there, so it would only cost a syscall per upstream poll
+    // (and on IPv6, which has no such option here, a loopback copy of each of its own sends
+    // whenever a same-host subscriber joined).
+    if (!impl->multicast || cfg.join) {
+        auto rx = make_socket(impl->group);
+        if (rx) {
+            impl->rx = std::move(*rx);
+        } else if (impl->multicast || rx.error().value() != EADDRNOTAVAIL) {
+            return fail("cannot bind UDP port " + std::to_string(cfg.port), rx.error());
+        }
     }
     // Unicast socket on the interface address: unicast NAKs to our NLA land here (a specific
     // address wins the kernel's lookup over same-host wildcard sockets, openpgm.md §8.5).
@@ -467,7 +472,9 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
                        != 0) {
                 return fail("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
             }
-            (void)set_opt(impl->rx.get(), IPPROTO_IP, IP_MULTICAST_ALL, 0);
+            if (impl->rx.get() >= 0) {
+                (void)set_opt(impl->rx.get(), IPPROTO_IP, IP_MULTICAST_ALL, 0);
+            }
             ip_mreqn out{};
             out.imr_address = mreq.imr_address;
             out.imr_ifindex = static_cast<int>(ifindex);

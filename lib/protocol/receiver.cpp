@@ -8,6 +8,7 @@
 
 #include "lib/pgm/checksum.hpp"
 #include "lib/protocol/packed_ring.hpp"
+#include "lib/runtime/page_buffer.hpp"
 
 namespace prizma::protocol {
 
@@ -102,9 +103,8 @@ struct Receiver::Peer {
     std::int64_t wheel_tick = 0;                                 // first tick not yet fully visited
     unsigned wheel_shift = 0;                                    // tick = 2^shift ns
     // Not a vector: a peer allocated at its first packet must not zero ~100 MB then (a pause
-    // of tens of ms on the owner thread); payloads are always written before they are read.
-    std::unique_ptr<std::byte[]> buffers;
-    std::size_t buffers_size = 0;
+    // of tens of ms on the owner thread); its pages come at their first use.
+    runtime::PageBuffer buffers;
     std::vector<Alloc> allocs;
     std::size_t alloc_first = 0;  // oldest live record
     std::size_t alloc_count = 0;
@@ -116,7 +116,7 @@ struct Receiver::Peer {
             return nullptr;
         }
         const std::size_t off =
-            ring_fit(alloc_count == 0, head_off, allocs[alloc_first].off, n, buffers_size);
+            ring_fit(alloc_count == 0, head_off, allocs[alloc_first].off, n, buffers.size());
         if (off == kNoFit) {
             return nullptr;
         }
@@ -132,7 +132,7 @@ struct Receiver::Peer {
         sl.has_buf = true;
         sl.off = static_cast<std::uint32_t>(off);
         sl.alloc = static_cast<std::uint32_t>(idx);
-        return buffers.get() + off;
+        return buffers.data() + off;
     }
     void release(Slot& sl) noexcept {
         if (!sl.has_buf) {
@@ -270,16 +270,13 @@ Receiver::Peer* Receiver::find(const Gsi& gsi, std::uint16_t sport) noexcept {
     return nullptr;
 }
 
-// Storage for one source. Paged in (prefault): every page of the payload ring is written
-// now, not at the first pass of the ring.
+// Storage for one source. Paged in (prefault): every page of the payload ring is present
+// now, not faulted in at the first pass of the ring.
 std::unique_ptr<Receiver::Peer> Receiver::new_peer(bool prefault) const {
     auto p = std::make_unique<Peer>();
     p->slots.resize(capacity_);
-    p->buffers_size = (static_cast<std::size_t>(capacity_) + 1) * buf_stride_;
-    p->buffers.reset(new std::byte[p->buffers_size]);  // NOLINT(cppcoreguidelines-owning-memory)
-    if (prefault) {
-        std::memset(p->buffers.get(), 0, p->buffers_size);
-    }
+    p->buffers =
+        runtime::PageBuffer((static_cast<std::size_t>(capacity_) + 1) * buf_stride_, prefault);
     // Live payloads are at most one per window slot; delivered ones not yet reclaimed (stored
     // after the oldest live one, i.e. repairs) at most as many again.
     p->allocs.resize(2 * static_cast<std::size_t>(capacity_) + 2);
@@ -302,7 +299,6 @@ Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
         if (!p->in_use) {
             auto slots = std::move(p->slots);
             auto buffers = std::move(p->buffers);
-            const std::size_t buffers_size = p->buffers_size;
             auto allocs = std::move(p->allocs);
             if (p->used) {  // fresh storage is clear already: no pass over it at a join
                 std::fill(slots.begin(), slots.end(), Peer::Slot{});
@@ -311,7 +307,6 @@ Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
             p->used = true;
             p->slots = std::move(slots);
             p->buffers = std::move(buffers);
-            p->buffers_size = buffers_size;
             p->allocs = std::move(allocs);
             p->reset_wheel(wheel_shift_);
             p->in_use = true;
@@ -918,7 +913,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
         if (sl.state != SlotState::have) {
             break;  // missing: wait for repair
         }
-        const std::byte* base = p.buffers.get();
+        const std::byte* base = p.buffers.data();
         if (!sl.has_fragment) {
             // Released now, but the bytes stay untouched until the next packet is stored.
             p.release(sl);

@@ -68,7 +68,7 @@ Source::Source(const SourceConfig& cfg) noexcept : cfg_(cfg) {
     stride_ = (cfg.max_tpdu + 63) & ~std::size_t{63};
     slots_.resize(cap);
     // Worst case: every packet of a full window at max size, plus the end-of-buffer waste.
-    buffers_.resize((static_cast<std::size_t>(cap) + 1) * stride_);
+    buffers_ = runtime::PageBuffer((static_cast<std::size_t>(cap) + 1) * stride_, true);
     repair_queue_.resize(cap);
     scratch_.resize(256 + cfg.max_tpdu);
     trail_ = cfg.initial_sqn;

@@ -13,6 +13,7 @@
 #include "lib/pgm/packet.hpp"
 #include "lib/protocol/config.hpp"
 #include "lib/protocol/sink.hpp"
+#include "lib/runtime/page_buffer.hpp"
 
 namespace prizma::protocol {
 
@@ -138,9 +139,9 @@ private:
     std::uint32_t mask_ = 0;
     std::size_t stride_ = 0;
     std::vector<Slot> slots_;
-    std::vector<std::byte> buffers_;  // packets packed in send order (cache-friendly)
-    std::size_t head_off_ = 0;        // where the next packet goes in buffers_
-    std::vector<Sqn> repair_queue_;   // ring, capacity = window capacity
+    runtime::PageBuffer buffers_;    // packets packed in send order (cache-friendly)
+    std::size_t head_off_ = 0;       // where the next packet goes in buffers_
+    std::vector<Sqn> repair_queue_;  // ring, capacity = window capacity
     std::size_t repair_head_ = 0;
     std::size_t repair_count_ = 0;
     std::vector<std::byte> scratch_;  // SPM / NCF / RDATA headers

@@ -104,50 +104,70 @@ Result<void> validate(const Timers& t, std::string_view* bad) noexcept {
     return {};
 }
 
-Result<void> validate(const SourceConfig& c) noexcept {
-    if (auto r = validate(c.timers); !r) {
+namespace {
+
+Result<void> refuse(std::string_view* why, std::string_view text) noexcept {
+    if (why != nullptr) {
+        *why = text;
+    }
+    return Errc::invalid_argument;
+}
+
+bool bad_afi(const pgm::Nla& n) noexcept {
+    return n.afi != pgm::kAfiIpv4 && n.afi != pgm::kAfiIpv6;
+}
+
+}  // namespace
+
+Result<void> validate(const SourceConfig& c, std::string_view* why) noexcept {
+    if (auto r = validate(c.timers, why); !r) {
         return r;
     }
     if (c.txw_sqns == 0 || c.txw_sqns > (1U << 24)) {
-        return Errc::invalid_argument;
+        return refuse(why, "txw_sqns: 1 to 16777216 packets");
     }
     if (c.max_tpdu < pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes + 8 || c.max_tpdu > 65535) {
-        return Errc::invalid_argument;
+        return refuse(why, "max_tpdu: room for a fragment header and 8 bytes, at most 65535");
     }
     if (c.max_fragments == 0 || c.max_fragments > 4096 || c.max_fragments > c.txw_sqns) {
-        return Errc::invalid_argument;
+        return refuse(why, "max_fragments: 1 to 4096, and at most txw_sqns");
     }
-    if ((c.nla.afi != pgm::kAfiIpv4 && c.nla.afi != pgm::kAfiIpv6)
-        || (c.group.afi != pgm::kAfiIpv4 && c.group.afi != pgm::kAfiIpv6)) {
-        return Errc::invalid_argument;
+    if (bad_afi(c.nla)) {
+        return refuse(why, "nla: an IPv4 or IPv6 address");
     }
-    if (c.tsi.sport == c.dport) {
-        return Errc::invalid_argument;  // OpenPGM refuses sport == dport (openpgm.md §8.13)
+    if (bad_afi(c.group)) {
+        return refuse(why, "group: an IPv4 or IPv6 address");
+    }
+    if (c.tsi.sport == c.dport) {  // OpenPGM refuses sport == dport (openpgm.md §8.13)
+        return refuse(why, "tsi.sport: not equal to dport");
     }
     if (c.txw_retention_ns < 0) {
-        return Errc::invalid_argument;
+        return refuse(why, "txw_retention_ns: not negative");
     }
     return {};
 }
 
-Result<void> validate(const ReceiverConfig& c) noexcept {
-    if (auto r = validate(c.timers); !r) {
+Result<void> validate(const ReceiverConfig& c, std::string_view* why) noexcept {
+    if (auto r = validate(c.timers, why); !r) {
         return r;
     }
     if (c.rxw_sqns < 2 || c.rxw_sqns > (1U << 20)) {
-        return Errc::invalid_argument;
+        return refuse(why, "rxw_sqns: 2 to 1048576 packets");
     }
     if (c.max_tpdu < pgm::kDataHeaderBytes + 8 || c.max_tpdu > 65535) {
-        return Errc::invalid_argument;
+        return refuse(why, "max_tpdu: room for a data header and 8 bytes, at most 65535");
     }
-    if (c.max_peers == 0 || c.max_peers > 4096 || c.preallocated_peers > c.max_peers) {
-        return Errc::invalid_argument;
+    if (c.max_peers == 0 || c.max_peers > 4096) {
+        return refuse(why, "max_peers: 1 to 4096");
     }
-    if (c.group.afi != pgm::kAfiIpv4 && c.group.afi != pgm::kAfiIpv6) {
-        return Errc::invalid_argument;
+    if (c.preallocated_peers > c.max_peers) {
+        return refuse(why, "preallocated_peers: at most max_peers");
+    }
+    if (bad_afi(c.group)) {
+        return refuse(why, "group: an IPv4 or IPv6 address");
     }
     if (c.max_recover_sqns == 0 || c.max_recover_sqns >= c.rxw_sqns) {
-        return Errc::invalid_argument;
+        return refuse(why, "max_recover_sqns: 1 to rxw_sqns - 1");
     }
     return {};
 }

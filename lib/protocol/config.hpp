@@ -92,7 +92,9 @@ struct ReceiverConfig {
     Timers timers{};
 };
 
-Result<void> validate(const SourceConfig& c) noexcept;
-Result<void> validate(const ReceiverConfig& c) noexcept;
+/// Checks every value. On an error, `why` (when given) names the first bad field and what it
+/// must be ("rxw_sqns: 2 to 1048576"); the part before ": " is the field's name.
+Result<void> validate(const SourceConfig& c, std::string_view* why = nullptr) noexcept;
+Result<void> validate(const ReceiverConfig& c, std::string_view* why = nullptr) noexcept;
 
 }  // namespace prizma::protocol

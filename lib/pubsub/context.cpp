@@ -121,6 +121,44 @@ Result<void> fail(std::string* error,
     return ec;
 }
 
+// A refusal of the protocol layer ("rxw_sqns: 2 to 1048576 packets") in the caller's terms:
+// the ChannelOptions name and the value given ("window_sqns = 1: 2 to 1048576 packets").
+// Fields no option sets (a transport's max_tpdu, a preset's timers) keep their own names.
+std::string explain_refusal(std::string_view why, const ChannelOptions& o) {
+    struct Name {
+        std::string_view field, option;
+    };
+    static constexpr Name kNames[] = {
+        {"txw_sqns", "window_sqns"},          {"rxw_sqns", "window_sqns"},
+        {"max_peers", "max_sources"},         {"preallocated_peers", "preallocated_sources"},
+        {"txw_retention_ns", "retention_ns"},
+    };
+    std::string text(why);
+    for (const auto& n : kNames) {
+        for (auto at = text.find(n.field); at != std::string::npos;
+             at = text.find(n.field, at + n.option.size())) {
+            text.replace(at, n.field.size(), n.option);
+        }
+    }
+    const std::string_view name = std::string_view(text).substr(0, text.find(": "));
+    std::string value;
+    if (name == "window_sqns") {
+        value = std::to_string(o.window_sqns);
+    } else if (name == "max_sources") {
+        value = std::to_string(o.max_sources);
+    } else if (name == "preallocated_sources") {
+        value = std::to_string(o.preallocated_sources);
+    } else if (name == "retention_ns") {
+        value = std::to_string(o.retention_ns);
+    } else if (name == "max_recover_sqns") {
+        value = std::to_string(o.max_recover_sqns);
+    }
+    if (!value.empty()) {
+        text.insert(name.size(), " = " + value);
+    }
+    return text;
+}
+
 // Fault-injection keys of udp:// and verbs:// channels (for tests): loss = drop on receive
 // (every packet type), tx_loss = drop our own ODATA on send (every receiver misses it),
 // seed = the fault generator's seed.
@@ -327,13 +365,6 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         c.timers = *timers;
         sc.source = c;
     } else {
-        if (o.preallocated_sources > o.max_sources) {
-            (void)fail(error, "bad channel options for '" + std::string(uri)
-                                  + "': preallocated_sources "
-                                  + std::to_string(o.preallocated_sources)
-                                  + " is more than max_sources " + std::to_string(o.max_sources));
-            return Errc::invalid_argument;
-        }
         protocol::ReceiverConfig c;
         c.dport = dport;
         c.group = group;
@@ -354,6 +385,14 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         // (a quarter of the NAK back-off, if shorter) while the socket is quiet, so that a
         // busy-polling party spends its syscalls on the channels it waits for data on.
         sc.upstream_poll_ns = std::min<std::int64_t>(10'000, sc.source->timers.nak_bo_ivl_ns / 4);
+    }
+    std::string_view why;
+    if (const auto v = sc.source ? protocol::validate(*sc.source, &why)
+                                 : protocol::validate(*sc.receiver, &why);
+        !v) {
+        (void)fail(error, "bad channel options for '" + std::string(uri)
+                              + "': " + explain_refusal(why, o));
+        return v.error();
     }
     // The windows' storage is made here (a subscriber's preallocated sources included): too
     // much of it is an error for the caller, not an exception through a Result API.

@@ -220,14 +220,31 @@ TEST_CASE("API: bad channel URIs and options give clear errors", "[unit][api]") 
     o.preset = "warp";
     CHECK_FALSE(ctx->add_publisher("mem://b:7500", o, &err).has_value());
     CHECK(err.find("warp") != std::string::npos);
+    // Options the protocol layer refuses come back under the option's name, with its value.
+    auto refused = [&](bool publisher, const prizma::ChannelOptions& opts) {
+        err.clear();
+        const bool added = publisher ? ctx->add_publisher("mem://b:7500", opts, &err).has_value()
+                                     : ctx->add_subscriber("mem://b:7500", opts, &err).has_value();
+        CHECK_FALSE(added);
+        CHECK(err.starts_with("bad channel options for 'mem://b:7500': "));
+        return err;
+    };
     o = {};
     o.window_sqns = 0;
-    CHECK_FALSE(ctx->add_publisher("mem://b:7500", o, &err).has_value());
+    CHECK_THAT(refused(true, o), Catch::Contains("window_sqns = 0: 1 to 16777216 packets"));
+    o.window_sqns = 1;
+    CHECK_THAT(refused(false, o), Catch::Contains("window_sqns = 1: 2 to 1048576 packets"));
     o = {};
     o.max_sources = 2;
     o.preallocated_sources = 3;
-    err.clear();
-    CHECK_FALSE(ctx->add_subscriber("mem://b:7500", o, &err).has_value());
-    CHECK(err.find("preallocated_sources 3") != std::string::npos);
-    CHECK(err.find("max_sources 2") != std::string::npos);
+    CHECK_THAT(refused(false, o), Catch::Contains("preallocated_sources = 3: at most max_sources"));
+    o = {};
+    o.max_sources = 5000;
+    CHECK_THAT(refused(false, o), Catch::Contains("max_sources = 5000: 1 to 4096"));
+    o = {};
+    o.max_recover_sqns = 0;
+    CHECK_THAT(refused(false, o), Catch::Contains("max_recover_sqns = 0: 1 to window_sqns - 1"));
+    o = {};
+    o.retention_ns = -1;
+    CHECK_THAT(refused(true, o), Catch::Contains("retention_ns = -1: not negative"));
 }

@@ -45,6 +45,9 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     auto bad = sc;
     bad.tsi.sport = bad.dport;
     CHECK(Source::create(bad).error() == Errc::invalid_argument);
+    std::string_view why;
+    CHECK_FALSE(validate(bad, &why).has_value());
+    CHECK(why == "tsi.sport: not equal to dport");
     bad = sc;
     bad.max_tpdu = 10;
     CHECK_FALSE(Source::create(bad).has_value());
@@ -54,6 +57,12 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     bad = sc;
     bad.txw_sqns = 0;
     CHECK_FALSE(Source::create(bad).has_value());
+    CHECK_FALSE(validate(bad, &why).has_value());
+    CHECK(why.starts_with("txw_sqns: "));
+    bad = sc;
+    bad.timers.nak_rpt_ivl_ns = 0;
+    CHECK_FALSE(validate(bad, &why).has_value());
+    CHECK(why == "nak_rpt_ivl");
 
     ReceiverConfig rc;
     rc.group = sc.group;
@@ -70,6 +79,17 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     rbad = rc;
     rbad.preallocated_peers = rc.max_peers + 1;
     CHECK(Receiver::create(rbad).error() == Errc::invalid_argument);
+    CHECK_FALSE(validate(rbad, &why).has_value());
+    CHECK(why == "preallocated_peers: at most max_peers");
+    rbad.preallocated_peers = 0;
+    rbad.max_peers = 0;
+    CHECK_FALSE(validate(rbad, &why).has_value());
+    CHECK(why.starts_with("max_peers: "));
+    rbad = rc;
+    rbad.rxw_sqns = 1;
+    CHECK_FALSE(validate(rbad, &why).has_value());
+    CHECK(why.starts_with("rxw_sqns: "));
+    rbad = rc;
     rbad.preallocated_peers = rc.max_peers;
     rbad.rxw_sqns = 64;  // small storage: max_peers of them are made at once
     rbad.max_recover_sqns = 32;

@@ -315,7 +315,7 @@ struct UdpTransport::Impl {
     bool multicast = false;
     UniqueFd rx;           // group:port (joined), or a unicast group address of this host
     UniqueFd uc;           // iface:port, for unicast NAKs/SPMRs; also the send socket when present
-    UniqueFd ep;           // epoll over both, the wakeup fd
+    UniqueFd ep;           // epoll over those present, the wakeup fd
     bool watched = false;  // the sockets are in ep (from the first arm_wakeup() on)
     int tx = -1;
     std::size_t max_datagram = 0;
@@ -744,8 +744,9 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     if (fds[0] >= 0 && fds[1] >= 0 && im.watched) {
         // Two watched sockets: one epoll_wait(0) (~0.2 us) says which has datagrams, so
         // an empty poll costs one cheap syscall instead of two recvmmsg (~0.3-1 us each).
-        // Unwatched (never armed, the busy-poll case) both are read: two-socket channels
-        // are publishers, whose upstream is polled only every upstream_poll_ns.
+        // Unwatched (never armed, the busy-poll case) both are read. Only a channel that
+        // both joins and binds its unicast address has two; the Context's have one each
+        // (a publisher does not join, a subscriber does not bind).
         std::array<epoll_event, 2> ev{};
         const int ready = ::epoll_wait(im.ep.get(), ev.data(), 2, 0);
         if (ready <= 0) {

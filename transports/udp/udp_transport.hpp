@@ -33,6 +33,8 @@ struct UdpConfig {
     bool bind_unicast = false;
     /// Join the multicast group. A publisher-only channel need not: NAKs and SPMRs reach it by
     /// unicast (bind_unicast), and not joining spares every send a loopback copy to itself.
+    /// A multicast channel that does not join has no group socket; without bind_unicast too
+    /// it sends from an unbound socket (an ephemeral source port).
     bool join = true;
     std::size_t max_datagram = 0;  ///< 0 = 1472 (IPv4) / 1452 (IPv6)
     std::size_t batch = 64;

@@ -11,7 +11,9 @@ namespace prizma {
 struct ChannelOptions {
     /// Timer preset: "wan" (OpenPGM's usual values), "lan" (default) or "rdma".
     std::string preset = "lan";
-    std::uint32_t window_sqns = 1U << 16U;  ///< transmit / receive window, packets
+    /// Transmit / receive window, packets. A publisher's message spans at most 16 of them
+    /// (OpenPGM's fragment limit), or window_sqns when that is smaller.
+    std::uint32_t window_sqns = 1U << 16U;
     /// Publisher: keep each packet repairable at least this long; a full window then returns
     /// Errc::back_pressured instead of dropping history. 0 = always advance.
     std::int64_t retention_ns = 0;

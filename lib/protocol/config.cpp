@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lib/protocol/config.hpp"
 
+#include <bit>
+#include <cstdint>
+
 namespace prizma::protocol {
 
 Timers preset(Preset p) noexcept {
@@ -119,6 +122,15 @@ bool bad_afi(const pgm::Nla& n) noexcept {
 
 }  // namespace
 
+std::size_t txw_ring_bytes(const SourceConfig& c) noexcept {
+    return (std::size_t{std::bit_ceil(c.txw_sqns)} + 1) * ((c.max_tpdu + 63) & ~std::size_t{63});
+}
+
+std::size_t rxw_ring_bytes(const ReceiverConfig& c) noexcept {
+    const std::size_t tsdu = c.max_tpdu - pgm::kDataHeaderBytes;
+    return (std::size_t{std::bit_ceil(c.rxw_sqns)} + 1) * ((tsdu + 63) & ~std::size_t{63});
+}
+
 Result<void> validate(const SourceConfig& c, std::string_view* why) noexcept {
     if (auto r = validate(c.timers, why); !r) {
         return r;
@@ -128,6 +140,9 @@ Result<void> validate(const SourceConfig& c, std::string_view* why) noexcept {
     }
     if (c.max_tpdu < pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes + 8 || c.max_tpdu > 65535) {
         return refuse(why, "max_tpdu: room for a fragment header and 8 bytes, at most 65535");
+    }
+    if (txw_ring_bytes(c) > UINT32_MAX) {  // packet offsets in the ring are 32-bit
+        return refuse(why, "txw_sqns: at most 4 GiB of packets (window x largest packet)");
     }
     if (c.max_fragments == 0 || c.max_fragments > 4096 || c.max_fragments > c.txw_sqns) {
         return refuse(why, "max_fragments: 1 to 4096, and at most txw_sqns");
@@ -156,6 +171,9 @@ Result<void> validate(const ReceiverConfig& c, std::string_view* why) noexcept {
     }
     if (c.max_tpdu < pgm::kDataHeaderBytes + 8 || c.max_tpdu > 65535) {
         return refuse(why, "max_tpdu: room for a data header and 8 bytes, at most 65535");
+    }
+    if (rxw_ring_bytes(c) > UINT32_MAX) {  // payload offsets in the ring are 32-bit
+        return refuse(why, "rxw_sqns: at most 4 GiB of packets (window x largest packet)");
     }
     if (c.max_peers == 0 || c.max_peers > 4096) {
         return refuse(why, "max_peers: 1 to 4096");

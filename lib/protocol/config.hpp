@@ -92,8 +92,15 @@ struct ReceiverConfig {
     Timers timers{};
 };
 
-/// Checks every value. On an error, `why` (when given) names the first bad field and what it
-/// must be ("rxw_sqns: 2 to 1048576"); the part before ": " is the field's name.
+/// Bytes of the payload ring of a transmit window (one max-size packet per slot, rounded to
+/// a cache line, for every slot and one more: the waste at the ring's end).
+std::size_t txw_ring_bytes(const SourceConfig& c) noexcept;
+/// Likewise for a receive window of one source (TSDUs: the data header is not kept).
+std::size_t rxw_ring_bytes(const ReceiverConfig& c) noexcept;
+
+/// Checks every value. On an error, `why` (when given) names the first bad field, followed by
+/// ": " and what it must be ("rxw_sqns: 2 to 1048576 packets"), or alone for a timer
+/// ("nak_rpt_ivl").
 Result<void> validate(const SourceConfig& c, std::string_view* why = nullptr) noexcept;
 Result<void> validate(const ReceiverConfig& c, std::string_view* why = nullptr) noexcept;
 

@@ -222,7 +222,6 @@ Result<std::unique_ptr<Receiver>> Receiver::create(const ReceiverConfig& cfg) {
 Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     capacity_ = std::bit_ceil(cfg.rxw_sqns);
     stride_ = cfg.max_tpdu - pgm::kDataHeaderBytes;
-    buf_stride_ = (stride_ + 63) & ~std::size_t{63};
     peers_.resize(cfg.max_peers);
     for (std::size_t i = 0; i < cfg.preallocated_peers; ++i) {
         peers_[i] = new_peer(true);
@@ -275,8 +274,7 @@ Receiver::Peer* Receiver::find(const Gsi& gsi, std::uint16_t sport) noexcept {
 std::unique_ptr<Receiver::Peer> Receiver::new_peer(bool prefault) const {
     auto p = std::make_unique<Peer>();
     p->slots.resize(capacity_);
-    p->buffers =
-        runtime::PageBuffer((static_cast<std::size_t>(capacity_) + 1) * buf_stride_, prefault);
+    p->buffers = runtime::PageBuffer(rxw_ring_bytes(cfg_), prefault);
     // Live payloads are at most one per window slot; delivered ones not yet reclaimed (stored
     // after the oldest live one, i.e. repairs) at most as many again.
     p->allocs.resize(2 * static_cast<std::size_t>(capacity_) + 2);

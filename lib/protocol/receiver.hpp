@@ -140,8 +140,7 @@ private:
 
     ReceiverConfig cfg_;
     std::uint32_t capacity_ = 0;
-    std::size_t stride_ = 0;      // largest TSDU
-    std::size_t buf_stride_ = 0;  // stride_ rounded to a cache line
+    std::size_t stride_ = 0;  // largest TSDU
     std::vector<std::unique_ptr<Peer>> peers_;
     std::vector<Peer*> live_;  // peers in use, in join order
     std::size_t rr_ = 0;       // round-robin start for delivery

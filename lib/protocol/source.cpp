@@ -58,17 +58,16 @@ Result<std::unique_ptr<Source>> Source::create(const SourceConfig& cfg) {
     return std::unique_ptr<Source>(new Source(cfg));
 }
 
-Source::Source(const SourceConfig& cfg) noexcept : cfg_(cfg) {
+Source::Source(const SourceConfig& cfg) : cfg_(cfg) {
     max_tsdu_ = cfg.max_tpdu - pgm::kDataHeaderBytes;
     max_frag_payload_ = max_tsdu_ - pgm::kFragmentOptionBytes;
     max_apdu_ = std::min(pgm::kMaxApduBytes, cfg.max_fragments * max_frag_payload_);
     max_apdu_ = std::max(max_apdu_, max_tsdu_);
     const std::uint32_t cap = std::bit_ceil(cfg.txw_sqns);
     mask_ = cap - 1;
-    stride_ = (cfg.max_tpdu + 63) & ~std::size_t{63};
     slots_.resize(cap);
     // Worst case: every packet of a full window at max size, plus the end-of-buffer waste.
-    buffers_ = runtime::PageBuffer((static_cast<std::size_t>(cap) + 1) * stride_, true);
+    buffers_ = runtime::PageBuffer(txw_ring_bytes(cfg), true);
     repair_queue_.resize(cap);
     scratch_.resize(256 + cfg.max_tpdu);
     trail_ = cfg.initial_sqn;

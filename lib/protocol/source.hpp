@@ -109,7 +109,7 @@ private:
                                                   std::int64_t now_ns) const noexcept;
     };
 
-    explicit Source(const SourceConfig& cfg) noexcept;
+    explicit Source(const SourceConfig& cfg);  // throws std::bad_alloc (window storage)
     [[nodiscard]] std::uint32_t in_window() const noexcept { return next_.value - trail_.value; }
     [[nodiscard]] bool contains(Sqn s) const noexcept;
     Slot& slot(Sqn s) noexcept { return slots_[s.value & mask_]; }
@@ -137,7 +137,6 @@ private:
     std::size_t max_frag_payload_ = 0;
     std::size_t max_apdu_ = 0;
     std::uint32_t mask_ = 0;
-    std::size_t stride_ = 0;
     std::vector<Slot> slots_;
     runtime::PageBuffer buffers_;    // packets packed in send order (cache-friendly)
     std::size_t head_off_ = 0;       // where the next packet goes in buffers_

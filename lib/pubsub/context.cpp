@@ -358,6 +358,9 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         c.nla = nla;
         c.group = group;
         c.txw_sqns = o.window_sqns;
+        // An APDU's fragments must all fit in the window: a window of fewer than 16 packets
+        // (OpenPGM's fragment limit) sends smaller APDUs instead of being refused.
+        c.max_fragments = std::min<std::size_t>(c.max_fragments, std::max(1U, o.window_sqns));
         c.txw_retention_ns = o.retention_ns;
         c.max_tpdu = t.caps().max_datagram;
         c.odata_rate_bytes_per_sec = o.rate_bytes_per_sec;

@@ -3,48 +3,71 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <new>
 #include <utility>
 
 namespace prizma::runtime {
 
+namespace {
+
+constexpr std::size_t kPage = 4096;
+
+}  // namespace
+
 PageBuffer::PageBuffer(std::size_t size, bool prefault) : size_(size) {
     if (size == 0) {
         return;
     }
-    mapped_ = (size + kHugePage - 1) & ~(kHugePage - 1);
-    // One huge page more than needed, so that a 2 MiB boundary lies inside; the ends
-    // before and after the aligned range are given back at once.
-    const std::size_t span = mapped_ + kHugePage;
+    mapped_ = (size + kPage - 1) & ~(kPage - 1);
+    // A buffer of a huge page or more starts on a 2 MiB boundary (one huge page more is
+    // mapped, and the ends before and after the aligned range are given back at once), so
+    // that every whole 2 MiB of it can be a huge page; a smaller one is just pages.
+    const bool huge = prefault && size >= kHugePage;
+    const std::size_t span = mapped_ + (huge ? kHugePage : 0);
     void* m = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
         throw std::bad_alloc();
     }
     const auto base = reinterpret_cast<std::uintptr_t>(m);
-    const std::uintptr_t aligned = (base + kHugePage - 1) & ~(std::uintptr_t{kHugePage} - 1);
-    if (aligned != base) {
-        (void)::munmap(m, aligned - base);
+    std::uintptr_t start = base;
+    if (huge) {
+        start = (base + kHugePage - 1) & ~(std::uintptr_t{kHugePage} - 1);
+        if (start != base) {
+            (void)::munmap(m, start - base);
+        }
+        if (start + mapped_ != base + span) {
+            (void)::munmap(reinterpret_cast<void*>(start + mapped_), base + span - start - mapped_);
+        }
     }
-    const std::uintptr_t end = aligned + mapped_;
-    if (end != base + span) {
-        (void)::munmap(reinterpret_cast<void*>(end), base + span - end);
-    }
-    data_ = reinterpret_cast<std::byte*>(aligned);
+    data_ = reinterpret_cast<std::byte*>(start);
     if (!prefault) {
         // Even where THP is "always": a first write must not stall for a 2 MiB page.
         (void)::madvise(data_, mapped_, MADV_NOHUGEPAGE);
-    } else {
+        return;
+    }
+    if (huge) {
         // Advice only: without THP (or with it off) the pages are 4 KiB and work alike.
         (void)::madvise(data_, mapped_, MADV_HUGEPAGE);
+    }
 #ifdef MADV_POPULATE_WRITE
+    for (;;) {
         if (::madvise(data_, mapped_, MADV_POPULATE_WRITE) == 0) {
             return;
         }
-#endif
-        for (std::size_t off = 0; off < mapped_; off += 4096) {
-            data_[off] = std::byte{0};
+        if (errno == EINTR || errno == EAGAIN) {
+            continue;
         }
+        if (errno != EINVAL) {  // out of memory (a cgroup limit, say): not a page more
+            release();
+            throw std::bad_alloc();
+        }
+        break;  // a kernel older than 5.14: touch every page instead
+    }
+#endif
+    for (std::size_t off = 0; off < mapped_; off += kPage) {
+        data_[off] = std::byte{0};
     }
 }
 

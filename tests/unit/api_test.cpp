@@ -247,4 +247,19 @@ TEST_CASE("API: bad channel URIs and options give clear errors", "[unit][api]") 
     o = {};
     o.retention_ns = -1;
     CHECK_THAT(refused(true, o), Catch::Contains("retention_ns = -1: not negative"));
+    o = {};
+    o.window_sqns = 1U << 22U;  // x 1472-byte packets: past what 32-bit ring offsets reach
+    CHECK_THAT(refused(true, o),
+               Catch::Contains("window_sqns = 4194304: at most 4 GiB of packets"));
+    // A window smaller than OpenPGM's 16 fragments is taken: its messages span at most 8.
+    o = {};
+    o.window_sqns = 8;
+    auto small = ctx->add_publisher("mem://c:7500", o, &err);
+    INFO(err);
+    REQUIRE(small.has_value());
+    CHECK(small->max_message_size() > 7 * 1400);
+    CHECK(small->max_message_size() < 9 * 1400);
+    const std::vector<std::byte> big(small->max_message_size() + 1);
+    CHECK(small->offer(big).error() == prizma::Errc::message_too_large);
+    CHECK(small->offer(std::span(big).first(small->max_message_size())).has_value());
 }

@@ -60,6 +60,13 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     CHECK_FALSE(validate(bad, &why).has_value());
     CHECK(why.starts_with("txw_sqns: "));
     bad = sc;
+    bad.txw_sqns = 1U << 22U;  // 4 M packets of up to 1472 bytes: offsets past 32 bits
+    CHECK_FALSE(validate(bad, &why).has_value());
+    CHECK(why == "txw_sqns: at most 4 GiB of packets (window x largest packet)");
+    bad.txw_sqns = 1U << 21U;  // 3 GiB: still addressable
+    CHECK(validate(bad).has_value());
+    CHECK(txw_ring_bytes(bad) == ((1U << 21U) + 1) * std::size_t{1472});  // 23 cache lines
+    bad = sc;
     bad.timers.nak_rpt_ivl_ns = 0;
     CHECK_FALSE(validate(bad, &why).has_value());
     CHECK(why == "nak_rpt_ivl");
@@ -89,6 +96,14 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     rbad.rxw_sqns = 1;
     CHECK_FALSE(validate(rbad, &why).has_value());
     CHECK(why.starts_with("rxw_sqns: "));
+    rbad.rxw_sqns = 1U << 20U;
+    rbad.max_tpdu = 4096 + prizma::pgm::kDataHeaderBytes;  // an RDMA MTU: 1 M slots x 4 KiB > 4 GiB
+    CHECK_FALSE(validate(rbad, &why).has_value());
+    CHECK(why == "rxw_sqns: at most 4 GiB of packets (window x largest packet)");
+    rbad.max_tpdu = 1472;
+    CHECK(validate(rbad).has_value());
+    // 1448-byte TSDUs (1472 less the 24-byte data header) in 1472-byte (cache-line) slots.
+    CHECK(rxw_ring_bytes(rbad) == ((1U << 20U) + 1) * std::size_t{1472});
     rbad = rc;
     rbad.preallocated_peers = rc.max_peers;
     rbad.rxw_sqns = 64;  // small storage: max_peers of them are made at once

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -194,6 +195,9 @@ TEST_CASE("udp:// URIs are validated and errors name the value", "[udp][uri]") {
     CHECK(ok->ttl == 2);
     CHECK_FALSE(ok->loop);
     CHECK_FALSE(ok->gso);
+    auto host_only = udp::parse_uri("udp://239.1.2.3:7600?iface=127.0.0.1&ttl=0", &err);
+    REQUIRE(host_only.has_value());
+    CHECK(host_only->ttl == 0);
     auto v6 = udp::parse_uri("udp://[ff15::1]:7600?iface=::1", &err);
     REQUIRE(v6.has_value());
     CHECK(v6->group == "ff15::1");
@@ -201,7 +205,7 @@ TEST_CASE("udp:// URIs are validated and errors name the value", "[udp][uri]") {
         {"tcp://1.2.3.4:5", "not a udp://"},         {"udp://239.1.2.3", "missing :PORT"},
         {"udp://239.1.2.300:7600", "239.1.2.300"},   {"udp://239.1.2.3:70000", "70000"},
         {"udp://239.1.2.3:7600?iface=eth0", "eth0"}, {"udp://239.1.2.3:7600?colour=red", "colour"},
-        {"udp://239.1.2.3:7600?ttl=0", "ttl"},
+        {"udp://239.1.2.3:7600?ttl=256", "256"},
     };
     for (const auto& [uri, needle] : bad) {
         INFO(uri);
@@ -778,4 +782,19 @@ TEST_CASE("a channel that does not join holds no group socket; its NLA still hea
     REQUIRE(n == 1);
     CHECK(got[0].data.size() == 40);
     (*pub)->release_rx(n);
+}
+
+TEST_CASE("ttl=0: multicast that never leaves the host still reaches same-host subscribers",
+          "[udp]") {
+    const std::uint16_t port = next_port();
+    auto rx = open(group_uri(port), false);
+    auto tx = open(group_uri(port) + "&ttl=0", true);
+    const auto body = odata_bytes(7, 64);
+    const TxPacket p{body, {}, Route::downstream, {}};
+    REQUIRE(tx->send_batch(std::span<const TxPacket>(&p, 1)).value() == 1);
+    std::array<RxPacket, 4> got{};
+    const std::size_t n = wait_rx(*rx, got);
+    REQUIRE(n == 1);
+    CHECK(std::equal(got[0].data.begin(), got[0].data.end(), body.begin(), body.end()));
+    rx->release_rx(n);
 }

@@ -277,7 +277,7 @@ Result<UdpConfig> parse_uri(std::string_view uri,
             }
             cfg.iface = std::string(val);
         } else if (k == "ttl") {
-            ok = parse_uint(val, 255, v) && v >= 1;
+            ok = parse_uint(val, 255, v);
             cfg.ttl = static_cast<int>(v);
         } else if (k == "rcvbuf") {
             ok = parse_uint(val, 1U << 30, v);

@@ -19,7 +19,7 @@ struct UdpConfig {
     std::string group;       ///< downstream destination: multicast group or unicast address
     std::uint16_t port = 0;  ///< UDP port, multicast and unicast alike (OpenPGM: both equal)
     std::string iface;       ///< local interface address (required for multicast)
-    int ttl = 1;             ///< multicast hops
+    int ttl = 1;             ///< multicast hops; 0 = this host only (same-host subscribers)
     bool loop = true;        ///< IP_MULTICAST_LOOP (same-host subscribers need it)
     /// SO_RCVBUF wanted: SO_RCVBUFFORCE first (CAP_NET_ADMIN goes past net.core.rmem_max),
     /// then SO_RCVBUF; the granted size is read back (rcvbuf_capped when smaller).

@@ -766,6 +766,7 @@ TEST_CASE("a channel that does not join holds no group socket; its NLA still hea
     INFO(err);
     REQUIRE(pub.has_value());
     CHECK(open_fds() - before == 2);
+    CHECK_FALSE((*pub)->gro_enabled());  // NAKs and SPMRs: MTU-sized receive slots
     // A NAK's way in: a datagram to 127.0.0.1:port.
     const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
     REQUIRE(fd >= 0);
@@ -773,14 +774,14 @@ TEST_CASE("a channel that does not join holds no group socket; its NLA still hea
     to.sin_family = AF_INET;
     to.sin_port = htons(cfg->port);
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const std::vector<std::uint8_t> b(40, 0x11);
+    const std::vector<std::uint8_t> b(1472, 0x11);  // a datagram as large as the MTU allows
     REQUIRE(::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to)
-            == 40);
+            == 1472);
     ::close(fd);
     std::array<RxPacket, 4> got{};
     const std::size_t n = wait_rx(**pub, got);
     REQUIRE(n == 1);
-    CHECK(got[0].data.size() == 40);
+    CHECK(got[0].data.size() == 1472);
     (*pub)->release_rx(n);
 }
 

@@ -521,9 +521,12 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
     }
     // Probe GSO/GRO: a kernel without them refuses the socket option.
     t->gso_ = cfg.gso && set_opt(im.tx, SOL_UDP, UDP_SEGMENT, 0);
-    t->gro_ = cfg.gro;
+    // Only a channel with a data socket (a group or unicast address it receives on) merges:
+    // a publisher's one socket hears NAKs and SPMRs, which need no 64 KiB receive slots
+    // (4 MiB for a batch of 64).
+    t->gro_ = cfg.gro && im.rx.get() >= 0;
     for (int fd : {im.rx.get(), im.uc.get()}) {
-        if (fd >= 0 && cfg.gro) {
+        if (fd >= 0 && t->gro_) {
             t->gro_ = set_opt(fd, SOL_UDP, UDP_GRO, 1) && t->gro_;
         }
     }

@@ -212,8 +212,9 @@ struct Receiver::Peer {
     }
 };
 
-Result<std::unique_ptr<Receiver>> Receiver::create(const ReceiverConfig& cfg) {
-    if (auto r = validate(cfg); !r) {
+Result<std::unique_ptr<Receiver>> Receiver::create(const ReceiverConfig& cfg,
+                                                   std::string_view* why) {
+    if (auto r = validate(cfg, why); !r) {
         return r.error();
     }
     return std::unique_ptr<Receiver>(new Receiver(cfg));

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include <prizma/result.hpp>
@@ -78,7 +79,9 @@ struct Event {
 /// recover becomes a loss event. Sans-I/O, one owner thread.
 class Receiver {
 public:
-    static Result<std::unique_ptr<Receiver>> create(const ReceiverConfig& cfg);
+    /// `why`: as validate() gives it, when the configuration is refused.
+    static Result<std::unique_ptr<Receiver>> create(const ReceiverConfig& cfg,
+                                                    std::string_view* why = nullptr);
     ~Receiver();
     Receiver(const Receiver&) = delete;
     Receiver& operator=(const Receiver&) = delete;

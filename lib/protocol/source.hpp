@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include <prizma/result.hpp>
@@ -41,7 +42,9 @@ struct SourceCounters {
 /// and packets go out through a PacketSink. Not thread-safe: one owner thread.
 class Source {
 public:
-    static Result<std::unique_ptr<Source>> create(const SourceConfig& cfg);
+    /// `why`: as validate() gives it, when the configuration is refused.
+    static Result<std::unique_ptr<Source>> create(const SourceConfig& cfg,
+                                                  std::string_view* why = nullptr);
 
     /// Sends the 3 initial SPMs (as OpenPGM's pgm_connect does). Call once.
     void open(std::int64_t now_ns, PacketSink& sink) noexcept;

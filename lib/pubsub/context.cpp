@@ -127,34 +127,29 @@ Result<void> fail(std::string* error,
 std::string explain_refusal(std::string_view why, const ChannelOptions& o) {
     struct Name {
         std::string_view field, option;
+        std::string value;  // as the caller set the option
     };
-    static constexpr Name kNames[] = {
-        {"txw_sqns", "window_sqns"},          {"rxw_sqns", "window_sqns"},
-        {"max_peers", "max_sources"},         {"preallocated_peers", "preallocated_sources"},
-        {"txw_retention_ns", "retention_ns"},
+    const Name names[] = {
+        {"txw_sqns", "window_sqns", std::to_string(o.window_sqns)},
+        {"rxw_sqns", "window_sqns", std::to_string(o.window_sqns)},
+        {"max_peers", "max_sources", std::to_string(o.max_sources)},
+        {"preallocated_peers", "preallocated_sources", std::to_string(o.preallocated_sources)},
+        {"txw_retention_ns", "retention_ns", std::to_string(o.retention_ns)},
+        {"max_recover_sqns", "max_recover_sqns", std::to_string(o.max_recover_sqns)},
     };
     std::string text(why);
-    for (const auto& n : kNames) {
+    for (const auto& n : names) {
         for (auto at = text.find(n.field); at != std::string::npos;
              at = text.find(n.field, at + n.option.size())) {
             text.replace(at, n.field.size(), n.option);
         }
     }
     const std::string_view name = std::string_view(text).substr(0, text.find(": "));
-    std::string value;
-    if (name == "window_sqns") {
-        value = std::to_string(o.window_sqns);
-    } else if (name == "max_sources") {
-        value = std::to_string(o.max_sources);
-    } else if (name == "preallocated_sources") {
-        value = std::to_string(o.preallocated_sources);
-    } else if (name == "retention_ns") {
-        value = std::to_string(o.retention_ns);
-    } else if (name == "max_recover_sqns") {
-        value = std::to_string(o.max_recover_sqns);
-    }
-    if (!value.empty()) {
-        text.insert(name.size(), " = " + value);
+    for (const auto& n : names) {
+        if (name == n.option) {
+            text.insert(name.size(), " = " + n.value);
+            break;
+        }
     }
     return text;
 }
@@ -389,19 +384,12 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         // busy-polling party spends its syscalls on the channels it waits for data on.
         sc.upstream_poll_ns = std::min<std::int64_t>(10'000, sc.source->timers.nak_bo_ivl_ns / 4);
     }
-    std::string_view why;
-    if (const auto v = sc.source ? protocol::validate(*sc.source, &why)
-                                 : protocol::validate(*sc.receiver, &why);
-        !v) {
-        (void)fail(error, "bad channel options for '" + std::string(uri)
-                              + "': " + explain_refusal(why, o));
-        return v.error();
-    }
     // The windows' storage is made here (a subscriber's preallocated sources included): too
     // much of it is an error for the caller, not an exception through a Result API.
     Result<std::unique_ptr<pubsub::Session>> s = Errc::invalid_argument;
+    std::string_view why;  // the option refused, if that was the reason
     try {
-        s = pubsub::Session::create(t, sc);
+        s = pubsub::Session::create(t, sc, &why);
     } catch (const std::bad_alloc&) {
         (void)fail(error,
                    "cannot allocate the window storage for '" + std::string(uri)
@@ -410,8 +398,8 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
         return std::make_error_code(std::errc::not_enough_memory);
     }
     if (!s) {
-        (void)fail(error,
-                   "bad channel options for '" + std::string(uri) + "': " + s.error().message());
+        (void)fail(error, "bad channel options for '" + std::string(uri) + "': "
+                              + (why.empty() ? s.error().message() : explain_refusal(why, o)));
         return s.error();
     }
     ch->session = std::move(*s);

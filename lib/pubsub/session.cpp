@@ -6,7 +6,9 @@
 
 namespace prizma::pubsub {
 
-Result<std::unique_ptr<Session>> Session::create(Transport& transport, const SessionConfig& cfg) {
+Result<std::unique_ptr<Session>> Session::create(Transport& transport,
+                                                 const SessionConfig& cfg,
+                                                 std::string_view* why) {
     if (!cfg.source && !cfg.receiver) {
         return Errc::invalid_argument;
     }
@@ -19,14 +21,14 @@ Result<std::unique_ptr<Session>> Session::create(Transport& transport, const Ses
         if (sc.max_tpdu > s->max_datagram_) {
             return Errc::invalid_argument;  // the source's packets must fit the transport
         }
-        auto src = protocol::Source::create(sc);
+        auto src = protocol::Source::create(sc, why);
         if (!src) {
             return src.error();
         }
         s->source_ = std::move(*src);
     }
     if (cfg.receiver) {
-        auto rcv = protocol::Receiver::create(*cfg.receiver);
+        auto rcv = protocol::Receiver::create(*cfg.receiver, why);
         if (!rcv) {
             return rcv.error();
         }

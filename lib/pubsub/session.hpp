@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include <prizma/result.hpp>
@@ -62,7 +63,11 @@ struct SessionCounters {
 /// runs timers, and sends what the core emitted as batches. One owner thread.
 class Session final : public protocol::PacketSink {
 public:
-    static Result<std::unique_ptr<Session>> create(Transport& transport, const SessionConfig& cfg);
+    /// `why` names the refused field when the source's or receiver's configuration is the
+    /// reason (see protocol::validate); it is left as it was for any other error.
+    static Result<std::unique_ptr<Session>> create(Transport& transport,
+                                                   const SessionConfig& cfg,
+                                                   std::string_view* why = nullptr);
     ~Session() override;
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;

@@ -195,6 +195,14 @@ TEST_CASE("udp:// URIs are validated and errors name the value", "[udp][uri]") {
     CHECK(ok->ttl == 2);
     CHECK_FALSE(ok->loop);
     CHECK_FALSE(ok->gso);
+    CHECK(ok->gro == udp::GroMode::adaptive);  // the default
+    for (const auto& [v, mode] : {std::pair{"0", udp::GroMode::off},
+                                  {"1", udp::GroMode::on},
+                                  {"auto", udp::GroMode::adaptive}}) {
+        auto g = udp::parse_uri(std::string("udp://239.1.2.3:7600?iface=127.0.0.1&gro=") + v, &err);
+        REQUIRE(g.has_value());
+        CHECK(g->gro == mode);
+    }
     auto host_only = udp::parse_uri("udp://239.1.2.3:7600?iface=127.0.0.1&ttl=0", &err);
     REQUIRE(host_only.has_value());
     CHECK(host_only->ttl == 0);
@@ -205,7 +213,7 @@ TEST_CASE("udp:// URIs are validated and errors name the value", "[udp][uri]") {
         {"tcp://1.2.3.4:5", "not a udp://"},         {"udp://239.1.2.3", "missing :PORT"},
         {"udp://239.1.2.300:7600", "239.1.2.300"},   {"udp://239.1.2.3:70000", "70000"},
         {"udp://239.1.2.3:7600?iface=eth0", "eth0"}, {"udp://239.1.2.3:7600?colour=red", "colour"},
-        {"udp://239.1.2.3:7600?ttl=256", "256"},
+        {"udp://239.1.2.3:7600?ttl=256", "256"},     {"udp://239.1.2.3:7600?gro=2", "'2'"},
     };
     for (const auto& [uri, needle] : bad) {
         INFO(uri);
@@ -409,7 +417,7 @@ TEST_CASE(
     "GRO segments",
     "[udp][wakeup]") {
     const std::string base = group_uri(next_port());
-    auto rx = open(base, false);
+    auto rx = open(base + "&gro=1", false);
     auto tx = open(base, true);
     REQUIRE(rx->wakeup_fd() >= 0);
     auto readable = [&](int timeout_ms) {
@@ -473,7 +481,7 @@ TEST_CASE(
 
 TEST_CASE("segments handed out but not released come back first, in order", "[udp][gro]") {
     const std::string base = group_uri(next_port());
-    auto rx = open(base, false);
+    auto rx = open(base + "&gro=1", false);
     auto tx = open(base, true);
     if (!rx->gro_enabled() || !tx->gso_enabled()) {
         WARN("no UDP GSO/GRO on this kernel: nothing is held back to test");
@@ -656,7 +664,7 @@ TEST_CASE(
     "split at the PGM packets' own lengths",
     "[udp][latency][gro]") {
     const std::string base = group_uri(next_port());
-    auto rx = open(base, false);
+    auto rx = open(base + "&gro=1", false);
     auto tx = open(base, true);
     if (!rx->gro_enabled() || !tx->gso_enabled()) {
         WARN("no UDP GSO/GRO on this kernel: no merged datagrams to split");
@@ -704,6 +712,108 @@ TEST_CASE(
     CHECK(got[0].data.size() == 400);
     rx->release_rx(1);
     CHECK(rx->counters().rx_single_reads == 2);
+}
+
+TEST_CASE(
+    "gro=auto: UDP_GRO starts off, a burst switches it on, a long run of lone datagrams "
+    "switches it off, and every packet arrives exact across both switches",
+    "[udp][gro]") {
+    const std::string base = group_uri(next_port());
+    auto rx = open(base, false);  // gro=auto is the default
+    auto tx = open(base, true);
+    if (!rx->gro_enabled() || !tx->gso_enabled()) {
+        WARN("no UDP GSO/GRO on this kernel: nothing to switch");
+        return;
+    }
+    std::array<RxPacket, 64> got{};
+    auto quiet = [&] {
+        for (;;) {
+            auto k = rx->poll_rx(got);
+            REQUIRE(k.has_value());
+            if (*k == 0) {
+                return;
+            }
+            rx->release_rx(*k);
+        }
+    };
+    // Receives exactly the packets of `want`, in order, byte for byte.
+    auto expect = [&](const std::vector<std::vector<std::byte>>& want) {
+        std::size_t seen = 0;
+        while (seen < want.size()) {
+            const std::size_t n = wait_rx(*rx, got);
+            REQUIRE(n != 0);
+            for (std::size_t i = 0; i < n; ++i) {
+                REQUIRE(seen + i < want.size());
+                INFO("packet " << seen + i);
+                CHECK(std::equal(got[i].data.begin(), got[i].data.end(), want[seen + i].begin(),
+                                 want[seen + i].end()));
+            }
+            seen += n;
+            rx->release_rx(n);
+        }
+    };
+    CHECK(rx->counters().rx_gro_active == 0);
+    // A GSO burst of 16 reaches a socket without GRO cut into 16 datagrams: a batch read
+    // of at least kGroOnBatch of them switches GRO on.
+    const OdataBurst b16 = odata_burst(std::vector<std::size_t>(16, 76));
+    quiet();
+    REQUIRE(tx->send_batch(b16.packets).value() == 16);
+    expect(b16.bodies);
+    CHECK(rx->counters().rx_gro_segments == 0);  // none merged: GRO was off when they came
+    CHECK(rx->counters().rx_gro_active == 1);
+    CHECK(rx->counters().rx_gro_switches == 1);
+    // Now a burst comes merged, and a merged read is no lone datagram.
+    const OdataBurst b8 = odata_burst(std::vector<std::size_t>(8, 76));
+    quiet();
+    REQUIRE(tx->send_batch(b8.packets).value() == 8);
+    expect(b8.bodies);
+    CHECK(rx->counters().rx_gro_segments == 7);
+    // One lone datagram short of the limit: still on.
+    const OdataBurst one = odata_burst({40});
+    for (std::uint32_t i = 0; i + 1 < udp::UdpTransport::kGroOffReads; ++i) {
+        REQUIRE(tx->send_batch(one.packets).value() == 1);
+        expect(one.bodies);
+        quiet();
+    }
+    CHECK(rx->counters().rx_gro_active == 1);
+    // The last lone one, and behind it a burst merged while GRO was still on: the lone
+    // datagram's read (recvfrom, one datagram) switches GRO off, so the merged one is read
+    // without its segment size, and must still be cut at the packets' own lengths.
+    REQUIRE(tx->send_batch(one.packets).value() == 1);
+    REQUIRE(tx->send_batch(b8.packets).value() == 8);
+    std::vector<std::vector<std::byte>> all = one.bodies;
+    all.insert(all.end(), b8.bodies.begin(), b8.bodies.end());
+    expect(all);
+    CHECK(rx->counters().rx_gro_active == 0);
+    CHECK(rx->counters().rx_gro_switches == 2);
+    CHECK(rx->counters().rx_gro_segments == 14);
+    CHECK(rx->counters().rx_truncated == 0);
+    // gro=1 never switches, however many lone datagrams come; gro=0 never has it.
+    auto always = open(group_uri(next_port()) + "&gro=1", false);
+    CHECK(always->counters().rx_gro_active == 1);
+    auto never = open(group_uri(next_port()) + "&gro=0", false);
+    CHECK_FALSE(never->gro_enabled());
+    CHECK(never->counters().rx_gro_active == 0);
+}
+
+TEST_CASE("gro=1 keeps UDP_GRO on through any run of lone datagrams", "[udp][gro]") {
+    const std::string base = group_uri(next_port());
+    auto rx = open(base + "&gro=1", false);
+    auto tx = open(base, true);
+    if (!rx->gro_enabled()) {
+        WARN("no UDP GRO on this kernel");
+        return;
+    }
+    const OdataBurst one = odata_burst({40});
+    std::array<RxPacket, 4> got{};
+    for (std::uint32_t i = 0; i < 2 * udp::UdpTransport::kGroOffReads; ++i) {
+        REQUIRE(tx->send_batch(one.packets).value() == 1);
+        const std::size_t n = wait_rx(*rx, got);
+        REQUIRE(n == 1);
+        rx->release_rx(n);
+    }
+    CHECK(rx->counters().rx_gro_active == 1);
+    CHECK(rx->counters().rx_gro_switches == 0);
 }
 
 TEST_CASE(

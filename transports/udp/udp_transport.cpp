@@ -293,7 +293,9 @@ Result<UdpConfig> parse_uri(std::string_view uri,
         } else if (k == "gso") {
             ok = flag(cfg.gso);
         } else if (k == "gro") {
-            ok = flag(cfg.gro);
+            bool on = false;
+            ok = val == "auto" || flag(on);
+            cfg.gro = val == "auto" ? GroMode::adaptive : on ? GroMode::on : GroMode::off;
         } else if (std::find(known_extra.begin(), known_extra.end(), k) != known_extra.end()) {
             if (extra != nullptr) {
                 extra->emplace_back(std::string(k), std::string(val));
@@ -337,7 +339,9 @@ struct UdpTransport::Impl {
     socklen_t last_sa_len = 0;
     Endpoint last_from{};
     bool poll_uc_first = false;
-    std::array<bool, 2> quiet{};  // the last read of rx, uc found nothing
+    std::array<bool, 2> quiet{};                // the last read of rx, uc found nothing
+    std::array<bool, 2> gro_on{};               // UDP_GRO is set on rx, uc now
+    std::array<std::uint32_t, 2> lone_reads{};  // gro=auto: reads of one datagram in a row
     // send
     std::vector<mmsghdr> tx_msgs;
     std::vector<iovec> tx_iov;
@@ -524,10 +528,21 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
     // Only a channel with a data socket (a group or unicast address it receives on) merges:
     // a publisher's one socket hears NAKs and SPMRs, which need no 64 KiB receive slots
     // (4 MiB for a batch of 64).
-    t->gro_ = cfg.gro && im.rx.get() >= 0;
-    for (int fd : {im.rx.get(), im.uc.get()}) {
+    // gro=auto probes the option and starts with it off: the first burst switches it on.
+    t->gro_ = cfg.gro != GroMode::off && im.rx.get() >= 0;
+    for (std::size_t i = 0; i < 2; ++i) {
+        const int fd = i == 0 ? im.rx.get() : im.uc.get();
         if (fd >= 0 && t->gro_) {
             t->gro_ = set_opt(fd, SOL_UDP, UDP_GRO, 1) && t->gro_;
+            im.gro_on[i] = t->gro_;
+        }
+    }
+    if (cfg.gro == GroMode::adaptive) {
+        for (std::size_t i = 0; i < 2; ++i) {
+            const int fd = i == 0 ? im.rx.get() : im.uc.get();
+            if (fd >= 0 && im.gro_on[i]) {
+                im.gro_on[i] = !set_opt(fd, SOL_UDP, UDP_GRO, 0);
+            }
         }
     }
     im.rx_slot = t->gro_ ? kGroBuffer : im.max_datagram + 64;
@@ -817,6 +832,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             return errno_code();
         }
         im.quiet[fi] = false;
+        bool merged = false;
         for (std::size_t i = slot; i < slot + static_cast<std::size_t>(rc); ++i) {
             const mmsghdr& m = im.rx_msgs[i];
             if ((m.msg_hdr.msg_flags & MSG_TRUNC) != 0) {
@@ -824,7 +840,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 im.reset_rx(i);
                 continue;
             }
-            std::size_t seg = single_seg != 0 ? single_seg : m.msg_len;
+            std::size_t seg = single_seg;
             for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c != nullptr;
                  c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
                 if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
@@ -835,13 +851,19 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                     }
                 }
             }
+            const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
+            if (seg == 0) {
+                // No segment size: one datagram, or (GRO switched off while it was queued,
+                // which leaves no control message) several merged ones.
+                seg = gro_ ? gro_segment_size({base, m.msg_len}) : m.msg_len;
+            }
+            merged = merged || seg < m.msg_len;
             const socklen_t salen = m.msg_hdr.msg_namelen;
             if (salen != im.last_sa_len || std::memcmp(&im.last_sa, &im.rx_from[i], salen) != 0) {
                 std::memcpy(&im.last_sa, &im.rx_from[i], salen);
                 im.last_sa_len = salen;
                 im.last_from = to_endpoint(im.rx_from[i]);
             }
-            const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
             ++counters_.rx_datagrams;
             for (std::size_t off = 0; off < m.msg_len; off += seg) {
                 const std::size_t len = std::min<std::size_t>(seg, m.msg_len - off);
@@ -855,6 +877,9 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             }
             im.reset_rx(i);
         }
+        if (im.cfg.gro == GroMode::adaptive && gro_) {
+            adapt_gro(fd, fi, static_cast<std::size_t>(rc), merged);
+        }
         slot += static_cast<std::size_t>(rc);
     }
     im.lent = k;
@@ -862,11 +887,35 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     return k;
 }
 
+// gro=auto, after a read of `datagrams` from socket `fd` (index fi): a burst switches UDP_GRO
+// on, a long run of lone datagrams switches it off. Each switch is one setsockopt(); a failed
+// one leaves the state as it was (the next read tries again).
+void UdpTransport::adapt_gro(int fd, std::size_t fi, std::size_t datagrams, bool merged) noexcept {
+    Impl& im = *impl_;
+    if (!im.gro_on[fi]) {
+        if (datagrams >= kGroOnBatch && set_opt(fd, SOL_UDP, UDP_GRO, 1)) {
+            im.gro_on[fi] = true;
+            im.lone_reads[fi] = 0;
+            ++counters_.rx_gro_switches;
+        }
+        return;
+    }
+    if (datagrams != 1 || merged) {
+        im.lone_reads[fi] = 0;
+        return;
+    }
+    if (++im.lone_reads[fi] >= kGroOffReads && set_opt(fd, SOL_UDP, UDP_GRO, 0)) {
+        im.gro_on[fi] = false;
+        ++counters_.rx_gro_switches;
+    }
+}
+
 // The kernel's drop count is read when asked for, not carried on every receive (SO_RXQ_OVFL
 // would put a control message on each datagram: a put_cmsg copy-out per read, and the
 // single-datagram recvfrom() path has nowhere to receive it).
 UdpCounters UdpTransport::counters() const noexcept {
     UdpCounters c = counters_;
+    c.rx_gro_active = static_cast<std::uint64_t>(impl_->gro_on[0]) + impl_->gro_on[1];
     c.rx_kernel_drops = 0;
     for (int fd : {impl_->rx.get(), impl_->uc.get()}) {
         std::array<std::uint32_t, SK_MEMINFO_VARS> mem{};
@@ -884,6 +933,8 @@ std::size_t UdpTransport::named_counters(std::span<NamedCounter> out) const noex
     const NamedCounter all[] = {
         {"rx_datagrams", c.rx_datagrams},
         {"rx_gro_segments", c.rx_gro_segments},
+        {"rx_gro_switches", c.rx_gro_switches},
+        {"rx_gro_active", c.rx_gro_active},
         {"rx_kernel_drops", c.rx_kernel_drops},
         {"rx_single_reads", c.rx_single_reads},
         {"rx_truncated", c.rx_truncated},

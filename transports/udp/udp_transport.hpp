@@ -14,6 +14,17 @@
 
 namespace prizma::udp {
 
+/// Receive-side UDP_GRO (the kernel hands a GSO burst over as one merged datagram).
+enum class GroMode : std::uint8_t {
+    off,  ///< never: a GSO burst is cut into datagrams by the kernel, read in batches
+    on,   ///< always
+    /// On while datagrams come in bursts, off while they come one at a time (the default).
+    /// A socket with UDP_GRO makes each datagram queued to it cost a same-host *sender*
+    /// ~0.1-0.2 us more, which a ping-pong pays twice per round trip; a burst needs GRO to
+    /// stay cheap. See UdpTransport::kGroOnBatch and kGroOffReads.
+    adaptive,
+};
+
 /// PGM over UDP, OpenPGM's encapsulation: the PGM packet is the whole UDP payload.
 struct UdpConfig {
     std::string group;       ///< downstream destination: multicast group or unicast address
@@ -26,8 +37,8 @@ struct UdpConfig {
     int rcvbuf = 32 << 20;
     int sndbuf = 8 << 20;  ///< likewise (SO_SNDBUFFORCE, then SO_SNDBUF)
     bool gso = true;       ///< UDP_SEGMENT for runs of same-size packets, if the kernel has it
-    bool gro = true;       ///< UDP_GRO on receive, if the kernel has it
-    int busy_poll_us = 0;  ///< SO_BUSY_POLL; 0 = off
+    GroMode gro = GroMode::adaptive;  ///< UDP_GRO on receive, if the kernel has it
+    int busy_poll_us = 0;             ///< SO_BUSY_POLL; 0 = off
     /// Sources: also bind iface:port, so unicast NAKs/SPMRs sent to our NLA reach this socket
     /// (a specific address wins over same-host wildcard sockets). Receivers must not.
     bool bind_unicast = false;
@@ -41,7 +52,7 @@ struct UdpConfig {
 };
 
 /// Parses
-/// `udp://GROUP:PORT?iface=ADDR&ttl=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&gro=0|1&busy_poll=US`
+/// `udp://GROUP:PORT?iface=ADDR&ttl=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&gro=0|1|auto&busy_poll=US`
 /// ([v6]:PORT for IPv6). Other keys are refused; `known_extra` lists keys the caller handles
 /// (e.g. "dport"), which are returned in `extra`. The error text names the bad value.
 Result<UdpConfig> parse_uri(std::string_view uri,
@@ -52,6 +63,10 @@ Result<UdpConfig> parse_uri(std::string_view uri,
 struct UdpCounters {
     std::uint64_t rx_datagrams = 0;
     std::uint64_t rx_gro_segments = 0;
+    /// gro=auto: times UDP_GRO was switched on or off on a receive socket.
+    std::uint64_t rx_gro_switches = 0;
+    /// Receive sockets with UDP_GRO on now (gro=auto switches it; gro=1 keeps it on).
+    std::uint64_t rx_gro_active = 0;
     /// Datagrams the kernel dropped at the sockets (buffer full): their SO_MEMINFO drop count.
     std::uint64_t rx_kernel_drops = 0;
     /// Reads of one datagram with recvfrom() after an empty poll (see poll_rx).
@@ -94,7 +109,13 @@ public:
     /// A snapshot; rx_kernel_drops is read from the sockets (SO_MEMINFO) on each call.
     [[nodiscard]] UdpCounters counters() const noexcept;
     [[nodiscard]] bool gso_enabled() const noexcept { return gso_; }
+    /// Merged datagrams may arrive: gro=1, or gro=auto (receive slots are then 64 KiB).
     [[nodiscard]] bool gro_enabled() const noexcept { return gro_; }
+    /// gro=auto: a read of at least this many datagrams at once (a burst cut up by the
+    /// kernel, or a queue that built up) switches UDP_GRO on for that socket...
+    static constexpr std::size_t kGroOnBatch = 8;
+    /// ...and this many reads in a row of one datagram each, none merged, switch it off.
+    static constexpr std::uint32_t kGroOffReads = 256;
     /// The interface address as a PGM NLA family/bytes (AFI 1 or 2) for SPMs.
     [[nodiscard]] Endpoint local_address() const noexcept { return local_; }
     /// An Endpoint for IP address `addr` and UDP `port` (AFI-style bytes).
@@ -105,6 +126,7 @@ public:
 private:
     struct Impl;
     explicit UdpTransport(std::unique_ptr<Impl> impl) noexcept;
+    void adapt_gro(int fd, std::size_t fi, std::size_t datagrams, bool merged) noexcept;
     std::unique_ptr<Impl> impl_;
     UdpCounters counters_;
     Endpoint local_{};

@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/compare.sh - prizma vs OpenPGM vs raw UDP on this machine, side by side in one run.
 #
-#   bench/compare.sh [--reps N] [--sizes "100 500 1400 8000"] [--quick]
+#   bench/compare.sh [--reps N] [--sizes "100 500 1400 8000"] [--quick] [--rtt-only]
 #
 # Throughput, one publisher -> one subscriber, UDP multicast pinned to 127.0.0.1:
 #   raw UDP: sendmmsg -> recvmmsg busy-poll, and GSO (UDP_SEGMENT) -> GRO; unpaced; what arrives
@@ -15,9 +15,10 @@
 #   In every throughput run the sender is pinned to CPU 0 and the receiver to CPU 1, and every
 #   receiver busy-polls (raw recvmmsg loop, OpenPGM "spin", prizma-recv --spin).
 # Ping-pong RTT, 64 B, closed loop, both parties busy-polling on their own core (ping on CPU 0,
-#   pong on CPU 1): raw UDP, OpenPGM, prizma with default URIs and with gro=0 (the latency
-#   setting: a quiet socket's first datagram is read by recvfrom, see PERFORMANCE.md).
-#   RTT_REPS rounds (default 3 x --reps), each system's ratio to raw UDP taken per round.
+#   pong on CPU 1): raw UDP, OpenPGM, prizma with default URIs (gro=auto: UDP_GRO off while
+#   datagrams come one at a time) and with gro=0 (never set; see PERFORMANCE.md).
+#   RTT_REPS rounds (default 3 x --reps), each system's ratio to raw UDP taken per round;
+#   --rtt-only skips the throughput runs.
 # Each figure is the median of --reps runs (default 3). Prints a markdown table with ratios;
 # raw results go to $OUT (default build/compare-YYYYmmdd-HHMMSS). Takes 8-10 minutes.
 set -u
@@ -31,7 +32,8 @@ while [ $# -gt 0 ]; do
 	--reps) REPS=$2; shift 2 ;;
 	--sizes) SIZES=$2; shift 2 ;;
 	--quick) REPS=1; SIZES="100 1400"; shift ;;
-	-h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--rtt-only) SIZES=""; shift ;;
+	-h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -210,12 +212,13 @@ med = {k: statistics.median(v) for k, v in rows.items()}
 # The note shown is the median run's own (with an even count, the median is a mean: no note).
 notes = {k: next((e for v, e in runs[k] if v == med[k]), "") for k in med}
 sizes = sorted({k[2] for k in med if k[1] == "tput"})
-name = {"prizma": "prizma", "prizma_gro0": "prizma, gro=0 (latency setting)", "pgm": "OpenPGM 5.3.128", "raw_mmsg": "raw UDP sendmmsg/recvmmsg",
+name = {"prizma": "prizma (default, gro=auto)", "prizma_gro0": "prizma, gro=0", "pgm": "OpenPGM 5.3.128", "raw_mmsg": "raw UDP sendmmsg/recvmmsg",
         "raw_gso": "raw UDP GSO/GRO", "raw": "raw UDP busy-poll"}
-print(f"\nMedians of {sys.argv[2]} run(s). Throughput: messages/s delivered, one publisher -> one"
-      " subscriber, multicast on 127.0.0.1.\n")
-print("| system | " + " | ".join(f"{s} B" for s in sizes) + " |")
-print("|---|" + "---|" * len(sizes))
+if sizes:
+    print(f"\nMedians of {sys.argv[2]} run(s). Throughput: messages/s delivered, one publisher -> one"
+          " subscriber, multicast on 127.0.0.1.\n")
+    print("| system | " + " | ".join(f"{s} B" for s in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
 for s in ["prizma", "pgm", "raw_mmsg", "raw_gso"]:
     if any((s, "tput", z) in med for z in sizes):
         cells = []

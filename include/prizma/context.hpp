@@ -120,9 +120,10 @@ private:
 /// and every method of its Publishers and Subscribers, must be called from it.
 ///
 /// Channel URIs:
-///  - `udp://GROUP:PORT?iface=ADDR&dport=N&ttl=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&gro=0|1`
+///  - `udp://GROUP:PORT?iface=ADDR&dport=N&ttl=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&gro=0|1|auto`
 ///    PGM over UDP as OpenPGM encapsulates it; PORT is the UDP port, dport the PGM
-///    data-destination port (default 7500).
+///    data-destination port (default 7500). gro=auto (default) turns receive-side UDP_GRO on
+///    for bursts and off for lone datagrams (udp::GroMode).
 ///  - `verbs://DEVICE[:PORT]/GROUP:DPORT?gid_index=N&qkey=N&qpn=N&rx_depth=N&...` PGM over an
 ///    RDMA UD QP (libibverbs): multicast GROUP (IPv4/IPv6), or a unicast peer address plus its
 ///    QP number. DEVICE may be a local IP address/[GID] instead of a device name.

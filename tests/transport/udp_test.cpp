@@ -362,8 +362,15 @@ TEST_CASE("a full socket buffer shows as rx_kernel_drops; named counters match t
         }
         return n;
     };
+    CHECK(rx->counters().rx_queued_bytes == 0);
     blast(2000);  // never read meanwhile: far more than 64 KiB
+    // The full queue shows as rx_queued_bytes: every byte of it, plus the kernel's
+    // per-datagram overhead, up to about the buffer's size.
+    const std::uint64_t queued = rx->counters().rx_queued_bytes;
+    CHECK(queued >= 1000);
+    CHECK(queued <= 2 * static_cast<std::uint64_t>(rx->counters().rcvbuf_effective) + 65536);
     const std::uint64_t first = drain();
+    CHECK(rx->counters().rx_queued_bytes == 0);
     blast(1);  // a datagram after the drops, read by recvfrom() with gro=0
     const std::uint64_t second = drain();
     CHECK(first > 0);
@@ -385,6 +392,7 @@ TEST_CASE("a full socket buffer shows as rx_kernel_drops; named counters match t
     };
     CHECK(value("rx_kernel_drops") == c.rx_kernel_drops);
     CHECK(value("rx_datagrams") == c.rx_datagrams);
+    CHECK(value("rx_queued_bytes") == c.rx_queued_bytes);
     CHECK(value("rcvbuf_bytes") == static_cast<std::uint64_t>(c.rcvbuf_effective));
     CHECK(c.rcvbuf_effective > 0);
 }
@@ -736,6 +744,17 @@ TEST_CASE(
             rx->release_rx(*k);
         }
     };
+    // Same-host delivery may be finished by the kernel's softirq thread after send returns:
+    // waits until more than `bytes` are queued (true, or false after 5 s).
+    auto queued_over = [&](std::uint64_t bytes) {
+        for (int i = 0; i < 5000; ++i) {
+            if (rx->counters().rx_queued_bytes > bytes) {
+                return true;
+            }
+            ::usleep(1000);
+        }
+        return false;
+    };
     // Receives exactly the packets of `want`, in order, byte for byte.
     auto expect = [&](const std::vector<std::vector<std::byte>>& want) {
         std::size_t seen = 0;
@@ -770,8 +789,11 @@ TEST_CASE(
     CHECK(rx->counters().rx_gro_segments == 7);
     // One lone datagram short of the limit: still on.
     const OdataBurst one = odata_burst({40});
+    std::uint64_t lone_bytes = 0;  // the most one queued lone datagram was seen to hold
     for (std::uint32_t i = 0; i + 1 < udp::UdpTransport::kGroOffReads; ++i) {
         REQUIRE(tx->send_batch(one.packets).value() == 1);
+        REQUIRE(queued_over(0));
+        lone_bytes = std::max(lone_bytes, rx->counters().rx_queued_bytes);
         expect(one.bodies);
         quiet();
     }
@@ -781,6 +803,7 @@ TEST_CASE(
     // without its segment size, and must still be cut at the packets' own lengths.
     REQUIRE(tx->send_batch(one.packets).value() == 1);
     REQUIRE(tx->send_batch(b8.packets).value() == 8);
+    REQUIRE(queued_over(lone_bytes));  // both are queued before the first read
     std::vector<std::vector<std::byte>> all = one.bodies;
     all.insert(all.end(), b8.bodies.begin(), b8.bodies.end());
     expect(all);
@@ -794,6 +817,53 @@ TEST_CASE(
     auto never = open(group_uri(next_port()) + "&gro=0", false);
     CHECK_FALSE(never->gro_enabled());
     CHECK(never->counters().rx_gro_active == 0);
+}
+
+TEST_CASE("gro=auto with a read batch under kGroOnBatch: a read that fills the batch is a burst",
+          "[udp][gro]") {
+    const std::string base = group_uri(next_port());
+    std::string err;
+    auto cfg = udp::parse_uri(base, &err);
+    REQUIRE(cfg.has_value());
+    cfg->batch = 4;  // no read can bring kGroOnBatch datagrams
+    static_assert(udp::UdpTransport::kGroOnBatch > 4);
+    auto made = udp::UdpTransport::create(*cfg, &err);
+    INFO(err);
+    REQUIRE(made.has_value());
+    auto& rx = *made;
+    auto tx = open(base, true);
+    if (!rx->gro_enabled() || !tx->gso_enabled()) {
+        WARN("no UDP GSO/GRO on this kernel: nothing to switch");
+        return;
+    }
+    std::array<RxPacket, 4> got{};
+    // Lone datagrams, however they are read (one asked for after an empty poll, or four in a
+    // batch read), are no burst.
+    const OdataBurst one = odata_burst({40});
+    for (int i = 0; i < 3; ++i) {
+        REQUIRE(tx->send_batch(one.packets).value() == 1);
+        REQUIRE(wait_rx(*rx, got) == 1);
+        rx->release_rx(1);
+    }
+    CHECK(rx->counters().rx_gro_active == 0);
+    // A GSO burst of 16 comes cut into 16 datagrams: after the first, a read fills all four
+    // slots, and that switches GRO on.
+    const OdataBurst b16 = odata_burst(std::vector<std::size_t>(16, 76));
+    REQUIRE(tx->send_batch(b16.packets).value() == 16);
+    std::size_t seen = 0;
+    while (seen < 16) {
+        const std::size_t n = wait_rx(*rx, got);
+        REQUIRE(n != 0);
+        for (std::size_t i = 0; i < n; ++i) {
+            REQUIRE(seen + i < 16);
+            CHECK(std::equal(got[i].data.begin(), got[i].data.end(), b16.bodies[seen + i].begin(),
+                             b16.bodies[seen + i].end()));
+        }
+        seen += n;
+        rx->release_rx(n);
+    }
+    CHECK(rx->counters().rx_gro_active == 1);
+    CHECK(rx->counters().rx_gro_switches == 1);
 }
 
 TEST_CASE("gro=1 keeps UDP_GRO on through any run of lone datagrams", "[udp][gro]") {

@@ -341,6 +341,7 @@ struct UdpTransport::Impl {
     bool poll_uc_first = false;
     std::array<bool, 2> quiet{};                // the last read of rx, uc found nothing
     std::array<bool, 2> gro_on{};               // UDP_GRO is set on rx, uc now
+    std::array<bool, 2> gro_queued{};           // merged datagrams may be queued on rx, uc
     std::array<std::uint32_t, 2> lone_reads{};  // gro=auto: reads of one datagram in a row
     // send
     std::vector<mmsghdr> tx_msgs;
@@ -528,23 +529,36 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
     // Only a channel with a data socket (a group or unicast address it receives on) merges:
     // a publisher's one socket hears NAKs and SPMRs, which need no 64 KiB receive slots
     // (4 MiB for a batch of 64).
-    // gro=auto probes the option and starts with it off: the first burst switches it on.
     t->gro_ = cfg.gro != GroMode::off && im.rx.get() >= 0;
-    for (std::size_t i = 0; i < 2; ++i) {
-        const int fd = i == 0 ? im.rx.get() : im.uc.get();
-        if (fd >= 0 && t->gro_) {
-            t->gro_ = set_opt(fd, SOL_UDP, UDP_GRO, 1) && t->gro_;
-            im.gro_on[i] = t->gro_;
+    if (t->gro_ && cfg.gro == GroMode::adaptive) {
+        // gro=auto starts with it off, and asks rather than sets: setting UDP_GRO even once
+        // turns on the kernel's UDP encapsulation hooks for the socket's life
+        // (udp_tunnel_encap_enable). The first burst sets it (adapt_gro). A kernel that
+        // cannot report the option is probed by setting it and clearing it again.
+        int v = 0;
+        socklen_t len = sizeof v;
+        t->gro_ = ::getsockopt(im.rx.get(), SOL_UDP, UDP_GRO, &v, &len) == 0;
+        if (!t->gro_ && set_opt(im.rx.get(), SOL_UDP, UDP_GRO, 1)) {
+            t->gro_ = true;
+            im.gro_on[0] = !set_opt(im.rx.get(), SOL_UDP, UDP_GRO, 0);
         }
-    }
-    if (cfg.gro == GroMode::adaptive) {
+    } else if (t->gro_) {
         for (std::size_t i = 0; i < 2; ++i) {
             const int fd = i == 0 ? im.rx.get() : im.uc.get();
-            if (fd >= 0 && im.gro_on[i]) {
+            if (fd >= 0) {
+                im.gro_on[i] = set_opt(fd, SOL_UDP, UDP_GRO, 1);
+                t->gro_ = t->gro_ && im.gro_on[i];
+            }
+        }
+        // All or none: a socket left merging behind MTU-sized slots would truncate bursts.
+        for (std::size_t i = 0; i < 2 && !t->gro_; ++i) {
+            const int fd = i == 0 ? im.rx.get() : im.uc.get();
+            if (im.gro_on[i]) {
                 im.gro_on[i] = !set_opt(fd, SOL_UDP, UDP_GRO, 0);
             }
         }
     }
+    im.gro_queued = im.gro_on;
     im.rx_slot = t->gro_ ? kGroBuffer : im.max_datagram + 64;
     const std::size_t n = std::max<std::size_t>(1, cfg.batch);
     im.rx_buf.resize(n * im.rx_slot);
@@ -816,7 +830,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 m.msg_hdr.msg_namelen = alen;
                 m.msg_hdr.msg_controllen = 0;
                 const std::span<const std::byte> d(buf, static_cast<std::size_t>(got));
-                single_seg = gro_ ? gro_segment_size(d) : d.size();
+                single_seg = im.gro_queued[fi] ? gro_segment_size(d) : d.size();
             }
         } else {
             rc = ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
@@ -824,6 +838,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
         if (rc < 0) {
             if (errno == EAGAIN) {  // == EWOULDBLOCK on Linux
                 im.quiet[fi] = true;
+                im.gro_queued[fi] = im.gro_on[fi];  // an empty queue holds nothing merged
                 continue;
             }
             if (k != 0 || !im.pending.empty()) {
@@ -853,9 +868,11 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             }
             const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
             if (seg == 0) {
-                // No segment size: one datagram, or (GRO switched off while it was queued,
-                // which leaves no control message) several merged ones.
-                seg = gro_ ? gro_segment_size({base, m.msg_len}) : m.msg_len;
+                // No segment size: one datagram, or, with GRO off now but on when it was
+                // queued (gro=auto switched it), several merged ones: a merged datagram read
+                // with GRO on always brings its segment size.
+                seg = im.gro_queued[fi] && !im.gro_on[fi] ? gro_segment_size({base, m.msg_len})
+                                                          : m.msg_len;
             }
             merged = merged || seg < m.msg_len;
             const socklen_t salen = m.msg_hdr.msg_namelen;
@@ -878,7 +895,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             im.reset_rx(i);
         }
         if (im.cfg.gro == GroMode::adaptive && gro_) {
-            adapt_gro(fd, fi, static_cast<std::size_t>(rc), merged);
+            adapt_gro(fd, fi, n, static_cast<std::size_t>(rc), merged);
         }
         slot += static_cast<std::size_t>(rc);
     }
@@ -887,14 +904,18 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     return k;
 }
 
-// gro=auto, after a read of `datagrams` from socket `fd` (index fi): a burst switches UDP_GRO
-// on, a long run of lone datagrams switches it off. Each switch is one setsockopt(); a failed
-// one leaves the state as it was (the next read tries again).
-void UdpTransport::adapt_gro(int fd, std::size_t fi, std::size_t datagrams, bool merged) noexcept {
+// gro=auto, after a read that asked for `offered` datagrams from socket `fd` (index fi) and got
+// `datagrams`: a burst (kGroOnBatch of them, or every slot offered when fewer were) switches
+// UDP_GRO on, a long run of lone datagrams switches it off. Each switch is one setsockopt(); a
+// failed one leaves the state as it was, and is tried again only after as many reads again.
+void UdpTransport::adapt_gro(
+    int fd, std::size_t fi, std::size_t offered, std::size_t datagrams, bool merged) noexcept {
     Impl& im = *impl_;
     if (!im.gro_on[fi]) {
-        if (datagrams >= kGroOnBatch && set_opt(fd, SOL_UDP, UDP_GRO, 1)) {
+        if (offered >= 2 && datagrams >= std::min(kGroOnBatch, offered)
+            && set_opt(fd, SOL_UDP, UDP_GRO, 1)) {
             im.gro_on[fi] = true;
+            im.gro_queued[fi] = true;
             im.lone_reads[fi] = 0;
             ++counters_.rx_gro_switches;
         }
@@ -904,9 +925,12 @@ void UdpTransport::adapt_gro(int fd, std::size_t fi, std::size_t datagrams, bool
         im.lone_reads[fi] = 0;
         return;
     }
-    if (++im.lone_reads[fi] >= kGroOffReads && set_opt(fd, SOL_UDP, UDP_GRO, 0)) {
-        im.gro_on[fi] = false;
-        ++counters_.rx_gro_switches;
+    if (++im.lone_reads[fi] >= kGroOffReads) {
+        im.lone_reads[fi] = 0;
+        if (set_opt(fd, SOL_UDP, UDP_GRO, 0)) {
+            im.gro_on[fi] = false;
+            ++counters_.rx_gro_switches;
+        }
     }
 }
 
@@ -917,12 +941,14 @@ UdpCounters UdpTransport::counters() const noexcept {
     UdpCounters c = counters_;
     c.rx_gro_active = static_cast<std::uint64_t>(impl_->gro_on[0]) + impl_->gro_on[1];
     c.rx_kernel_drops = 0;
+    c.rx_queued_bytes = 0;
     for (int fd : {impl_->rx.get(), impl_->uc.get()}) {
         std::array<std::uint32_t, SK_MEMINFO_VARS> mem{};
         socklen_t len = sizeof mem;
         if (fd >= 0 && ::getsockopt(fd, SOL_SOCKET, SO_MEMINFO, mem.data(), &len) == 0
             && len >= (SK_MEMINFO_DROPS + 1) * sizeof(std::uint32_t)) {
             c.rx_kernel_drops += mem[SK_MEMINFO_DROPS];
+            c.rx_queued_bytes += mem[SK_MEMINFO_RMEM_ALLOC];
         }
     }
     return c;
@@ -936,6 +962,7 @@ std::size_t UdpTransport::named_counters(std::span<NamedCounter> out) const noex
         {"rx_gro_switches", c.rx_gro_switches},
         {"rx_gro_active", c.rx_gro_active},
         {"rx_kernel_drops", c.rx_kernel_drops},
+        {"rx_queued_bytes", c.rx_queued_bytes},
         {"rx_single_reads", c.rx_single_reads},
         {"rx_truncated", c.rx_truncated},
         {"tx_datagrams", c.tx_datagrams},

@@ -19,9 +19,10 @@ enum class GroMode : std::uint8_t {
     off,  ///< never: a GSO burst is cut into datagrams by the kernel, read in batches
     on,   ///< always
     /// On while datagrams come in bursts, off while they come one at a time (the default).
-    /// A socket with UDP_GRO makes each datagram queued to it cost a same-host *sender*
-    /// ~0.1-0.2 us more, which a ping-pong pays twice per round trip; a burst needs GRO to
-    /// stay cheap. See UdpTransport::kGroOnBatch and kGroOffReads.
+    /// A burst needs GRO to stay cheap; a socket with UDP_GRO makes each datagram sent to it
+    /// from this host cost the *sender* 130-480 cycles more (measured; 1-4% of a sendto).
+    /// Never set until the first burst: setting it once turns on the kernel's UDP
+    /// encapsulation hooks for the socket's life. See kGroOnBatch and kGroOffReads.
     adaptive,
 };
 
@@ -69,6 +70,9 @@ struct UdpCounters {
     std::uint64_t rx_gro_active = 0;
     /// Datagrams the kernel dropped at the sockets (buffer full): their SO_MEMINFO drop count.
     std::uint64_t rx_kernel_drops = 0;
+    /// Kernel memory the receive sockets' queues hold now (SO_MEMINFO rmem_alloc: the
+    /// datagrams waiting to be read plus the kernel's per-datagram overhead).
+    std::uint64_t rx_queued_bytes = 0;
     /// Reads of one datagram with recvfrom() after an empty poll (see poll_rx).
     std::uint64_t rx_single_reads = 0;
     /// Datagrams longer than a receive slot (gro=0: max_datagram + 64 bytes), dropped.
@@ -106,13 +110,15 @@ public:
     std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
     [[nodiscard]] Result<bool> arm_wakeup() noexcept override;
 
-    /// A snapshot; rx_kernel_drops is read from the sockets (SO_MEMINFO) on each call.
+    /// A snapshot; rx_kernel_drops and rx_queued_bytes are read from the sockets (SO_MEMINFO)
+    /// on each call.
     [[nodiscard]] UdpCounters counters() const noexcept;
     [[nodiscard]] bool gso_enabled() const noexcept { return gso_; }
     /// Merged datagrams may arrive: gro=1, or gro=auto (receive slots are then 64 KiB).
     [[nodiscard]] bool gro_enabled() const noexcept { return gro_; }
     /// gro=auto: a read of at least this many datagrams at once (a burst cut up by the
-    /// kernel, or a queue that built up) switches UDP_GRO on for that socket...
+    /// kernel, or a queue that built up; or as many as the read asked for, when that was
+    /// fewer but more than one) switches UDP_GRO on for that socket...
     static constexpr std::size_t kGroOnBatch = 8;
     /// ...and this many reads in a row of one datagram each, none merged, switch it off.
     static constexpr std::uint32_t kGroOffReads = 256;
@@ -126,7 +132,8 @@ public:
 private:
     struct Impl;
     explicit UdpTransport(std::unique_ptr<Impl> impl) noexcept;
-    void adapt_gro(int fd, std::size_t fi, std::size_t datagrams, bool merged) noexcept;
+    void adapt_gro(
+        int fd, std::size_t fi, std::size_t offered, std::size_t datagrams, bool merged) noexcept;
     std::unique_ptr<Impl> impl_;
     UdpCounters counters_;
     Endpoint local_{};

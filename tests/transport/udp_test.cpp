@@ -57,6 +57,37 @@ std::size_t wait_rx(Transport& t, std::span<RxPacket> buf) {
     return 0;
 }
 
+/// Reads and releases until a poll finds nothing.
+void drain_rx(Transport& t, std::span<RxPacket> buf) {
+    for (;;) {
+        auto k = t.poll_rx(buf);
+        REQUIRE(k.has_value());
+        if (*k == 0) {
+            return;
+        }
+        t.release_rx(*k);
+    }
+}
+
+/// Receives exactly the packets of `want`, in order, byte for byte.
+void expect_rx(Transport& t,
+               std::span<RxPacket> buf,
+               const std::vector<std::vector<std::byte>>& want) {
+    std::size_t seen = 0;
+    while (seen < want.size()) {
+        const std::size_t n = wait_rx(t, buf);
+        REQUIRE(n != 0);
+        for (std::size_t i = 0; i < n; ++i) {
+            REQUIRE(seen + i < want.size());
+            INFO("packet " << seen + i);
+            CHECK(std::equal(buf[i].data.begin(), buf[i].data.end(), want[seen + i].begin(),
+                             want[seen + i].end()));
+        }
+        seen += n;
+        t.release_rx(n);
+    }
+}
+
 /// An ODATA packet (header and payload; no checksum: these tests stop at the transport) whose
 /// payload bytes are a pattern of its sqn.
 std::vector<std::byte> odata_bytes(std::uint32_t sqn, std::size_t payload) {
@@ -680,14 +711,7 @@ TEST_CASE(
     }
     std::array<RxPacket, 16> got{};
     auto quiet = [&] {
-        for (;;) {
-            auto k = rx->poll_rx(got);
-            REQUIRE(k.has_value());
-            if (*k == 0) {
-                return;
-            }
-            rx->release_rx(*k);
-        }
+        drain_rx(*rx, got);
     };
     // Seven ODATA of 100 bytes and a shorter eighth: one GSO send, one merged datagram.
     const OdataBurst burst = odata_burst({76, 76, 76, 76, 76, 76, 76, 30});
@@ -735,14 +759,7 @@ TEST_CASE(
     }
     std::array<RxPacket, 64> got{};
     auto quiet = [&] {
-        for (;;) {
-            auto k = rx->poll_rx(got);
-            REQUIRE(k.has_value());
-            if (*k == 0) {
-                return;
-            }
-            rx->release_rx(*k);
-        }
+        drain_rx(*rx, got);
     };
     // Same-host delivery may be finished by the kernel's softirq thread after send returns:
     // waits until more than `bytes` are queued (true, or false after 5 s).
@@ -755,21 +772,8 @@ TEST_CASE(
         }
         return false;
     };
-    // Receives exactly the packets of `want`, in order, byte for byte.
     auto expect = [&](const std::vector<std::vector<std::byte>>& want) {
-        std::size_t seen = 0;
-        while (seen < want.size()) {
-            const std::size_t n = wait_rx(*rx, got);
-            REQUIRE(n != 0);
-            for (std::size_t i = 0; i < n; ++i) {
-                REQUIRE(seen + i < want.size());
-                INFO("packet " << seen + i);
-                CHECK(std::equal(got[i].data.begin(), got[i].data.end(), want[seen + i].begin(),
-                                 want[seen + i].end()));
-            }
-            seen += n;
-            rx->release_rx(n);
-        }
+        expect_rx(*rx, got, want);
     };
     CHECK(rx->counters().rx_gro_active == 0);
     // A GSO burst of 16 reaches a socket without GRO cut into 16 datagrams: a batch read
@@ -850,18 +854,7 @@ TEST_CASE("gro=auto with a read batch under kGroOnBatch: a read that fills the b
     // slots, and that switches GRO on.
     const OdataBurst b16 = odata_burst(std::vector<std::size_t>(16, 76));
     REQUIRE(tx->send_batch(b16.packets).value() == 16);
-    std::size_t seen = 0;
-    while (seen < 16) {
-        const std::size_t n = wait_rx(*rx, got);
-        REQUIRE(n != 0);
-        for (std::size_t i = 0; i < n; ++i) {
-            REQUIRE(seen + i < 16);
-            CHECK(std::equal(got[i].data.begin(), got[i].data.end(), b16.bodies[seen + i].begin(),
-                             b16.bodies[seen + i].end()));
-        }
-        seen += n;
-        rx->release_rx(n);
-    }
+    expect_rx(*rx, got, b16.bodies);
     CHECK(rx->counters().rx_gro_active == 1);
     CHECK(rx->counters().rx_gro_switches == 1);
 }

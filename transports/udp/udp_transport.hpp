@@ -20,7 +20,7 @@ enum class GroMode : std::uint8_t {
     on,   ///< always
     /// On while datagrams come in bursts, off while they come one at a time (the default).
     /// A burst needs GRO to stay cheap; a socket with UDP_GRO makes each datagram sent to it
-    /// from this host cost the *sender* 130-480 cycles more (measured; 1-4% of a sendto).
+    /// from this host cost the *sender* 130-480 cycles more (measured; 1-7% of a sendto).
     /// Never set until the first burst: setting it once turns on the kernel's UDP
     /// encapsulation hooks for the socket's life. See kGroOnBatch and kGroOffReads.
     adaptive,

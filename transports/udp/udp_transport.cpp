@@ -341,7 +341,7 @@ struct UdpTransport::Impl {
     bool poll_uc_first = false;
     std::array<bool, 2> quiet{};                // the last read of rx, uc found nothing
     std::array<bool, 2> gro_on{};               // UDP_GRO is set on rx, uc now
-    std::array<bool, 2> gro_queued{};           // merged datagrams may be queued on rx, uc
+    std::array<bool, 2> gro_seen{};             // UDP_GRO has been on: see poll_rx
     std::array<std::uint32_t, 2> lone_reads{};  // gro=auto: reads of one datagram in a row
     // send
     std::vector<mmsghdr> tx_msgs;
@@ -540,6 +540,7 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
         t->gro_ = ::getsockopt(im.rx.get(), SOL_UDP, UDP_GRO, &v, &len) == 0;
         if (!t->gro_ && set_opt(im.rx.get(), SOL_UDP, UDP_GRO, 1)) {
             t->gro_ = true;
+            im.gro_seen[0] = true;  // a burst may have been merged meanwhile
             im.gro_on[0] = !set_opt(im.rx.get(), SOL_UDP, UDP_GRO, 0);
         }
     } else if (t->gro_) {
@@ -558,7 +559,8 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
             }
         }
     }
-    im.gro_queued = im.gro_on;
+    im.gro_seen[0] = im.gro_seen[0] || im.gro_on[0];
+    im.gro_seen[1] = im.gro_on[1];
     im.rx_slot = t->gro_ ? kGroBuffer : im.max_datagram + 64;
     const std::size_t n = std::max<std::size_t>(1, cfg.batch);
     im.rx_buf.resize(n * im.rx_slot);
@@ -830,7 +832,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 m.msg_hdr.msg_namelen = alen;
                 m.msg_hdr.msg_controllen = 0;
                 const std::span<const std::byte> d(buf, static_cast<std::size_t>(got));
-                single_seg = im.gro_queued[fi] ? gro_segment_size(d) : d.size();
+                single_seg = im.gro_seen[fi] ? gro_segment_size(d) : d.size();
             }
         } else {
             rc = ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
@@ -838,7 +840,6 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
         if (rc < 0) {
             if (errno == EAGAIN) {  // == EWOULDBLOCK on Linux
                 im.quiet[fi] = true;
-                im.gro_queued[fi] = im.gro_on[fi];  // an empty queue holds nothing merged
                 continue;
             }
             if (k != 0 || !im.pending.empty()) {
@@ -868,11 +869,12 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             }
             const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
             if (seg == 0) {
-                // No segment size: one datagram, or, with GRO off now but on when it was
-                // queued (gro=auto switched it), several merged ones: a merged datagram read
-                // with GRO on always brings its segment size.
-                seg = im.gro_queued[fi] && !im.gro_on[fi] ? gro_segment_size({base, m.msg_len})
-                                                          : m.msg_len;
+                // No segment size: one datagram, or, with GRO off now but on once (gro=auto
+                // switched it), several merged ones. A merged datagram read with GRO on always
+                // brings its segment size; one merged before a switch-off may still be queued,
+                // or even still on its way to the queue, however many empty reads later.
+                seg = im.gro_seen[fi] && !im.gro_on[fi] ? gro_segment_size({base, m.msg_len})
+                                                        : m.msg_len;
             }
             merged = merged || seg < m.msg_len;
             const socklen_t salen = m.msg_hdr.msg_namelen;
@@ -895,7 +897,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             im.reset_rx(i);
         }
         if (im.cfg.gro == GroMode::adaptive && gro_) {
-            adapt_gro(fd, fi, n, static_cast<std::size_t>(rc), merged);
+            adapt_gro(fd, fi, n >= 2, static_cast<std::size_t>(rc), merged);
         }
         slot += static_cast<std::size_t>(rc);
     }
@@ -904,18 +906,19 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     return k;
 }
 
-// gro=auto, after a read that asked for `offered` datagrams from socket `fd` (index fi) and got
-// `datagrams`: a burst (kGroOnBatch of them, or every slot offered when fewer were) switches
-// UDP_GRO on, a long run of lone datagrams switches it off. Each switch is one setsockopt(); a
-// failed one leaves the state as it was, and is tried again only after as many reads again.
+// gro=auto, after a read of `datagrams` from socket `fd` (index fi), a batch read if `batch`
+// (not the one-datagram read after an empty poll): a burst (kGroOnBatch of them, or a whole
+// batch when the batch is smaller) switches UDP_GRO on, a long run of lone datagrams switches
+// it off. Each switch is one setsockopt(); a failed one leaves the state as it was, and is
+// tried again only after as many reads again.
 void UdpTransport::adapt_gro(
-    int fd, std::size_t fi, std::size_t offered, std::size_t datagrams, bool merged) noexcept {
+    int fd, std::size_t fi, bool batch, std::size_t datagrams, bool merged) noexcept {
     Impl& im = *impl_;
     if (!im.gro_on[fi]) {
-        if (offered >= 2 && datagrams >= std::min(kGroOnBatch, offered)
+        if (batch && datagrams >= std::min(kGroOnBatch, im.rx_msgs.size())
             && set_opt(fd, SOL_UDP, UDP_GRO, 1)) {
             im.gro_on[fi] = true;
-            im.gro_queued[fi] = true;
+            im.gro_seen[fi] = true;
             im.lone_reads[fi] = 0;
             ++counters_.rx_gro_switches;
         }

@@ -20,7 +20,7 @@ enum class GroMode : std::uint8_t {
     on,   ///< always
     /// On while datagrams come in bursts, off while they come one at a time (the default).
     /// A burst needs GRO to stay cheap; a socket with UDP_GRO makes each datagram sent to it
-    /// from this host cost the *sender* 130-480 cycles more (measured; 1-7% of a sendto).
+    /// from this host cost the *sender* up to 480 cycles more (measured: 0-7% of a sendto).
     /// Never set until the first burst: setting it once turns on the kernel's UDP
     /// encapsulation hooks for the socket's life. See kGroOnBatch and kGroOffReads.
     adaptive,
@@ -116,9 +116,9 @@ public:
     [[nodiscard]] bool gso_enabled() const noexcept { return gso_; }
     /// Merged datagrams may arrive: gro=1, or gro=auto (receive slots are then 64 KiB).
     [[nodiscard]] bool gro_enabled() const noexcept { return gro_; }
-    /// gro=auto: a read of at least this many datagrams at once (a burst cut up by the
-    /// kernel, or a queue that built up; or as many as the read asked for, when that was
-    /// fewer but more than one) switches UDP_GRO on for that socket...
+    /// gro=auto: a batch read of at least this many datagrams at once (a burst cut up by the
+    /// kernel, or a queue that built up; or of a whole batch, when the read batch is smaller)
+    /// switches UDP_GRO on for that socket...
     static constexpr std::size_t kGroOnBatch = 8;
     /// ...and this many reads in a row of one datagram each, none merged, switch it off.
     static constexpr std::uint32_t kGroOffReads = 256;
@@ -132,8 +132,7 @@ public:
 private:
     struct Impl;
     explicit UdpTransport(std::unique_ptr<Impl> impl) noexcept;
-    void adapt_gro(
-        int fd, std::size_t fi, std::size_t offered, std::size_t datagrams, bool merged) noexcept;
+    void adapt_gro(int fd, std::size_t fi, bool batch, std::size_t datagrams, bool merged) noexcept;
     std::unique_ptr<Impl> impl_;
     UdpCounters counters_;
     Endpoint local_{};

@@ -36,7 +36,9 @@ void pin(std::size_t cpu) {
     cpu_set_t s;
     CPU_ZERO(&s);
     CPU_SET(cpu, &s);
-    (void)sched_setaffinity(0, sizeof s, &s);
+    if (sched_setaffinity(0, sizeof s, &s) != 0) {
+        std::perror("gro_send_cost: warning: not pinned to its CPU");
+    }
 }
 
 bool set_int(int fd, int level, int name, int value) {
@@ -64,7 +66,9 @@ int main(int argc, char** argv) {
         rx[m] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
-        a.sin_port = htons(static_cast<std::uint16_t>(47100 + m));
+        // Ports by process: two copies at once must not hear each other's datagrams.
+        a.sin_port = htons(
+            static_cast<std::uint16_t>(47100 + 3 * static_cast<std::size_t>(getpid() % 600) + m));
         a.sin_addr = group;
         const ip_mreq mr{group, lo};
         if (rx[m] < 0 || !set_int(rx[m], SOL_SOCKET, SO_REUSEADDR, 1)

@@ -808,7 +808,6 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
         const std::size_t fi = fd == im.rx.get() ? 0 : 1;
         const std::size_t n = im.quiet[fi] ? 1 : im.rx_msgs.size() - slot;
         int rc = 0;
-        std::size_t single_seg = 0;  // segment size of a recvfrom() read (0: none)
         if (n == 1) {
             // One datagram: recvfrom() skips the msghdr and iovec copy-in that recvmsg and
             // recvmmsg pay on every call, empty or not (about a third of an empty poll). It
@@ -830,9 +829,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 ++counters_.rx_single_reads;
                 m.msg_len = static_cast<unsigned>(got);
                 m.msg_hdr.msg_namelen = alen;
-                m.msg_hdr.msg_controllen = 0;
-                const std::span<const std::byte> d(buf, static_cast<std::size_t>(got));
-                single_seg = im.gro_seen[fi] ? gro_segment_size(d) : d.size();
+                m.msg_hdr.msg_controllen = 0;  // no control message below
             }
         } else {
             rc = ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
@@ -856,7 +853,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 im.reset_rx(i);
                 continue;
             }
-            std::size_t seg = single_seg;
+            std::size_t seg = 0;
             for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c != nullptr;
                  c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
                 if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
@@ -869,12 +866,13 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             }
             const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
             if (seg == 0) {
-                // No segment size: one datagram, or, with GRO off now but on once (gro=auto
-                // switched it), several merged ones. A merged datagram read with GRO on always
-                // brings its segment size; one merged before a switch-off may still be queued,
-                // or even still on its way to the queue, however many empty reads later.
-                seg = im.gro_seen[fi] && !im.gro_on[fi] ? gro_segment_size({base, m.msg_len})
-                                                        : m.msg_len;
+                // No segment size: one datagram, or several merged ones when GRO is or was on
+                // and the read could not say so: a recvfrom() read (n == 1) has no control
+                // message, and after gro=auto switched GRO off, one merged before may still
+                // be queued, or even on its way to the queue, however many empty reads later.
+                // A merged datagram read by recvmmsg with GRO on always brings its size.
+                const bool maybe_merged = im.gro_seen[fi] && (n == 1 || !im.gro_on[fi]);
+                seg = maybe_merged ? gro_segment_size({base, m.msg_len}) : m.msg_len;
             }
             merged = merged || seg < m.msg_len;
             const socklen_t salen = m.msg_hdr.msg_namelen;

@@ -22,7 +22,7 @@
 namespace {
 
 struct Rig {
-    std::unique_ptr<prizma::Context> ctx;
+    std::optional<prizma::Context> ctx;
     std::optional<prizma::Subscriber> sub;
     std::optional<prizma::Publisher> pub;
     std::string error;
@@ -38,14 +38,14 @@ Rig make_rig(const std::string& uri) {
     r.ctx = std::move(*ctx);
     prizma::ChannelOptions o;
     o.window_sqns = 1U << 14U;
-    auto sub = r.ctx->add_subscriber(uri, o, &r.error);
+    auto sub = r.ctx->add_subscriber(uri, o);
     if (!sub) {
-        r.error = uri + ": " + (r.error.empty() ? sub.error().message() : r.error);
+        r.error = uri + ": " + sub.error().message();
         return r;
     }
-    auto pub = r.ctx->add_publisher(uri, o, &r.error);
+    auto pub = r.ctx->add_publisher(uri, o);
     if (!pub) {
-        r.error = uri + ": " + (r.error.empty() ? pub.error().message() : r.error);
+        r.error = uri + ": " + pub.error().message();
         return r;
     }
     r.sub.emplace(std::move(*sub));

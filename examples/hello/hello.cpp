@@ -17,12 +17,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "hello: %s\n", ctx.error().message().c_str());
         return 1;
     }
-    std::string err;
-    auto sub = (*ctx)->add_subscriber(uri, {}, &err);
-    auto pub =
-        sub ? (*ctx)->add_publisher(uri, {}, &err) : prizma::Result<prizma::Publisher>(sub.error());
+    auto sub = ctx->add_subscriber(uri);
+    auto pub = sub ? ctx->add_publisher(uri)
+                   : prizma::Result<prizma::Publisher, prizma::Error>(sub.error());
     if (!sub || !pub) {
-        std::fprintf(stderr, "hello: %s: %s\n", uri.c_str(), err.c_str());
+        std::fprintf(stderr, "hello: %s\n", (sub ? pub.error() : sub.error()).message().c_str());
         return 1;
     }
     int received = 0;
@@ -34,12 +33,12 @@ int main(int argc, char** argv) {
             if (r || !prizma::is_transient(r.error())) {
                 break;
             }
-            (void)(*ctx)->poll();
+            (void)ctx->poll();
         }
     }
     const std::int64_t deadline = prizma::Context::now_ns() + 2'000'000'000;
     while (received < 10 && prizma::Context::now_ns() < deadline) {
-        (void)(*ctx)->poll();
+        (void)ctx->poll();
         sub->poll(16, [&](const prizma::Message& m) {
             if (m.kind == prizma::MessageKind::data) {
                 const std::string_view s(reinterpret_cast<const char*>(m.payload.data()),

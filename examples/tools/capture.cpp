@@ -122,21 +122,20 @@ std::unique_ptr<prizma::udp::UdpTransport> open_channel(const std::string& uri,
                                                         bool listen,
                                                         prizma::udp::UdpConfig& cfg,
                                                         int& rc) {
-    std::string err;
-    auto parsed = prizma::udp::parse_uri(uri, &err);
+    auto parsed = prizma::udp::parse_uri(uri);
     if (!parsed) {
-        fmt::print(stderr, "prizma-capture: {}\n", err.empty() ? parsed.error().message() : err);
+        fmt::print(stderr, "prizma-capture: {}\n", parsed.error().message());
         rc = 2;
         return nullptr;
     }
     cfg = *parsed;
     cfg.join = listen;
     cfg.bind_unicast = false;
+    cfg.frame_length = &prizma::pgm::wire_length;  // GRO-merged datagrams cut into packets
     cfg.gso = cfg.gso && listen;
-    auto t = prizma::udp::UdpTransport::create(cfg, &err);
+    auto t = prizma::udp::UdpTransport::create(cfg);
     if (!t) {
-        fmt::print(stderr, "prizma-capture: {}: {}\n", uri,
-                   err.empty() ? t.error().message() : err);
+        fmt::print(stderr, "prizma-capture: {}: {}\n", uri, t.error().message());
         rc = 1;
         return nullptr;
     }

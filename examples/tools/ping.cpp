@@ -130,18 +130,15 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "prizma-ping: {}\n", created.error().message());
         return 1;
     }
-    prizma::Context& ctx = **created;
-    std::string err;
-    auto pub = ctx.add_publisher(a.ping_uri, a.opts, &err);
+    prizma::Context& ctx = *created;
+    auto pub = ctx.add_publisher(a.ping_uri, a.opts);
     if (!pub) {
-        fmt::print(stderr, "prizma-ping: {}: {}\n", a.ping_uri,
-                   err.empty() ? pub.error().message() : err);
+        fmt::print(stderr, "prizma-ping: {}: {}\n", a.ping_uri, pub.error().message());
         return 1;
     }
-    auto sub = ctx.add_subscriber(a.pong_uri, a.opts, &err);
+    auto sub = ctx.add_subscriber(a.pong_uri, a.opts);
     if (!sub) {
-        fmt::print(stderr, "prizma-ping: {}: {}\n", a.pong_uri,
-                   err.empty() ? sub.error().message() : err);
+        fmt::print(stderr, "prizma-ping: {}: {}\n", a.pong_uri, sub.error().message());
         return 1;
     }
     if (a.size > pub->max_message_size()) {

@@ -88,17 +88,14 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "prizma-pong: {}\n", ctx.error().message());
         return 1;
     }
-    std::string err;
-    auto sub = (*ctx)->add_subscriber(ping_uri, opts, &err);
+    auto sub = ctx->add_subscriber(ping_uri, opts);
     if (!sub) {
-        fmt::print(stderr, "prizma-pong: {}: {}\n", ping_uri,
-                   err.empty() ? sub.error().message() : err);
+        fmt::print(stderr, "prizma-pong: {}: {}\n", ping_uri, sub.error().message());
         return 1;
     }
-    auto pub = (*ctx)->add_publisher(pong_uri, opts, &err);
+    auto pub = ctx->add_publisher(pong_uri, opts);
     if (!pub) {
-        fmt::print(stderr, "prizma-pong: {}: {}\n", pong_uri,
-                   err.empty() ? pub.error().message() : err);
+        fmt::print(stderr, "prizma-pong: {}: {}\n", pong_uri, pub.error().message());
         return 1;
     }
     (void)std::signal(SIGINT, [](int) { g_stop = true; });
@@ -114,7 +111,7 @@ int main(int argc, char** argv) {
     bool pending = false;
     bool failed = false;
     while (!g_stop && (count == 0 || echoed < count)) {
-        const int work = (*ctx)->poll();
+        const int work = ctx->poll();
         const std::size_t got = sub->poll(1, [&](const prizma::Message& m) {
             if (m.kind == prizma::MessageKind::loss) {
                 ++losses;
@@ -140,7 +137,7 @@ int main(int argc, char** argv) {
                 pub->flush();  // the echo leaves now, before any channel is polled
             } else if (prizma::is_transient(r.error())) {
                 ++retries;
-                (void)(*ctx)->poll();  // serve NAKs/SPMs until the window has room
+                (void)ctx->poll();  // serve NAKs/SPMs until the window has room
             } else {
                 fmt::print(stderr, "prizma-pong: offer failed: {}\n", r.error().message());
                 failed = true;
@@ -148,15 +145,15 @@ int main(int argc, char** argv) {
             }
         }
         if (got == 0 && work == 0 && !spin) {
-            (*ctx)->wait(std::chrono::milliseconds(10));
+            ctx->wait(std::chrono::milliseconds(10));
         }
     }
     // Let the last echoes be repaired if the pinger NAKs them.
     pub->close();
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     while (std::chrono::steady_clock::now() < until) {
-        if ((*ctx)->poll() == 0) {
-            (*ctx)->wait(std::chrono::milliseconds(1));
+        if (ctx->poll() == 0) {
+            ctx->wait(std::chrono::milliseconds(1));
         }
     }
     fmt::print("echoed {} messages, loss events {}, back-pressure retries {}\n", echoed, losses,

@@ -74,10 +74,9 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "prizma-recv: {}\n", ctx.error().message());
         return 1;
     }
-    std::string err;
-    auto sub = (*ctx)->add_subscriber(uri, opts, &err);
+    auto sub = ctx->add_subscriber(uri, opts);
     if (!sub) {
-        fmt::print(stderr, "prizma-recv: {}: {}\n", uri, err.empty() ? sub.error().message() : err);
+        fmt::print(stderr, "prizma-recv: {}: {}\n", uri, sub.error().message());
         return 1;
     }
     // Ready line (scripts wait for it before starting a sender); on verbs it names the QP a
@@ -100,7 +99,7 @@ int main(int argc, char** argv) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
     auto now = std::chrono::steady_clock::now();
     while (unique < n && now < deadline) {
-        const int work = (*ctx)->poll();
+        const int work = ctx->poll();
         now = std::chrono::steady_clock::now();  // one clock read per batch, not per message
         const std::size_t got = sub->poll(256, [&](const prizma::Message& m) {
             if (m.kind == prizma::MessageKind::loss) {
@@ -144,7 +143,7 @@ int main(int argc, char** argv) {
             }
         });
         if (work == 0 && got == 0 && !spin) {
-            (*ctx)->wait(std::chrono::milliseconds(1));
+            ctx->wait(std::chrono::milliseconds(1));
         }
     }
     const double secs = std::chrono::duration<double>(last - first).count();

@@ -81,10 +81,9 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "prizma-send: {}\n", ctx.error().message());
         return 1;
     }
-    std::string err;
-    auto pub = (*ctx)->add_publisher(uri, opts, &err);
+    auto pub = ctx->add_publisher(uri, opts);
     if (!pub) {
-        fmt::print(stderr, "prizma-send: {}: {}\n", uri, err.empty() ? pub.error().message() : err);
+        fmt::print(stderr, "prizma-send: {}: {}\n", uri, pub.error().message());
         return 1;
     }
     const auto n = static_cast<std::uint64_t>(count);
@@ -112,12 +111,12 @@ int main(int argc, char** argv) {
             const double elapsed = std::chrono::duration<double>(now - start).count();
             allowed = std::min(n, static_cast<std::uint64_t>(elapsed * rate) + 1);
             if (sent >= allowed) {
-                if ((*ctx)->poll() == 0) {
+                if (ctx->poll() == 0) {
                     const auto due =
                         start
                         + std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::duration<double>(static_cast<double>(sent) / rate));
-                    (*ctx)->wait(std::chrono::duration_cast<std::chrono::nanoseconds>(due - now));
+                    ctx->wait(std::chrono::duration_cast<std::chrono::nanoseconds>(due - now));
                 }
                 continue;
             }
@@ -133,10 +132,10 @@ int main(int argc, char** argv) {
                 return 1;
             }
             if (!r || sent % 64 == 0) {
-                (void)(*ctx)->poll();  // flush the batch, serve NAKs
+                (void)ctx->poll();  // flush the batch, serve NAKs
             }
         }
-        (void)(*ctx)->poll();
+        (void)ctx->poll();
     }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -144,13 +143,13 @@ int main(int argc, char** argv) {
                secs > 0 ? static_cast<double>(sent) / secs : 0.0);
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(linger);
     while (std::chrono::steady_clock::now() < until) {
-        if ((*ctx)->poll() == 0) {
-            (*ctx)->wait(std::chrono::milliseconds(1));
+        if (ctx->poll() == 0) {
+            ctx->wait(std::chrono::milliseconds(1));
         }
     }
     pub->close();
     for (int i = 0; i < 20; ++i) {
-        (void)(*ctx)->poll();
+        (void)ctx->poll();
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     const auto c = pub->counters();

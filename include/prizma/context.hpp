@@ -15,6 +15,7 @@
 #include <prizma/message.hpp>
 #include <prizma/options.hpp>
 #include <prizma/result.hpp>
+#include <prizma/transport_registry.hpp>
 #include <prizma/types.hpp>
 
 namespace prizma {
@@ -68,6 +69,8 @@ public:
     [[nodiscard]] std::size_t max_message_size() const noexcept;
     [[nodiscard]] std::size_t max_packet_payload() const noexcept;
     [[nodiscard]] Tsi tsi() const noexcept;
+    /// False after Context::remove() reset this handle.
+    [[nodiscard]] bool valid() const noexcept { return ch_ != nullptr; }
     [[nodiscard]] ChannelCounters counters() const noexcept;
     /// The transport's own counters (verbs: rx_ring_low, sq_full, completion_errors,
     /// ah_cache_size, ...); empty for transports without any. Allocates: not for the hot path.
@@ -103,6 +106,8 @@ public:
     }
     /// The next message or event, if any. The payload stays valid until the next call.
     bool next(Message& out) noexcept;
+    /// False after Context::remove() reset this handle.
+    [[nodiscard]] bool valid() const noexcept { return ch_ != nullptr; }
     [[nodiscard]] ChannelCounters counters() const noexcept;
     /// Where this subscriber can be reached, as text: on verbs "GID qpn=N" (what a unicast
     /// publisher needs: `verbs://DEV/ADDR:DPORT?qpn=N`); empty for other transports.
@@ -117,53 +122,93 @@ private:
 };
 
 /// Owns channels (each with its transport) and drives them. One owner thread: every method,
-/// and every method of its Publishers and Subscribers, must be called from it.
+/// and every method of its Publishers and Subscribers, must be called from it. A value type:
+/// movable (handles stay valid across a move), not copyable.
 ///
-/// Channel URIs:
-///  - `udp://GROUP:PORT?iface=ADDR&dport=N&ttl=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&gro=0|1|auto`
-///    PGM over UDP as OpenPGM encapsulates it; PORT is the UDP port, dport the PGM
-///    data-destination port (default 7500). gro=auto (default) turns receive-side UDP_GRO on
-///    for bursts and off for lone datagrams (udp::GroMode).
+/// Channel URIs name a transport by scheme; the built-ins (docs/URI.md has every key):
+///  - `udp://GROUP:PORT?iface=ADDR&dport=N&ttl=N&tos=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&
+///    gro=0|1|auto` PGM over UDP as OpenPGM encapsulates it; PORT is the UDP port, dport the
+///    PGM data-destination port (default 7500).
 ///  - `verbs://DEVICE[:PORT]/GROUP:DPORT?gid_index=N&qkey=N&qpn=N&rx_depth=N&...` PGM over an
 ///    RDMA UD QP (libibverbs): multicast GROUP (IPv4/IPv6), or a unicast peer address plus its
 ///    QP number. DEVICE may be a local IP address/[GID] instead of a device name.
-///  - `mem://NAME:DPORT?loss=P&seed=N` an in-process network (tests, examples; one thread).
+///  - `mem://NAME:DPORT` an in-process network (tests, examples; one thread).
+///  Every scheme also takes `loss=P`, `tx_loss=P` and `seed=N` (seeded fault injection, for
+///  tests). Other schemes come from the TransportRegistry given to create().
 class Context {
 public:
+    /// A Context with every built-in transport (register_builtin_transports); defined in the
+    /// prizma::prizma library.
     /// @code
     ///   auto ctx = prizma::Context::create().value();
-    ///   auto pub = ctx->add_publisher("udp://239.192.0.1:7600?iface=127.0.0.1").value();
+    ///   auto pub = ctx.add_publisher("udp://239.192.0.1:7600?iface=127.0.0.1").value();
     /// @endcode
-    static Result<std::unique_ptr<Context>> create();
+    static Result<Context, Error> create();
+    /// A Context with the transports of `transports` only (prizma::core and the per-transport
+    /// libraries, or a transport of the user's own).
+    static Result<Context, Error> create(TransportRegistry transports);
     ~Context();
+    Context(Context&& other) noexcept;
+    Context& operator=(Context&& other) noexcept;
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;
-    Context(Context&&) = delete;
-    Context& operator=(Context&&) = delete;
 
-    /// Errors: Errc::invalid_argument / unsupported (the text in `error` names the bad value),
-    /// or the OS error of socket setup.
-    Result<Publisher> add_publisher(std::string_view uri,
-                                    const ChannelOptions& options = {},
-                                    std::string* error = nullptr);
-    Result<Subscriber> add_subscriber(std::string_view uri,
-                                      const ChannelOptions& options = {},
-                                      std::string* error = nullptr);
+    /// A channel named by `uri`, made by the registered factory of its scheme.
+    /// Errors: Errc::invalid_argument (bad URI or option: the detail names it and the accepted
+    /// range), Errc::unsupported (unknown scheme; the detail lists the registered ones),
+    /// std::errc::not_enough_memory (window storage), or the transport's OS error.
+    Result<Publisher, Error> add_publisher(std::string_view uri,
+                                           const ChannelOptions& options = {});
+    Result<Subscriber, Error> add_subscriber(std::string_view uri,
+                                             const ChannelOptions& options = {});
+    /// A channel over a transport the caller made (no registry involved). `name` shows in
+    /// errors and in prizma-stat.
+    Result<Publisher, Error> add_publisher(TransportChannel channel,
+                                           const ChannelOptions& options = {},
+                                           std::string_view name = "custom");
+    Result<Subscriber, Error> add_subscriber(TransportChannel channel,
+                                             const ChannelOptions& options = {},
+                                             std::string_view name = "custom");
+    /// Removes a channel from the running Context: a publisher first sends its FIN SPMs
+    /// (close()); the transport is closed. Every copy of the handle becomes invalid; the
+    /// handle given is reset (valid() is false). Errors: Errc::invalid_argument when the
+    /// handle is not a live channel of this Context.
+    Result<void, Error> remove(Publisher& publisher);
+    Result<void, Error> remove(Subscriber& subscriber);
 
     /// One duty cycle over every channel: receive, timers, send. Returns the work done
     /// (0 = idle). Reads the clock once.
     int poll() noexcept;
     /// Steady-clock time (ns) of the next protocol timer; INT64_MAX when none.
     [[nodiscard]] std::int64_t next_deadline_ns() const noexcept;
+    /// The same as a time point (time_point::max() when none).
+    [[nodiscard]] std::chrono::steady_clock::time_point next_deadline() const noexcept;
     /// Blocks until a transport is readable or the next timer is due (at most `max_wait`).
     /// Channels that can only be busy-polled (mem://) make this return at once.
     void wait(std::chrono::nanoseconds max_wait) noexcept;
+
+    /// For a Context inside someone else's event loop (epoll, Boost.Asio, libuv): an fd that
+    /// becomes readable when a channel has datagrams. Before blocking on it, call
+    /// prepare_wait(); sleep only when it returns true, and no longer than next_deadline().
+    /// After waking (or at the deadline), call poll(). The fd stays the same for the
+    /// Context's life; -1 if it could not be made (then busy-poll).
+    /// @code
+    ///   if (ctx.prepare_wait()) wait_readable(ctx.wakeup_fd(), ctx.next_deadline());
+    ///   ctx.poll();
+    /// @endcode
+    [[nodiscard]] int wakeup_fd() const noexcept;
+    /// Arms every transport's wakeup. false: do not sleep (datagrams are already waiting, or a
+    /// channel can only be busy-polled).
+    [[nodiscard]] bool prepare_wait() noexcept;
+
     /// Sum of every channel's counters.
     [[nodiscard]] ChannelCounters counters() const noexcept;
     /// The shared-memory file `prizma-stat` reads this Context's counters from (updated by
     /// poll() ten times a second, removed with the Context): $PRIZMA_STATS_DIR, default
     /// /dev/shm/prizma, `<pid>-<n>.stats`. Empty when PRIZMA_STATS=0 or it could not be made.
     [[nodiscard]] std::string_view stats_file() const noexcept;
+    /// The transports this Context can make channels with.
+    [[nodiscard]] const TransportRegistry& transports() const noexcept;
     /// The steady clock used by the protocol, in ns.
     static std::int64_t now_ns() noexcept;
 
@@ -180,7 +225,7 @@ public:
 
 private:
     struct Impl;
-    Context() noexcept;
+    explicit Context(std::unique_ptr<Impl> impl) noexcept;
     std::unique_ptr<Impl> impl_;
 };
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -39,6 +40,54 @@ struct ChannelCounters {
     std::uint64_t window_full = 0;  ///< data beyond the receive window: dropped, NAKed later
     std::uint64_t sources = 0;      ///< sources currently known
 };
+
+/// One field of ChannelCounters: its name (as prizma-stat, stats files and JSON show it) and
+/// its member.
+struct CounterField {
+    std::string_view name;
+    std::uint64_t ChannelCounters::*member;
+};
+
+/// Every field of ChannelCounters, in declaration order: the one list that sums, stats files,
+/// prizma-stat and the tools use. A field added to the struct and not here fails to compile.
+inline constexpr std::array<CounterField, 26> kChannelCounterFields{{
+    {"packets_sent", &ChannelCounters::packets_sent},
+    {"packets_received", &ChannelCounters::packets_received},
+    {"bytes_sent", &ChannelCounters::bytes_sent},
+    {"bytes_received", &ChannelCounters::bytes_received},
+    {"malformed", &ChannelCounters::malformed},
+    {"short_sends", &ChannelCounters::short_sends},
+    {"odata_sent", &ChannelCounters::odata_sent},
+    {"rdata_sent", &ChannelCounters::rdata_sent},
+    {"spm_sent", &ChannelCounters::spm_sent},
+    {"ncf_sent", &ChannelCounters::ncf_sent},
+    {"naks_received", &ChannelCounters::naks_received},
+    {"back_pressured", &ChannelCounters::back_pressured},
+    {"rate_limited", &ChannelCounters::rate_limited},
+    {"messages_delivered", &ChannelCounters::messages_delivered},
+    {"bytes_delivered", &ChannelCounters::bytes_delivered},
+    {"odata_received", &ChannelCounters::odata_received},
+    {"rdata_received", &ChannelCounters::rdata_received},
+    {"naks_sent", &ChannelCounters::naks_sent},
+    {"naks_suppressed", &ChannelCounters::naks_suppressed},
+    {"ncf_received", &ChannelCounters::ncf_received},
+    {"repaired", &ChannelCounters::repaired},
+    {"duplicates", &ChannelCounters::duplicates},
+    {"loss_events", &ChannelCounters::loss_events},
+    {"lost_sqns", &ChannelCounters::lost_sqns},
+    {"window_full", &ChannelCounters::window_full},
+    {"sources", &ChannelCounters::sources},
+}};
+static_assert(sizeof(ChannelCounters) == kChannelCounterFields.size() * sizeof(std::uint64_t),
+              "every ChannelCounters field must be listed in kChannelCounterFields");
+
+/// Field by field sum (Context::counters() of several channels).
+constexpr ChannelCounters& operator+=(ChannelCounters& to, const ChannelCounters& from) noexcept {
+    for (const auto& f : kChannelCounterFields) {
+        to.*f.member += from.*f.member;
+    }
+    return to;
+}
 
 /// One transport-specific counter (e.g. verbs `rx_ring_low`), for tools and logs.
 struct NamedCounter {

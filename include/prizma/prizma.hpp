@@ -12,4 +12,6 @@
 #include <prizma/publish_queue.hpp>
 #include <prizma/result.hpp>
 #include <prizma/transport.hpp>
+#include <prizma/transport_registry.hpp>
 #include <prizma/types.hpp>
+#include <prizma/version.hpp>

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <concepts>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -10,19 +11,41 @@
 
 namespace prizma {
 
-/// Holds either a `T` or a `std::error_code`; the interface follows C++23
-/// `std::expected<T, std::error_code>`. Always this type (never a conditional alias), so that
-/// code compiled with different `-std` flags agrees on it.
-template <typename T>
+namespace detail {
+[[noreturn]] inline void throw_error(const std::error_code& ec) {
+    throw std::system_error(ec);
+}
+[[noreturn]] inline void throw_error(const Error& e) {
+    throw std::system_error(e.code(), e.detail());
+}
+}  // namespace detail
+
+/// Holds either a `T` or an error `E`; the interface follows C++23 `std::expected<T, E>`.
+/// Hot-path calls use the default `E = std::error_code` (no allocation); set-up calls use
+/// `Result<T, Error>`, whose error also carries a detail for people. Always this type (never
+/// a conditional alias), so that code compiled with different `-std` flags agrees on it.
+template <typename T, typename E = std::error_code>
 class [[nodiscard]] Result {
 public:
+    using value_type = T;
+    using error_type = E;
+
     // NOLINTNEXTLINE(google-explicit-constructor): implicit by design, like std::expected
     Result(T value) noexcept(std::is_nothrow_move_constructible_v<T>)
         : state_(std::in_place_index<0>, std::move(value)) {}
     // NOLINTNEXTLINE(google-explicit-constructor)
-    Result(std::error_code ec) noexcept : state_(std::in_place_index<1>, ec) {}
-    // NOLINTNEXTLINE(google-explicit-constructor)
-    Result(Errc e) noexcept : state_(std::in_place_index<1>, make_error_code(e)) {}
+    Result(E error) noexcept(std::is_nothrow_move_constructible_v<E>)
+        : state_(std::in_place_index<1>, std::move(error)) {}
+    /// Anything an E is made from: an Errc, a std::error_code for Result<T, Error>, an Error
+    /// for Result<T, std::error_code> (the detail is dropped).
+    template <typename G>
+    requires(
+        !std::is_same_v<
+            std::remove_cvref_t<G>,
+            E> && !std::is_same_v<std::remove_cvref_t<G>, T> && !std::is_convertible_v<G, T> && (std::is_constructible_v<E, G> || std::is_convertible_v<G, E>))
+        // NOLINTNEXTLINE(google-explicit-constructor)
+        Result(G&& error)
+        : state_(std::in_place_index<1>, E(std::forward<G>(error))) {}
 
     [[nodiscard]] bool has_value() const noexcept { return state_.index() == 0; }
     explicit operator bool() const noexcept { return has_value(); }
@@ -46,10 +69,10 @@ public:
     [[nodiscard]] T&& operator*() && noexcept { return std::move(*ptr()); }
     [[nodiscard]] T* operator->() noexcept { return ptr(); }
     [[nodiscard]] const T* operator->() const noexcept { return ptr(); }
-    /// The error; a default (success) code when a value is held.
-    [[nodiscard]] std::error_code error() const noexcept {
-        const auto* ec = std::get_if<1>(&state_);
-        return ec != nullptr ? *ec : std::error_code{};
+    /// The error; a default (success) E when a value is held.
+    [[nodiscard]] E error() const noexcept(std::is_nothrow_copy_constructible_v<E>) {
+        const auto* e = std::get_if<1>(&state_);
+        return e != nullptr ? *e : E{};
     }
 
 private:
@@ -70,32 +93,39 @@ private:
     }
     void check() const {
         if (!has_value()) {
-            throw std::system_error(*std::get_if<1>(&state_));
+            detail::throw_error(*std::get_if<1>(&state_));
         }
     }
-    std::variant<T, std::error_code> state_;
+    std::variant<T, E> state_;
 };
 
-/// Success or an error code.
-template <>
-class [[nodiscard]] Result<void> {
+/// Success or an error.
+template <typename E>
+class [[nodiscard]] Result<void, E> {
 public:
+    using value_type = void;
+    using error_type = E;
+
     Result() noexcept = default;
     // NOLINTNEXTLINE(google-explicit-constructor)
-    Result(std::error_code ec) noexcept : ec_(ec) {}
-    // NOLINTNEXTLINE(google-explicit-constructor)
-    Result(Errc e) noexcept : ec_(make_error_code(e)) {}
-    [[nodiscard]] bool has_value() const noexcept { return !ec_; }
+    Result(E error) noexcept(std::is_nothrow_move_constructible_v<E>) : error_(std::move(error)) {}
+    template <typename G>
+    requires(!std::is_same_v<std::remove_cvref_t<G>,
+                             E> && (std::is_constructible_v<E, G> || std::is_convertible_v<G, E>))
+        // NOLINTNEXTLINE(google-explicit-constructor)
+        Result(G&& error)
+        : error_(E(std::forward<G>(error))) {}
+    [[nodiscard]] bool has_value() const noexcept { return !static_cast<bool>(error_); }
     explicit operator bool() const noexcept { return has_value(); }
     void value() const {
-        if (ec_) {
-            throw std::system_error(ec_);
+        if (!has_value()) {
+            detail::throw_error(error_);
         }
     }
-    [[nodiscard]] std::error_code error() const noexcept { return ec_; }
+    [[nodiscard]] const E& error() const noexcept { return error_; }
 
 private:
-    std::error_code ec_{};
+    E error_{};
 };
 
 }  // namespace prizma

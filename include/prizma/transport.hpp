@@ -12,11 +12,19 @@
 
 namespace prizma {
 
+/// Where the first packet in `bytes` ends (0 = not a whole packet): the framing of the layer
+/// above, which a transport needs only to cut apart datagrams that reached it merged (UDP
+/// receive-side GRO). Transports never interpret packets otherwise.
+using FrameLength = std::size_t (*)(std::span<const std::byte> bytes) noexcept;
+
 /// What a transport can do; constant for the transport's lifetime.
 struct TransportCaps {
     std::size_t max_datagram = 0;  ///< largest PGM packet (bytes) one datagram carries
     std::size_t max_tx_batch = 0;  ///< most packets one send_batch() call accepts
     std::size_t headroom = 0;      ///< bytes in front of each received datagram (40 = UD GRH)
+    /// An empty poll_rx() costs a system call: a publisher, which only hears repair
+    /// requests, then polls it less often while it is quiet (every 10 us at most).
+    bool poll_is_syscall = false;
 };
 
 /// Where a packet goes.

@@ -7,13 +7,10 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <new>
 #include <random>
 #include <string>
@@ -22,15 +19,13 @@
 
 #include <prizma/context.hpp>
 
+#include "lib/pgm/packet.hpp"
+#include "lib/posix/unique_fd.hpp"
 #include "lib/protocol/config.hpp"
 #include "lib/pubsub/session.hpp"
 #include "lib/pubsub/stats_file.hpp"
+#include "lib/runtime/parse.hpp"
 #include "transports/memory/lossy_transport.hpp"
-#include "transports/memory/memory_transport.hpp"
-#include "transports/udp/udp_transport.hpp"
-#if PRIZMA_HAVE_VERBS
-#include "transports/verbs/verbs_transport.hpp"
-#endif
 
 namespace prizma {
 namespace detail {
@@ -64,10 +59,11 @@ struct OwnerThread {
 
 struct Channel {
     OwnerThread* owner = nullptr;
-    std::shared_ptr<memory::MemoryNetwork> net;
     std::unique_ptr<Transport> base;
     std::unique_ptr<memory::LossyTransport> lossy;
     std::unique_ptr<pubsub::Session> session;
+    std::string name;  ///< the URI, or the name given with a caller-made transport
+    bool publisher = false;
     std::int64_t stamp_ns = 0;  ///< the time offered data is stamped with (see offer_stamp)
 };
 
@@ -75,50 +71,16 @@ struct Channel {
 
 namespace {
 
-// mem:// networks by name, shared by every Context of the process (one thread drives them).
-std::shared_ptr<memory::MemoryNetwork> memory_network(const std::string& name) {
-    static std::mutex mu;
-    static std::map<std::string, std::weak_ptr<memory::MemoryNetwork>> nets;
-    const std::lock_guard<std::mutex> lock(mu);
-    auto& w = nets[name];
-    auto sp = w.lock();
-    if (!sp) {
-        sp = std::make_shared<memory::MemoryNetwork>(
-            memory::MemoryNetwork::Config{1472, 16384, 64, true});
-        w = sp;
-    }
-    return sp;
-}
-
-bool parse_u64(std::string_view s, std::uint64_t max, std::uint64_t& out) {
-    std::uint64_t v = 0;
-    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (s.empty() || ec != std::errc{} || p != s.data() + s.size() || v > max) {
-        return false;
-    }
-    out = v;
-    return true;
-}
-
-pgm::Nla nla_of(const std::string& ip) {
+pgm::Nla nla_of(const IpAddress& ip) {
     pgm::Nla n;
-    in6_addr a6{};
-    if (::inet_pton(AF_INET, ip.c_str(), n.addr.data()) == 1) {
-        n.afi = pgm::kAfiIpv4;
-    } else if (::inet_pton(AF_INET6, ip.c_str(), &a6) == 1) {
+    if (ip.version == 6) {
         n.afi = pgm::kAfiIpv6;
-        std::memcpy(n.addr.data(), &a6, 16);
+        std::memcpy(n.addr.data(), ip.bytes.data(), 16);
+    } else {
+        n.afi = pgm::kAfiIpv4;  // a transport without IP addresses announces 0.0.0.0
+        std::memcpy(n.addr.data(), ip.bytes.data(), 4);
     }
     return n;
-}
-
-Result<void> fail(std::string* error,
-                  std::string msg,
-                  std::error_code ec = Errc::invalid_argument) {
-    if (error != nullptr) {
-        *error = std::move(msg);
-    }
-    return ec;
 }
 
 // A refusal of the protocol layer ("rxw_sqns: 2 to 1048576 packets") in the caller's terms:
@@ -154,235 +116,201 @@ std::string explain_refusal(std::string_view why, const ChannelOptions& o) {
     return text;
 }
 
-// Fault-injection keys of udp:// and verbs:// channels (for tests): loss = drop on receive
-// (every packet type), tx_loss = drop our own ODATA on send (every receiver misses it),
-// seed = the fault generator's seed.
-bool fault_key(const std::string& k,
-               const std::string& v,
-               memory::LossyTransport::Config& fault,
-               bool& lossy,
-               std::string* error) {
-    if (k == "seed") {
-        std::uint64_t x = 0;
-        if (!parse_u64(v, UINT64_MAX, x)) {
-            (void)fail(error, "bad seed '" + v + "'");
-            return false;
+/// The fault-injection keys every scheme takes (tests): loss = drop on receive (every
+/// packet type), tx_loss = drop our own ODATA on send (every receiver misses it), seed = the
+/// fault generator's seed. Taken out of `uri.params`; the rest is the transport's.
+struct Faults {
+    memory::LossyTransport::Config config;
+    bool any = false;
+};
+
+Result<Faults, Error> take_fault_keys(ChannelUri& uri) {
+    Faults f;
+    auto& ps = uri.params;
+    for (auto it = ps.begin(); it != ps.end();) {
+        const std::string& k = it->key;
+        const std::string& v = it->value;
+        if (k == "seed") {
+            const auto x = runtime::parse_uint(v);
+            if (!x) {
+                return Error(Errc::invalid_argument,
+                             "bad seed '" + v + "' in '" + uri.text + "' (0-2^64-1)");
+            }
+            f.config.seed = *x;
+        } else if (k == "loss" || k == "tx_loss") {
+            const auto p = runtime::parse_probability(v);
+            if (!p) {
+                return Error(Errc::invalid_argument,
+                             "bad " + k + " '" + v + "' in '" + uri.text + "' (0 <= p < 1)");
+            }
+            f.config.drop = *p;
+            f.config.on_send = k == "tx_loss";
+            f.config.type_mask = f.config.on_send ? 1U << 4U : 0xffffffffU;
+            f.any = true;
+        } else {
+            ++it;
+            continue;
         }
-        fault.seed = x;
-        return true;
+        it = ps.erase(it);
     }
-    char* end = nullptr;
-    const double p = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || p < 0 || p >= 1) {
-        (void)fail(error, "bad " + k + " '" + v + "' (0 <= p < 1)");
-        return false;
+    return f;
+}
+
+std::string scheme_list(const TransportRegistry& r) {
+    std::string out;
+    for (const auto& s : r.schemes()) {
+        out += (out.empty() ? "" : ", ") + s + "://";
     }
-    fault.drop = p;
-    fault.on_send = k == "tx_loss";
-    fault.type_mask = fault.on_send ? 1U << 4U : 0xffffffffU;
-    lossy = true;
-    return true;
+    return out.empty() ? "none registered" : out;
 }
 
 }  // namespace
 
 struct Context::Impl {
     detail::OwnerThread owner;
+    TransportRegistry registry;
     std::vector<std::unique_ptr<detail::Channel>> channels;
     Gsi gsi{};
     std::mt19937_64 rng{std::random_device{}()};
-    int epoll_fd = -1;
-    bool busy_only = false;
+    posix::UniqueFd epoll;
+    std::size_t busy_only = 0;       // channels whose transport has no wakeup fd
     stats::Writer stats;             // counters for prizma-stat (shared-memory file)
     std::int64_t stats_next_ns = 0;  // next update of it
     void write_stats() noexcept;
+    void publish_channel_names() noexcept;
 
-    Result<detail::Channel*> add(std::string_view uri,
-                                 const ChannelOptions& o,
-                                 bool publisher,
-                                 std::string* error);
+    Result<detail::Channel*, Error> add(std::string_view uri,
+                                        const ChannelOptions& o,
+                                        bool publisher);
+    Result<detail::Channel*, Error> add(TransportChannel tc,
+                                        const ChannelOptions& o,
+                                        bool publisher,
+                                        std::string name,
+                                        const Faults& faults);
+    Result<void, Error> remove(detail::Channel* ch);
+    Result<protocol::SourceConfig, Error> source_config(const TransportChannel& tc,
+                                                        const Transport& t,
+                                                        const ChannelOptions& o,
+                                                        const protocol::Timers& timers);
+    Result<protocol::ReceiverConfig, Error> receiver_config(const TransportChannel& tc,
+                                                            const Transport& t,
+                                                            const ChannelOptions& o,
+                                                            const protocol::Timers& timers);
 };
 
-Result<detail::Channel*> Context::Impl::add(std::string_view uri,
-                                            const ChannelOptions& o,
-                                            bool publisher,
-                                            std::string* error) {
-    auto ch = std::make_unique<detail::Channel>();
-    ch->owner = &owner;
+Result<detail::Channel*, Error> Context::Impl::add(std::string_view uri,
+                                                   const ChannelOptions& o,
+                                                   bool publisher) {
+    auto parsed = ChannelUri::parse(uri);
+    if (!parsed) {
+        return parsed.error();
+    }
+    auto faults = take_fault_keys(*parsed);
+    if (!faults) {
+        return faults.error();
+    }
+    const TransportFactory* make = registry.find(parsed->scheme);
+    if (make == nullptr) {
+        return Error(Errc::unsupported, "unsupported channel scheme '" + parsed->scheme + "' in '"
+                                            + std::string(uri) + "' (this Context has "
+                                            + scheme_list(registry) + ")");
+    }
+    const TransportRequest req{
+        *parsed, publisher ? ChannelRole::publisher : ChannelRole::subscriber, &pgm::wire_length};
+    auto tc = (*make)(req);
+    if (!tc) {
+        return tc.error();
+    }
+    if (!tc->transport) {
+        return Error(Errc::invalid_argument, "the '" + parsed->scheme
+                                                 + "' factory made no transport for '"
+                                                 + std::string(uri) + "'");
+    }
+    return add(std::move(*tc), o, publisher, std::string(uri), *faults);
+}
+
+Result<protocol::SourceConfig, Error> Context::Impl::source_config(const TransportChannel& tc,
+                                                                   const Transport& t,
+                                                                   const ChannelOptions& o,
+                                                                   const protocol::Timers& timers) {
+    protocol::SourceConfig c;
+    const std::uint16_t dport = tc.port != 0 ? tc.port : 7500;
+    c.tsi.gsi = gsi;
+    c.tsi.sport = o.source_port;
+    while (c.tsi.sport == 0 || c.tsi.sport == dport) {
+        c.tsi.sport = static_cast<std::uint16_t>(1024 + rng() % 64000);
+    }
+    c.dport = dport;
+    c.nla = nla_of(tc.local.version != 0 ? tc.local : tc.group);
+    c.group = nla_of(tc.group);
+    c.txw_sqns = o.window_sqns;
+    // An APDU's fragments must all fit in the window: a window of fewer than 16 packets
+    // (OpenPGM's fragment limit) sends smaller APDUs instead of being refused.
+    c.max_fragments = std::min<std::size_t>(c.max_fragments, std::max(1U, o.window_sqns));
+    c.txw_retention_ns = o.retention_ns;
+    c.max_tpdu = t.caps().max_datagram;
+    c.odata_rate_bytes_per_sec = o.rate_bytes_per_sec;
+    c.rdata_rate_bytes_per_sec = o.repair_rate_bytes_per_sec;
+    c.timers = timers;
+    return c;
+}
+
+Result<protocol::ReceiverConfig, Error> Context::Impl::receiver_config(
+    const TransportChannel& tc,
+    const Transport& t,
+    const ChannelOptions& o,
+    const protocol::Timers& timers) {
+    protocol::ReceiverConfig c;
+    c.dport = tc.port != 0 ? tc.port : 7500;
+    c.group = nla_of(tc.group);
+    c.rxw_sqns = o.window_sqns;
+    c.max_tpdu = t.caps().max_datagram;
+    c.max_peers = o.max_sources;
+    c.preallocated_peers = o.preallocated_sources;
+    c.join =
+        o.recover_history ? protocol::JoinPolicy::from_trail : protocol::JoinPolicy::first_packet;
+    c.max_recover_sqns = std::min(o.max_recover_sqns, o.window_sqns - 1);
+    c.passive = o.passive;
+    c.seed = rng();
+    c.timers = timers;
+    return c;
+}
+
+Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
+                                                   const ChannelOptions& o,
+                                                   bool publisher,
+                                                   std::string name,
+                                                   const Faults& faults) {
+    if (!tc.transport) {
+        return Error(Errc::invalid_argument, "no transport given for channel '" + name + "'");
+    }
     auto timers = protocol::preset(o.preset);
     if (!timers) {
-        (void)fail(error, "unknown preset '" + o.preset + "' (wan, lan, rdma)");
-        return Errc::invalid_argument;
+        return Error(Errc::invalid_argument, "unknown preset '" + o.preset + "' (wan, lan, rdma)");
     }
-    std::uint16_t dport = 7500;
-    pgm::Nla nla;
-    pgm::Nla group;
-    pubsub::SessionConfig sc;
-    memory::LossyTransport::Config fault;
-    bool lossy = false;
-    if (uri.starts_with("udp://")) {
-        std::vector<std::pair<std::string, std::string>> extra;
-        const std::string_view known[] = {"dport", "loss", "tx_loss", "seed"};
-        auto cfg = udp::parse_uri(uri, error, &extra, known);
-        if (!cfg) {
-            return cfg.error();
-        }
-        for (const auto& [k, v] : extra) {
-            std::uint64_t x = 0;
-            if (k == "dport") {
-                if (!parse_u64(v, 65535, x) || x == 0) {
-                    (void)fail(error, "bad dport '" + v + "' (1-65535)");
-                    return Errc::invalid_argument;
-                }
-                dport = static_cast<std::uint16_t>(x);
-            } else if (!fault_key(k, v, fault, lossy, error)) {
-                return Errc::invalid_argument;
-            }
-        }
-        cfg->bind_unicast = publisher;
-        cfg->join = !publisher;
-        auto t = udp::UdpTransport::create(*cfg, error);
-        if (!t) {
-            return t.error();
-        }
-        group = nla_of(cfg->group);
-        nla = cfg->iface.empty() ? nla_of(cfg->group) : nla_of(cfg->iface);
-        sc.unicast_port = cfg->port;
-        ch->base = std::move(*t);
-        if (lossy) {
-            ch->lossy =
-                std::make_unique<memory::LossyTransport>(*ch->base, fault, &Context::now_ns);
-        }
-    } else if (uri.starts_with("verbs://")) {
-#if PRIZMA_HAVE_VERBS
-        std::vector<std::pair<std::string, std::string>> extra;
-        const std::string_view known[] = {"loss", "tx_loss", "seed"};
-        auto cfg = verbs::parse_uri(uri, dport, error, &extra, known);
-        if (!cfg) {
-            return cfg.error();
-        }
-        for (const auto& [k, v] : extra) {
-            if (!fault_key(k, v, fault, lossy, error)) {
-                return Errc::invalid_argument;
-            }
-        }
-        cfg->attach = !publisher;
-        auto t = verbs::VerbsTransport::create(*cfg, error);
-        if (!t) {
-            return t.error();
-        }
-        const auto a = (*t)->nla_addr();
-        nla.afi = (*t)->nla_afi();
-        std::memcpy(nla.addr.data(), a.data(), nla.afi == pgm::kAfiIpv4 ? 4 : 16);
-        group = nla_of(cfg->group);
-        ch->base = std::move(*t);
-        if (lossy) {
-            ch->lossy =
-                std::make_unique<memory::LossyTransport>(*ch->base, fault, &Context::now_ns);
-        }
-#else
-        (void)fail(error,
-                   "this build of prizma has no verbs transport (libibverbs-dev and "
-                   "libibumad-dev were missing at build time)",
-                   Errc::unsupported);
-        return Errc::unsupported;
-#endif
-    } else if (uri.starts_with("mem://")) {
-        std::string_view rest = uri.substr(6);
-        std::string_view query;
-        if (const auto q = rest.find('?'); q != std::string_view::npos) {
-            query = rest.substr(q + 1);
-            rest = rest.substr(0, q);
-        }
-        const auto colon = rest.rfind(':');
-        std::uint64_t x = 0;
-        if (colon == std::string_view::npos || colon == 0
-            || !parse_u64(rest.substr(colon + 1), 65535, x) || x == 0) {
-            (void)fail(error, "expected mem://NAME:DPORT, got '" + std::string(uri) + "'");
-            return Errc::invalid_argument;
-        }
-        dport = static_cast<std::uint16_t>(x);
-        ch->net = memory_network(std::string(rest.substr(0, colon)));
-        ch->base = ch->net->attach();
-        memory::LossyTransport::Config& lc = fault;
-        while (!query.empty()) {
-            const auto amp = query.find('&');
-            const std::string_view kv = query.substr(0, amp);
-            query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-            const auto eq = kv.find('=');
-            const std::string_view k = kv.substr(0, eq);
-            const std::string v(eq == std::string_view::npos ? std::string_view{}
-                                                             : kv.substr(eq + 1));
-            if (k == "loss") {
-                char* end = nullptr;
-                lc.drop = std::strtod(v.c_str(), &end);
-                if (v.empty() || *end != '\0' || lc.drop < 0 || lc.drop >= 1) {
-                    (void)fail(error, "bad loss '" + v + "' (0 <= loss < 1)");
-                    return Errc::invalid_argument;
-                }
-                lossy = true;
-            } else if (k == "seed" && parse_u64(v, UINT64_MAX, x)) {
-                lc.seed = x;
-            } else {
-                (void)fail(error, "unknown or bad key '" + std::string(kv) + "' in '"
-                                      + std::string(uri) + "'");
-                return Errc::invalid_argument;
-            }
-        }
-        if (lossy) {
-            ch->lossy = std::make_unique<memory::LossyTransport>(*ch->base, lc, &Context::now_ns);
-        }
-        nla = pgm::Nla::ipv4(127, 0, 0, 1);
-        group = pgm::Nla::ipv4(239, 0, 0, 1);
-    } else {
-        (void)fail(
-            error,
-            "unsupported channel scheme in '" + std::string(uri) + "' (udp://, verbs://, mem://)",
-            Errc::unsupported);
-        return Errc::unsupported;
+    auto ch = std::make_unique<detail::Channel>();
+    ch->owner = &owner;
+    ch->name = std::move(name);
+    ch->publisher = publisher;
+    ch->base = std::move(tc.transport);
+    if (faults.any) {
+        ch->lossy =
+            std::make_unique<memory::LossyTransport>(*ch->base, faults.config, &Context::now_ns);
     }
     Transport& t = ch->lossy ? static_cast<Transport&>(*ch->lossy) : *ch->base;
+    pubsub::SessionConfig sc;
     if (publisher) {
-        protocol::SourceConfig c;
-        c.tsi.gsi = gsi;
-        c.tsi.sport = o.source_port;
-        while (c.tsi.sport == 0 || c.tsi.sport == dport) {
-            c.tsi.sport = static_cast<std::uint16_t>(1024 + rng() % 64000);
+        auto c = source_config(tc, t, o, *timers);
+        sc.source = *c;
+        if (ch->base->caps().poll_is_syscall) {
+            // A publisher only hears NAKs and SPMRs: it polls its transport at most every
+            // 10 us (a quarter of the NAK back-off, if shorter) while it is quiet, so that a
+            // busy-polling party spends its syscalls on the channels it waits for data on.
+            sc.upstream_poll_ns = std::min<std::int64_t>(10'000, timers->nak_bo_ivl_ns / 4);
         }
-        c.dport = dport;
-        c.nla = nla;
-        c.group = group;
-        c.txw_sqns = o.window_sqns;
-        // An APDU's fragments must all fit in the window: a window of fewer than 16 packets
-        // (OpenPGM's fragment limit) sends smaller APDUs instead of being refused.
-        c.max_fragments = std::min<std::size_t>(c.max_fragments, std::max(1U, o.window_sqns));
-        c.txw_retention_ns = o.retention_ns;
-        c.max_tpdu = t.caps().max_datagram;
-        c.odata_rate_bytes_per_sec = o.rate_bytes_per_sec;
-        c.rdata_rate_bytes_per_sec = o.repair_rate_bytes_per_sec;
-        c.timers = *timers;
-        sc.source = c;
     } else {
-        protocol::ReceiverConfig c;
-        c.dport = dport;
-        c.group = group;
-        c.rxw_sqns = o.window_sqns;
-        c.max_tpdu = t.caps().max_datagram;
-        c.max_peers = o.max_sources;
-        c.preallocated_peers = o.preallocated_sources;
-        c.join = o.recover_history ? protocol::JoinPolicy::from_trail
-                                   : protocol::JoinPolicy::first_packet;
-        c.max_recover_sqns = std::min(o.max_recover_sqns, o.window_sqns - 1);
-        c.passive = o.passive;
-        c.seed = rng();
-        c.timers = *timers;
-        sc.receiver = c;
-    }
-    if (publisher && uri.starts_with("udp://")) {
-        // A publisher only hears NAKs and SPMRs: it polls its socket at most every 10 us
-        // (a quarter of the NAK back-off, if shorter) while the socket is quiet, so that a
-        // busy-polling party spends its syscalls on the channels it waits for data on.
-        sc.upstream_poll_ns = std::min<std::int64_t>(10'000, sc.source->timers.nak_bo_ivl_ns / 4);
+        auto c = receiver_config(tc, t, o, *timers);
+        sc.receiver = *c;
     }
     // The windows' storage is made here (a subscriber's preallocated sources included): too
     // much of it is an error for the caller, not an exception through a Result API.
@@ -391,16 +319,15 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
     try {
         s = pubsub::Session::create(t, sc, &why);
     } catch (const std::bad_alloc&) {
-        (void)fail(error,
-                   "cannot allocate the window storage for '" + std::string(uri)
-                       + "' (window_sqns x largest packet, per preallocated source): out of memory",
-                   std::make_error_code(std::errc::not_enough_memory));
-        return std::make_error_code(std::errc::not_enough_memory);
+        return Error(std::make_error_code(std::errc::not_enough_memory),
+                     "cannot allocate the window storage for '" + ch->name
+                         + "' (window_sqns x largest packet, per preallocated source): out of "
+                           "memory");
     }
     if (!s) {
-        (void)fail(error, "bad channel options for '" + std::string(uri) + "': "
-                              + (why.empty() ? s.error().message() : explain_refusal(why, o)));
-        return s.error();
+        return Error(s.error(),
+                     "bad channel options for '" + ch->name
+                         + "': " + (why.empty() ? s.error().message() : explain_refusal(why, o)));
     }
     ch->session = std::move(*s);
     if (publisher) {
@@ -409,39 +336,72 @@ Result<detail::Channel*> Context::Impl::add(std::string_view uri,
     }
     const int wfd = t.wakeup_fd();
     if (wfd < 0) {
-        busy_only = true;
-    } else if (epoll_fd >= 0) {
+        ++busy_only;
+    } else if (epoll.valid()) {
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.fd = wfd;
-        (void)::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wfd, &ev);
+        if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, wfd, &ev) != 0) {
+            return Error(std::error_code(errno, std::system_category()),
+                         "cannot watch the transport of '" + ch->name + "' (epoll_ctl)");
+        }
     }
     channels.push_back(std::move(ch));
-    stats.set_channel(channels.size() - 1, uri, publisher);
+    stats.set_channel(channels.size() - 1, channels.back()->name, publisher);
     stats_next_ns = 0;  // show the new channel at the next poll
     return channels.back().get();
 }
 
-Context::Context() noexcept = default;
-
-Context::~Context() {
-    if (impl_ && impl_->epoll_fd >= 0) {
-        (void)::close(impl_->epoll_fd);
+Result<void, Error> Context::Impl::remove(detail::Channel* ch) {
+    const auto it = std::find_if(channels.begin(), channels.end(),
+                                 [&](const auto& c) { return c.get() == ch; });
+    if (ch == nullptr || it == channels.end()) {
+        return Error(Errc::invalid_argument, "not a live channel of this Context");
     }
+    if (auto* src = ch->session->source()) {
+        src->close(Context::now_ns(), *ch->session);  // FIN SPMs: receivers see it leave
+        ch->session->flush();
+    }
+    const int wfd = ch->session->transport().wakeup_fd();
+    if (wfd < 0) {
+        --busy_only;
+    } else if (epoll.valid()) {
+        (void)::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, wfd, nullptr);
+    }
+    channels.erase(it);
+    publish_channel_names();
+    return {};
 }
 
-Result<std::unique_ptr<Context>> Context::create() {
-    std::unique_ptr<Context> c(new Context());
-    c->impl_ = std::make_unique<Impl>();
-    for (auto& b : c->impl_->gsi.bytes) {
-        b = static_cast<std::uint8_t>(c->impl_->rng());
+void Context::Impl::publish_channel_names() noexcept {
+    for (std::size_t i = 0; i < channels.size(); ++i) {
+        stats.set_channel(i, channels[i]->name, channels[i]->publisher);
     }
-    c->impl_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+    stats.set_channel_count(channels.size());
+    stats_next_ns = 0;
+}
+
+Context::Context(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+Context::~Context() = default;
+Context::Context(Context&& other) noexcept = default;
+Context& Context::operator=(Context&& other) noexcept = default;
+
+Result<Context, Error> Context::create(TransportRegistry transports) {
+    auto impl = std::make_unique<Impl>();
+    impl->registry = std::move(transports);
+    for (auto& b : impl->gsi.bytes) {
+        b = static_cast<std::uint8_t>(impl->rng());
+    }
+    impl->epoll.reset(::epoll_create1(EPOLL_CLOEXEC));
+    if (!impl->epoll.valid()) {
+        return Error(std::error_code(errno, std::system_category()),
+                     "cannot create the Context's epoll fd");
+    }
     if (const char* on = std::getenv("PRIZMA_STATS");
         on == nullptr || std::string_view(on) != "0") {
-        (void)c->impl_->stats.open(stats::default_dir());  // no file: prizma-stat cannot see us
+        (void)impl->stats.open(stats::default_dir());  // no file: prizma-stat cannot see us
     }
-    return c;
+    return Context(std::move(impl));
 }
 
 std::int64_t Context::now_ns() noexcept {
@@ -450,26 +410,68 @@ std::int64_t Context::now_ns() noexcept {
         .count();
 }
 
-Result<Publisher> Context::add_publisher(std::string_view uri,
-                                         const ChannelOptions& options,
-                                         std::string* error) {
+Result<Publisher, Error> Context::add_publisher(std::string_view uri,
+                                                const ChannelOptions& options) {
     impl_->owner.check("Context::add_publisher");
-    auto ch = impl_->add(uri, options, true, error);
+    auto ch = impl_->add(uri, options, true);
     if (!ch) {
         return ch.error();
     }
     return Publisher(*ch);
 }
 
-Result<Subscriber> Context::add_subscriber(std::string_view uri,
-                                           const ChannelOptions& options,
-                                           std::string* error) {
+Result<Subscriber, Error> Context::add_subscriber(std::string_view uri,
+                                                  const ChannelOptions& options) {
     impl_->owner.check("Context::add_subscriber");
-    auto ch = impl_->add(uri, options, false, error);
+    auto ch = impl_->add(uri, options, false);
     if (!ch) {
         return ch.error();
     }
     return Subscriber(*ch);
+}
+
+Result<Publisher, Error> Context::add_publisher(TransportChannel channel,
+                                                const ChannelOptions& options,
+                                                std::string_view name) {
+    impl_->owner.check("Context::add_publisher");
+    auto ch = impl_->add(std::move(channel), options, true, std::string(name), {});
+    if (!ch) {
+        return ch.error();
+    }
+    return Publisher(*ch);
+}
+
+Result<Subscriber, Error> Context::add_subscriber(TransportChannel channel,
+                                                  const ChannelOptions& options,
+                                                  std::string_view name) {
+    impl_->owner.check("Context::add_subscriber");
+    auto ch = impl_->add(std::move(channel), options, false, std::string(name), {});
+    if (!ch) {
+        return ch.error();
+    }
+    return Subscriber(*ch);
+}
+
+Result<void, Error> Context::remove(Publisher& publisher) {
+    impl_->owner.check("Context::remove");
+    auto r = impl_->remove(publisher.ch_);
+    if (r) {
+        publisher.ch_ = nullptr;
+    }
+    return r;
+}
+
+Result<void, Error> Context::remove(Subscriber& subscriber) {
+    impl_->owner.check("Context::remove");
+    auto r = impl_->remove(subscriber.ch_);
+    if (r) {
+        subscriber.ch_ = nullptr;
+    }
+    return r;
+}
+
+const TransportRegistry& Context::transports() const noexcept {
+    return impl_->registry;
 }
 
 void Context::adopt_owner_thread() noexcept {
@@ -510,23 +512,42 @@ std::int64_t Context::next_deadline_ns() const noexcept {
     return d;
 }
 
-void Context::wait(std::chrono::nanoseconds max_wait) noexcept {
-    impl_->owner.check("Context::wait");
-    if (impl_->busy_only || impl_->epoll_fd < 0) {
-        return;
+std::chrono::steady_clock::time_point Context::next_deadline() const noexcept {
+    const std::int64_t d = next_deadline_ns();
+    if (d == INT64_MAX) {
+        return std::chrono::steady_clock::time_point::max();
     }
-    const std::int64_t now = now_ns();
-    std::int64_t until = now + max_wait.count();
-    until = std::min(until, next_deadline_ns());
-    if (until <= now) {
-        return;
+    return std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::nanoseconds(d)));
+}
+
+int Context::wakeup_fd() const noexcept {
+    return impl_->epoll.get();
+}
+
+bool Context::prepare_wait() noexcept {
+    impl_->owner.check("Context::prepare_wait");
+    if (impl_->busy_only != 0 || !impl_->epoll.valid()) {
+        return false;
     }
     // Arm every transport; one with datagrams already waiting means no sleep at all.
     for (const auto& ch : impl_->channels) {
         auto armed = ch->session->transport().arm_wakeup();
         if (armed && !*armed) {
-            return;
+            return false;
         }
+    }
+    return true;
+}
+
+void Context::wait(std::chrono::nanoseconds max_wait) noexcept {
+    impl_->owner.check("Context::wait");
+    const std::int64_t now = now_ns();
+    std::int64_t until = now + max_wait.count();
+    until = std::min(until, next_deadline_ns());
+    if (until <= now || !prepare_wait()) {
+        return;
     }
     const std::int64_t left = std::min<std::int64_t>(until - now, 60'000'000'000);
     epoll_event ev{};
@@ -535,12 +556,12 @@ void Context::wait(std::chrono::nanoseconds max_wait) noexcept {
     timespec ts{};
     ts.tv_sec = left / 1'000'000'000;
     ts.tv_nsec = left % 1'000'000'000;
-    if (::epoll_pwait2(impl_->epoll_fd, &ev, 1, &ts, nullptr) >= 0 || errno != ENOSYS) {
+    if (::epoll_pwait2(impl_->epoll.get(), &ev, 1, &ts, nullptr) >= 0 || errno != ENOSYS) {
         return;
     }
 #endif
     const auto ms = static_cast<int>((left + 999'999) / 1'000'000);
-    (void)::epoll_wait(impl_->epoll_fd, &ev, 1, ms);
+    (void)::epoll_wait(impl_->epoll.get(), &ev, 1, ms);
 }
 
 namespace {
@@ -581,7 +602,6 @@ ChannelCounters snapshot(const detail::Channel& ch) {
     }
     return c;
 }
-
 /// The channel's transport counters (and the fault decorator's, when one wraps it) into
 /// `out`, without allocating; returns how many were written.
 std::size_t fill_transport_counters(const detail::Channel& ch,
@@ -631,35 +651,7 @@ std::string_view Context::stats_file() const noexcept {
 ChannelCounters Context::counters() const noexcept {
     ChannelCounters sum;
     for (const auto& ch : impl_->channels) {
-        const ChannelCounters c = snapshot(*ch);
-        // Every field, in declaration order (counters.hpp).
-        for (auto [to, from] : {std::pair{&sum.packets_sent, c.packets_sent},
-                                {&sum.packets_received, c.packets_received},
-                                {&sum.bytes_sent, c.bytes_sent},
-                                {&sum.bytes_received, c.bytes_received},
-                                {&sum.malformed, c.malformed},
-                                {&sum.short_sends, c.short_sends},
-                                {&sum.odata_sent, c.odata_sent},
-                                {&sum.rdata_sent, c.rdata_sent},
-                                {&sum.spm_sent, c.spm_sent},
-                                {&sum.ncf_sent, c.ncf_sent},
-                                {&sum.naks_received, c.naks_received},
-                                {&sum.back_pressured, c.back_pressured},
-                                {&sum.rate_limited, c.rate_limited},
-                                {&sum.messages_delivered, c.messages_delivered},
-                                {&sum.bytes_delivered, c.bytes_delivered},
-                                {&sum.odata_received, c.odata_received},
-                                {&sum.rdata_received, c.rdata_received},
-                                {&sum.naks_sent, c.naks_sent},
-                                {&sum.naks_suppressed, c.naks_suppressed},
-                                {&sum.ncf_received, c.ncf_received},
-                                {&sum.repaired, c.repaired},
-                                {&sum.duplicates, c.duplicates},
-                                {&sum.loss_events, c.loss_events},
-                                {&sum.lost_sqns, c.lost_sqns},
-                                {&sum.sources, c.sources}}) {
-            *to += from;
-        }
+        sum += snapshot(*ch);
     }
     return sum;
 }

@@ -39,36 +39,10 @@ std::string str_of(const char* s, std::size_t cap) {
 }  // namespace
 
 std::size_t flatten(const ChannelCounters& c, std::span<NamedCounter> out) noexcept {
-    const NamedCounter all[] = {
-        {"packets_sent", c.packets_sent},
-        {"packets_received", c.packets_received},
-        {"bytes_sent", c.bytes_sent},
-        {"bytes_received", c.bytes_received},
-        {"malformed", c.malformed},
-        {"short_sends", c.short_sends},
-        {"odata_sent", c.odata_sent},
-        {"rdata_sent", c.rdata_sent},
-        {"spm_sent", c.spm_sent},
-        {"ncf_sent", c.ncf_sent},
-        {"naks_received", c.naks_received},
-        {"back_pressured", c.back_pressured},
-        {"rate_limited", c.rate_limited},
-        {"messages_delivered", c.messages_delivered},
-        {"bytes_delivered", c.bytes_delivered},
-        {"odata_received", c.odata_received},
-        {"rdata_received", c.rdata_received},
-        {"naks_sent", c.naks_sent},
-        {"naks_suppressed", c.naks_suppressed},
-        {"ncf_received", c.ncf_received},
-        {"repaired", c.repaired},
-        {"duplicates", c.duplicates},
-        {"loss_events", c.loss_events},
-        {"lost_sqns", c.lost_sqns},
-        {"window_full", c.window_full},
-        {"sources", c.sources},
-    };
-    const std::size_t n = std::min(out.size(), std::size(all));
-    std::copy_n(all, n, out.begin());
+    const std::size_t n = std::min(out.size(), kChannelCounterFields.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        out[i] = {kChannelCounterFields[i].name, c.*kChannelCounterFields[i].member};
+    }
     return n;
 }
 
@@ -157,6 +131,18 @@ void Writer::set_channel(std::size_t index, std::string_view uri, bool publisher
         r->count = 0;
         h->channel_count = std::max(h->channel_count, static_cast<std::uint32_t>(index + 1));
     }
+    end();
+}
+
+void Writer::set_channel_count(std::size_t count) noexcept {
+    if (base_ == nullptr) {
+        return;
+    }
+    begin();
+    FileHeader* h = header();
+    h->channel_count = static_cast<std::uint32_t>(std::min(count, kMaxChannels));
+    h->channels_not_shown =
+        count > kMaxChannels ? static_cast<std::uint32_t>(count - kMaxChannels) : 0;
     end();
 }
 

@@ -86,6 +86,8 @@ public:
 
     /// Registers channel `index` (not on the hot path).
     void set_channel(std::size_t index, std::string_view uri, bool publisher) noexcept;
+    /// How many channels there are now (after one was removed; not on the hot path).
+    void set_channel_count(std::size_t count) noexcept;
     /// One update: begin(), values(...) for each channel, end(). No allocation, no syscall.
     void begin() noexcept;
     void values(std::size_t index, std::span<const NamedCounter> counters) noexcept;

@@ -24,6 +24,16 @@ public:
         }
         return "unknown prizma error " + std::to_string(ev);
     }
+    /// The std::errc condition of the same meaning, so that callers can test either way.
+    [[nodiscard]] std::error_condition default_error_condition(int ev) const noexcept override {
+        switch (static_cast<Errc>(ev)) {
+            case Errc::not_connected: return std::errc::not_connected;
+            case Errc::message_too_large: return std::errc::message_size;
+            case Errc::unsupported: return std::errc::not_supported;
+            case Errc::invalid_argument: return std::errc::invalid_argument;
+            default: return {ev, *this};
+        }
+    }
 };
 
 }  // namespace

@@ -253,8 +253,8 @@ TEST_CASE("public API steady state allocates nothing, stats-file updates include
           "[protocol][alloc]") {
     auto ctx = Context::create();
     REQUIRE(ctx.has_value());
-    auto sub = (*ctx)->add_subscriber("mem://alloc:7500");
-    auto pub = (*ctx)->add_publisher("mem://alloc:7500");
+    auto sub = ctx->add_subscriber("mem://alloc:7500");
+    auto pub = ctx->add_publisher("mem://alloc:7500");
     REQUIRE(sub.has_value());
     REQUIRE(pub.has_value());
     const auto msg = make_message(1, 100);
@@ -267,18 +267,18 @@ TEST_CASE("public API steady state allocates nothing, stats-file updates include
         while (Context::now_ns() < until) {
             for (int i = 0; i < 8; ++i) {
                 while (!pub->offer(msg)) {
-                    (void)(*ctx)->poll();
+                    (void)ctx->poll();
                 }
             }
-            (void)(*ctx)->poll();
+            (void)ctx->poll();
             (void)sub->poll(64, on_message);
         }
     };
     run_for(200'000'000);  // warm-up: peer created, windows touched, first stats writes
-    const bool stats = !(*ctx)->stats_file().empty();
+    const bool stats = !ctx->stats_file().empty();
     std::uint64_t updates_before = 0;
     if (stats) {
-        auto s = stats::read(std::string((*ctx)->stats_file()));
+        auto s = stats::read(std::string(ctx->stats_file()));
         REQUIRE(s.has_value());
         updates_before = s->updates;
     }
@@ -289,7 +289,7 @@ TEST_CASE("public API steady state allocates nothing, stats-file updates include
     CHECK(allocs == 0);
     CHECK(delivered - before_delivered > 1000);
     if (stats) {
-        auto s = stats::read(std::string((*ctx)->stats_file()));
+        auto s = stats::read(std::string(ctx->stats_file()));
         REQUIRE(s.has_value());
         CHECK(s->updates >= updates_before + 2);
         REQUIRE(s->channels.size() == 2);

@@ -18,9 +18,9 @@
 
 TEST_CASE("publishing from 4 threads through a PublishQueue to a runner-owned Context",
           "[unit][runner]") {
-    auto ctx = std::move(*prizma::Context::create());
-    auto sub = std::move(*ctx->add_subscriber("mem://runner-bus:7500"));
-    auto pub = std::move(*ctx->add_publisher("mem://runner-bus:7500"));
+    auto ctx = prizma::Context::create().value();
+    auto sub = std::move(*ctx.add_subscriber("mem://runner-bus:7500"));
+    auto pub = std::move(*ctx.add_publisher("mem://runner-bus:7500"));
     prizma::PublishQueue queue(1024, 64);
     constexpr int kThreads = 4;
     constexpr std::uint32_t kPerThread = 5000;
@@ -28,7 +28,7 @@ TEST_CASE("publishing from 4 threads through a PublishQueue to a runner-owned Co
     std::atomic<std::uint32_t> total{0};
     std::uint64_t bad = 0;
     {
-        prizma::AgentRunner runner(*ctx, prizma::Backoff{}, [&] {
+        prizma::AgentRunner runner(ctx, prizma::Backoff{}, [&] {
             int work = static_cast<int>(queue.drain(pub, 256));
             work += static_cast<int>(sub.poll(256, [&](const prizma::Message& m) {
                 if (m.kind != prizma::MessageKind::data) {
@@ -113,19 +113,19 @@ TEST_CASE("a Context touched from a thread that does not own it aborts, naming t
     }
     // The owner-thread rule, checked: after the runner hands the Context back, the test thread
     // owns it again; a stranger thread calling poll() must abort in a child process.
-    auto ctx = std::move(*prizma::Context::create());
-    REQUIRE(ctx->add_subscriber("mem://owner-bus:7500").has_value());
+    auto ctx = prizma::Context::create().value();
+    REQUIRE(ctx.add_subscriber("mem://owner-bus:7500").has_value());
     {
-        prizma::AgentRunner runner(*ctx, prizma::Backoff{}, [] { return 0; });
+        prizma::AgentRunner runner(ctx, prizma::Backoff{}, [] { return 0; });
     }
-    CHECK(ctx->poll() >= 0);  // handed back: no abort
+    CHECK(ctx.poll() >= 0);  // handed back: no abort
     int err[2] = {-1, -1};
     REQUIRE(::pipe(err) == 0);
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
         (void)::dup2(err[1], 2);
-        std::thread stranger([&] { (void)ctx->poll(); });
+        std::thread stranger([&] { (void)ctx.poll(); });
         stranger.join();
         ::_exit(0);  // reached only if the check did not fire
     }

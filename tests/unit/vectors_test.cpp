@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Real OpenPGM 5.3.128 captures (tests/vectors/openpgm, copied from ../shared/vectors): every
+// Real OpenPGM 5.3.128 captures (tests/vectors/openpgm, described in docs/PROTOCOL.md §9): every
 // PGM packet parses, its checksum verifies, its fields match the Wireshark/reference decode, and
 // the packet we build from those fields is byte-identical.
 #include <cstdint>

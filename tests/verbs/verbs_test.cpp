@@ -24,6 +24,14 @@ using namespace prizma::testing;  // NOLINT(google-build-using-namespace): test 
 
 namespace {
 
+// VerbsTransport::create() with the error's text in `err` (the tests check what it names).
+prizma::Result<std::unique_ptr<prizma::verbs::VerbsTransport>, prizma::Error> make_transport(
+    const prizma::verbs::VerbsConfig& c, std::string& err) {
+    auto t = prizma::verbs::VerbsTransport::create(c);
+    err = t ? std::string() : t.error().message();
+    return t;
+}
+
 std::string env(const char* name, const char* fallback = "") {
     const char* v = std::getenv(name);
     return v != nullptr ? v : fallback;
@@ -45,7 +53,7 @@ std::int64_t now_ns() {
 
 std::unique_ptr<verbs::VerbsTransport> open(verbs::VerbsConfig c) {
     std::string err;
-    auto t = verbs::VerbsTransport::create(c, &err);
+    auto t = make_transport(c, err);
     INFO("create " << c.device << " " << c.group << ": " << err);
     REQUIRE(t.has_value());
     return std::move(*t);
@@ -193,29 +201,29 @@ int prizma_probe() {
 TEST_CASE("verbs: bad device, port and GID index give errors naming what exists", "[verbs]") {
     std::string err;
     auto c = cfg("nosuchdev0", "239.192.0.1", true);
-    CHECK_FALSE(verbs::VerbsTransport::create(c, &err).has_value());
+    CHECK_FALSE(make_transport(c, err).has_value());
     CHECK(err.find("nosuchdev0") != std::string::npos);
     CHECK(err.find(dev1()) != std::string::npos);  // the list of devices that do exist
     c = cfg(dev1(), "239.192.0.1", true);
     c.port = 9;
-    CHECK_FALSE(verbs::VerbsTransport::create(c, &err).has_value());
+    CHECK_FALSE(make_transport(c, err).has_value());
     CHECK(err.find("1..1") != std::string::npos);
     c.port = 1;
     c.gid_index = 200;
-    CHECK_FALSE(verbs::VerbsTransport::create(c, &err).has_value());
+    CHECK_FALSE(make_transport(c, err).has_value());
     CHECK(err.find("gid_index 200") != std::string::npos);
     CHECK(err.find("RoCE v2") != std::string::npos);  // lists the GIDs there are
     c.gid_index = -1;
     c.local_addr = "203.0.113.77";
     c.device.clear();
-    CHECK_FALSE(verbs::VerbsTransport::create(c, &err).has_value());
+    CHECK_FALSE(make_transport(c, err).has_value());
     CHECK(err.find("203.0.113.77") != std::string::npos);
     auto u = cfg(dev1(), "192.0.2.1", false);  // unicast publisher without the peer's QPN
-    CHECK_FALSE(verbs::VerbsTransport::create(u, &err).has_value());
+    CHECK_FALSE(make_transport(u, err).has_value());
     CHECK(err.find("qpn") != std::string::npos);
     c = cfg(dev1(), "239.192.0.1", true);
     c.rx_depth = std::size_t{1} << 30U;  // beyond any device's max_qp_wr
-    CHECK_FALSE(verbs::VerbsTransport::create(c, &err).has_value());
+    CHECK_FALSE(make_transport(c, err).has_value());
     CHECK(err.find("max_qp_wr") != std::string::npos);
 }
 
@@ -366,21 +374,20 @@ TEST_CASE("one publisher over UDP and verbs at once: the same APDUs reach both s
     const std::string addr = env("RXE_ADDR", "192.0.2.1");
     const std::string udp_uri = "udp://239.192.0.21:7621?iface=" + addr;
     const std::string verbs_uri = "verbs://" + dev1() + ":1/239.192.0.21:7621";
-    std::string err;
     auto pctx = Context::create();
     auto sctx = Context::create();
     REQUIRE(pctx.has_value());
     REQUIRE(sctx.has_value());
-    auto su = (*sctx)->add_subscriber(udp_uri, {}, &err);
-    INFO(err);
+    auto su = sctx->add_subscriber(udp_uri);
+    INFO(su.error().message());
     REQUIRE(su.has_value());
-    auto sv = (*sctx)->add_subscriber(verbs_uri, {}, &err);
-    INFO(err);
+    auto sv = sctx->add_subscriber(verbs_uri);
+    INFO(sv.error().message());
     REQUIRE(sv.has_value());
-    auto pu = (*pctx)->add_publisher(udp_uri, {}, &err);
+    auto pu = pctx->add_publisher(udp_uri);
     REQUIRE(pu.has_value());
-    auto pv = (*pctx)->add_publisher(verbs_uri, {}, &err);
-    INFO(err);
+    auto pv = pctx->add_publisher(verbs_uri);
+    INFO(pv.error().message());
     REQUIRE(pv.has_value());
     constexpr std::uint64_t kCount = 500;
     std::vector<std::vector<std::byte>> got_u;
@@ -398,8 +405,8 @@ TEST_CASE("one publisher over UDP and verbs at once: the same APDUs reach both s
             }
             ++sent;
         }
-        (void)(*pctx)->poll();
-        (void)(*sctx)->poll();
+        (void)pctx->poll();
+        (void)sctx->poll();
         (void)su->poll(256, [&](const Message& m) {
             if (m.kind == MessageKind::data) {
                 got_u.emplace_back(m.payload.begin(), m.payload.end());
@@ -411,7 +418,7 @@ TEST_CASE("one publisher over UDP and verbs at once: the same APDUs reach both s
             }
         });
         // Blocking wait on both transports (the verbs completion channel included).
-        (*sctx)->wait(std::chrono::microseconds(200));
+        sctx->wait(std::chrono::microseconds(200));
     }
     REQUIRE(got_u.size() == kCount);
     REQUIRE(got_v.size() == kCount);

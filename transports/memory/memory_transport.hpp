@@ -76,6 +76,9 @@ public:
     static Endpoint address_of(std::uint32_t id) noexcept;
     /// Packets waiting in the inbound ring.
     [[nodiscard]] std::size_t pending() const noexcept { return count_; }
+    /// Keeps `net` (this endpoint's network) alive as long as this endpoint: for endpoints
+    /// handed out alone, as the "mem" factory does.
+    void hold(std::shared_ptr<MemoryNetwork> net) noexcept { held_ = std::move(net); }
 
 private:
     friend class MemoryNetwork;
@@ -91,6 +94,7 @@ private:
     std::size_t head_ = 0;
     std::size_t count_ = 0;
     std::size_t lent_ = 0;
+    std::shared_ptr<MemoryNetwork> held_;  // released after the destructor has detached
 };
 
 }  // namespace prizma::memory

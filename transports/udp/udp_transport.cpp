@@ -18,7 +18,8 @@
 #include <charconv>
 #include <cstring>
 
-#include "lib/pgm/packet.hpp"
+#include "lib/posix/unique_fd.hpp"
+#include "lib/runtime/parse.hpp"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -39,31 +40,7 @@ std::error_code errno_code() noexcept {
     return {errno, std::system_category()};
 }
 
-/// Move-only file descriptor; closes on destruction.
-class UniqueFd {
-public:
-    UniqueFd() noexcept = default;
-    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-    UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
-    UniqueFd& operator=(UniqueFd&& o) noexcept {
-        reset(o.release());
-        return *this;
-    }
-    UniqueFd(const UniqueFd&) = delete;
-    UniqueFd& operator=(const UniqueFd&) = delete;
-    ~UniqueFd() { reset(); }
-    [[nodiscard]] int get() const noexcept { return fd_; }
-    int release() noexcept { return std::exchange(fd_, -1); }
-    void reset(int fd = -1) noexcept {
-        if (fd_ >= 0) {
-            (void)::close(fd_);  // nothing useful to do on a close error of a UDP socket
-        }
-        fd_ = fd;
-    }
-
-private:
-    int fd_ = -1;
-};
+using posix::UniqueFd;
 
 struct Addr {
     sockaddr_storage ss{};
@@ -100,16 +77,20 @@ bool make_addr(const std::string& host, std::uint16_t port, Addr& out) noexcept 
 }
 
 // A datagram read without its UDP_GRO control message may be several same-size datagrams
-// merged by the kernel (the last one may be shorter). PGM packets carry their own lengths:
-// the first packet's is the segment size if every piece after it agrees; otherwise it is one
-// datagram, and parse() judges it. Returns the segment size.
-std::size_t gro_segment_size(std::span<const std::byte> d) noexcept {
-    const std::size_t seg = pgm::wire_length(d);
+// merged by the kernel (the last one may be shorter). The layer above knows its packets'
+// lengths (UdpConfig::frame_length): the first packet's is the segment size if every piece
+// after it agrees; otherwise, or without a frame_length, it is one datagram. Returns the
+// segment size.
+std::size_t gro_segment_size(FrameLength frame_length, std::span<const std::byte> d) noexcept {
+    if (frame_length == nullptr) {
+        return d.size();
+    }
+    const std::size_t seg = frame_length(d);
     if (seg == 0 || seg >= d.size()) {
         return d.size();
     }
     for (std::size_t off = seg; off < d.size(); off += seg) {
-        if (pgm::wire_length(d.subspan(off)) != std::min(seg, d.size() - off)) {
+        if (frame_length(d.subspan(off)) != std::min(seg, d.size() - off)) {
             return d.size();
         }
     }
@@ -130,6 +111,14 @@ Endpoint to_endpoint(const sockaddr_storage& ss) noexcept {
         std::memcpy(e.addr.data(), &a->sin6_addr, 16);
     }
     return e;
+}
+
+void set_port(Addr& a, std::uint16_t port) noexcept {
+    if (a.ss.ss_family == AF_INET) {
+        reinterpret_cast<sockaddr_in*>(&a.ss)->sin_port = htons(port);
+    } else {
+        reinterpret_cast<sockaddr_in6*>(&a.ss)->sin6_port = htons(port);
+    }
 }
 
 bool from_endpoint(const Endpoint& e, Addr& out) noexcept {
@@ -184,55 +173,38 @@ bool set_opt(int fd, int level, int name, T value) noexcept {
     return ::setsockopt(fd, level, name, &value, sizeof value) == 0;
 }
 
-bool parse_uint(std::string_view s, std::uint64_t max, std::uint64_t& out) noexcept {
-    if (s.empty()) {
-        return false;
-    }
-    std::uint64_t v = 0;
-    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc{} || p != s.data() + s.size() || v > max) {
-        return false;
-    }
-    out = v;
-    return true;
-}
-
 }  // namespace
 
-Result<UdpConfig> parse_uri(std::string_view uri,
-                            std::string* error,
-                            std::vector<std::pair<std::string, std::string>>* extra,
-                            std::span<const std::string_view> known_extra) {
-    auto fail = [&](std::string msg) -> Result<UdpConfig> {
-        if (error != nullptr) {
-            *error = std::move(msg);
-        }
-        return Errc::invalid_argument;
+Result<UdpConfig, Error> parse_uri(std::string_view uri) {
+    auto parts = ChannelUri::parse(uri);
+    if (!parts) {
+        return parts.error();
+    }
+    return config_from(*parts);
+}
+
+Result<UdpConfig, Error> config_from(const ChannelUri& uri) {
+    auto fail = [&](std::string msg) -> Result<UdpConfig, Error> {
+        return Error(Errc::invalid_argument, std::move(msg));
     };
-    constexpr std::string_view kScheme = "udp://";
-    if (!uri.starts_with(kScheme)) {
-        return fail("not a udp:// URI: '" + std::string(uri) + "'");
+    if (uri.scheme != "udp") {
+        return fail("not a udp:// URI: '" + uri.text + "'");
     }
-    std::string_view rest = uri.substr(kScheme.size());
-    std::string_view query;
-    if (const auto q = rest.find('?'); q != std::string_view::npos) {
-        query = rest.substr(q + 1);
-        rest = rest.substr(0, q);
-    }
+    const std::string_view rest = uri.address;
     UdpConfig cfg;
     std::string_view host;
     std::string_view port;
     if (rest.starts_with('[')) {
         const auto close = rest.find(']');
         if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
-            return fail("expected [IPv6]:PORT in '" + std::string(uri) + "'");
+            return fail("expected [IPv6]:PORT in '" + uri.text + "'");
         }
         host = rest.substr(1, close - 1);
         port = rest.substr(close + 2);
     } else {
         const auto colon = rest.rfind(':');
         if (colon == std::string_view::npos) {
-            return fail("missing :PORT in '" + std::string(uri) + "'");
+            return fail("missing :PORT in '" + uri.text + "'");
         }
         host = rest.substr(0, colon);
         port = rest.substr(colon + 1);
@@ -242,21 +214,12 @@ Result<UdpConfig> parse_uri(std::string_view uri,
     if (!make_addr(cfg.group, 0, probe)) {
         return fail("bad address '" + cfg.group + "' (expected an IPv4 or IPv6 literal)");
     }
-    std::uint64_t v = 0;
-    if (!parse_uint(port, 65535, v) || v == 0) {
+    const auto port_value = runtime::parse_uint(port, 65535);
+    if (!port_value || *port_value == 0) {
         return fail("bad port '" + std::string(port) + "' (1-65535)");
     }
-    cfg.port = static_cast<std::uint16_t>(v);
-    while (!query.empty()) {
-        const auto amp = query.find('&');
-        const std::string_view kv = query.substr(0, amp);
-        query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-        const auto eq = kv.find('=');
-        if (eq == std::string_view::npos) {
-            return fail("query item without '=': '" + std::string(kv) + "'");
-        }
-        const std::string_view k = kv.substr(0, eq);
-        const std::string_view val = kv.substr(eq + 1);
+    cfg.port = static_cast<std::uint16_t>(*port_value);
+    for (const auto& [k, val] : uri.params) {
         auto flag = [&](bool& b) -> bool {
             if (val == "1" || val == "true") {
                 b = true;
@@ -268,26 +231,32 @@ Result<UdpConfig> parse_uri(std::string_view uri,
             }
             return false;
         };
+        auto number = [&](std::uint64_t max, auto& to) -> bool {
+            const auto v = runtime::parse_uint(val, max);
+            if (v) {
+                to = static_cast<std::remove_reference_t<decltype(to)>>(*v);
+            }
+            return v.has_value();
+        };
         bool ok = true;
         if (k == "iface") {
             Addr a;
-            if (!make_addr(std::string(val), 0, a)) {
-                return fail("bad iface '" + std::string(val)
-                            + "' (expected the interface's IP address)");
+            if (!make_addr(val, 0, a)) {
+                return fail("bad iface '" + val + "' (expected the interface's IP address)");
             }
-            cfg.iface = std::string(val);
+            cfg.iface = val;
         } else if (k == "ttl") {
-            ok = parse_uint(val, 255, v);
-            cfg.ttl = static_cast<int>(v);
+            ok = number(255, cfg.ttl);
+        } else if (k == "tos") {
+            ok = number(255, cfg.tos);
         } else if (k == "rcvbuf") {
-            ok = parse_uint(val, 1U << 30, v);
-            cfg.rcvbuf = static_cast<int>(v);
+            ok = number(1U << 30, cfg.rcvbuf);
         } else if (k == "sndbuf") {
-            ok = parse_uint(val, 1U << 30, v);
-            cfg.sndbuf = static_cast<int>(v);
+            ok = number(1U << 30, cfg.sndbuf);
         } else if (k == "busy_poll") {
-            ok = parse_uint(val, 1000000, v);
-            cfg.busy_poll_us = static_cast<int>(v);
+            ok = number(1000000, cfg.busy_poll_us);
+        } else if (k == "dport") {
+            ok = number(65535, cfg.dport) && cfg.dport != 0;
         } else if (k == "loop") {
             ok = flag(cfg.loop);
         } else if (k == "gso") {
@@ -296,15 +265,13 @@ Result<UdpConfig> parse_uri(std::string_view uri,
             bool on = false;
             ok = val == "auto" || flag(on);
             cfg.gro = val == "auto" ? GroMode::adaptive : on ? GroMode::on : GroMode::off;
-        } else if (std::find(known_extra.begin(), known_extra.end(), k) != known_extra.end()) {
-            if (extra != nullptr) {
-                extra->emplace_back(std::string(k), std::string(val));
-            }
         } else {
-            return fail("unknown key '" + std::string(k) + "' in '" + std::string(uri) + "'");
+            return fail("unknown key '" + k + "' in '" + uri.text
+                        + "' (udp keys: iface, dport, ttl, tos, loop, rcvbuf, sndbuf, gso, gro, "
+                          "busy_poll)");
         }
         if (!ok) {
-            return fail("bad value '" + std::string(val) + "' for '" + std::string(k) + "'");
+            return fail("bad value '" + val + "' for '" + k + "' in '" + uri.text + "'");
         }
     }
     return cfg;
@@ -369,14 +336,12 @@ Endpoint UdpTransport::endpoint_for(std::uint16_t afi,
     return e;
 }
 
-Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
-                                                           std::string* error) {
-    auto fail = [&](std::string msg, std::error_code ec) -> Result<std::unique_ptr<UdpTransport>> {
-        if (error != nullptr) {
-            *error = std::move(msg)
-                     + (ec.category() == std::system_category() ? ": " + ec.message() : "");
-        }
-        return ec;
+Result<std::unique_ptr<UdpTransport>, Error> UdpTransport::create(const UdpConfig& cfg) {
+    auto fail = [&](std::string msg,
+                    std::error_code ec) -> Result<std::unique_ptr<UdpTransport>, Error> {
+        return Error(
+            ec,
+            std::move(msg) + (ec.category() == std::system_category() ? ": " + ec.message() : ""));
     };
     auto impl = std::make_unique<Impl>();
     impl->cfg = cfg;
@@ -504,6 +469,14 @@ Result<std::unique_ptr<UdpTransport>> UdpTransport::create(const UdpConfig& cfg,
             (void)set_opt(impl->tx, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, cfg.loop ? 1U : 0U);
         }
     }
+    // DSCP/ECN byte of every datagram sent (IP_TOS / IPV6_TCLASS); 0 leaves the default.
+    if (cfg.tos != 0) {
+        const bool set = fam == AF_INET ? set_opt(impl->tx, IPPROTO_IP, IP_TOS, cfg.tos)
+                                        : set_opt(impl->tx, IPPROTO_IPV6, IPV6_TCLASS, cfg.tos);
+        if (!set) {
+            return fail("cannot set tos=" + std::to_string(cfg.tos), errno_code());
+        }
+    }
     std::unique_ptr<UdpTransport> t(new UdpTransport(std::move(impl)));
     Impl& im = *t->impl_;
     // Read back the buffer sizes: the kernel caps them at net.core.rmem_max silently.
@@ -598,7 +571,7 @@ UdpTransport::UdpTransport(std::unique_ptr<Impl> impl) noexcept : impl_(std::mov
 UdpTransport::~UdpTransport() = default;
 
 TransportCaps UdpTransport::caps() const noexcept {
-    return TransportCaps{impl_->max_datagram, impl_->tx_msgs.size(), 0};
+    return TransportCaps{impl_->max_datagram, impl_->tx_msgs.size(), 0, true};
 }
 
 int UdpTransport::wakeup_fd() const noexcept {
@@ -647,6 +620,8 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
                 ++skipped;
                 ++counters_.tx_errors;
                 continue;
+            } else if (im.cfg.reply_to_channel_port) {
+                set_port(dst, im.cfg.port);
             }
             mmsghdr& m = im.tx_msgs[nmsg];
             m = mmsghdr{};
@@ -872,7 +847,8 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 // be queued, or even on its way to the queue, however many empty reads later.
                 // A merged datagram read by recvmmsg with GRO on always brings its size.
                 const bool maybe_merged = im.gro_seen[fi] && (n == 1 || !im.gro_on[fi]);
-                seg = maybe_merged ? gro_segment_size({base, m.msg_len}) : m.msg_len;
+                seg = maybe_merged ? gro_segment_size(im.cfg.frame_length, {base, m.msg_len})
+                                   : m.msg_len;
             }
             merged = merged || seg < m.msg_len;
             const socklen_t salen = m.msg_hdr.msg_namelen;

@@ -5,12 +5,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <prizma/result.hpp>
 #include <prizma/transport.hpp>
+#include <prizma/transport_registry.hpp>
 
 namespace prizma::udp {
 
@@ -32,7 +34,15 @@ struct UdpConfig {
     std::uint16_t port = 0;  ///< UDP port, multicast and unicast alike (OpenPGM: both equal)
     std::string iface;       ///< local interface address (required for multicast)
     int ttl = 1;             ///< multicast hops; 0 = this host only (same-host subscribers)
-    bool loop = true;        ///< IP_MULTICAST_LOOP (same-host subscribers need it)
+    int tos = 0;             ///< IP_TOS / IPV6_TCLASS byte (DSCP << 2 | ECN); 0 = default
+    /// The channel's data-destination port (the URI's dport), for the layer above: the
+    /// transport itself never looks inside the datagrams. 0 = not given (7500).
+    std::uint16_t dport = 0;
+    /// Unicast datagrams (repair requests) go to the channel's port of the peer's address,
+    /// whatever port the peer sent from: OpenPGM's encapsulation, where a source listens on
+    /// the channel's port only and sends from other sockets.
+    bool reply_to_channel_port = true;
+    bool loop = true;  ///< IP_MULTICAST_LOOP (same-host subscribers need it)
     /// SO_RCVBUF wanted: SO_RCVBUFFORCE first (CAP_NET_ADMIN goes past net.core.rmem_max),
     /// then SO_RCVBUF; the granted size is read back (rcvbuf_capped when smaller).
     int rcvbuf = 32 << 20;
@@ -49,17 +59,18 @@ struct UdpConfig {
     /// it sends from an unbound socket (an ephemeral source port).
     bool join = true;
     std::size_t max_datagram = 0;  ///< 0 = 1472 (IPv4) / 1452 (IPv6)
+    /// Splits a datagram merged by GRO that arrived without its segment size (one read after
+    /// GRO was switched off). Without it such a datagram is handed up whole.
+    FrameLength frame_length = nullptr;
     std::size_t batch = 64;
 };
 
-/// Parses
-/// `udp://GROUP:PORT?iface=ADDR&ttl=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&gro=0|1|auto&busy_poll=US`
-/// ([v6]:PORT for IPv6). Other keys are refused; `known_extra` lists keys the caller handles
-/// (e.g. "dport"), which are returned in `extra`. The error text names the bad value.
-Result<UdpConfig> parse_uri(std::string_view uri,
-                            std::string* error,
-                            std::vector<std::pair<std::string, std::string>>* extra = nullptr,
-                            std::span<const std::string_view> known_extra = {});
+/// Parses `udp://GROUP:PORT?iface=ADDR&dport=N&ttl=N&tos=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&
+/// gro=0|1|auto&busy_poll=US` ([v6]:PORT for IPv6). Any other key is refused, naming it.
+/// Errors: Errc::invalid_argument with a detail naming the bad part.
+Result<UdpConfig, Error> parse_uri(std::string_view uri);
+/// The same, from a URI already split into its parts (the registry's factory uses this).
+Result<UdpConfig, Error> config_from(const ChannelUri& uri);
 
 struct UdpCounters {
     std::uint64_t rx_datagrams = 0;
@@ -92,8 +103,9 @@ struct UdpCounters {
 
 class UdpTransport final : public Transport {
 public:
-    static Result<std::unique_ptr<UdpTransport>> create(const UdpConfig& cfg,
-                                                        std::string* error = nullptr);
+    /// Errors: Errc::invalid_argument (addresses), or the OS error of socket set-up, each with
+    /// a detail naming what failed.
+    static Result<std::unique_ptr<UdpTransport>, Error> create(const UdpConfig& cfg);
     ~UdpTransport() override;
     UdpTransport(const UdpTransport&) = delete;
     UdpTransport& operator=(const UdpTransport&) = delete;

@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "lib/posix/unique_fd.hpp"
+#include "lib/runtime/parse.hpp"
 #include "transports/verbs/ib_sa.hpp"
 
 namespace prizma::verbs {
@@ -50,30 +52,8 @@ struct FreeDeleter {
     void operator()(void* p) const noexcept { std::free(p); }  // NOLINT(*-no-malloc)
 };
 
-/// A socket holding the IP-level multicast membership behind a RoCE GID; closes on destruction.
-class UniqueFd {
-public:
-    UniqueFd() noexcept = default;
-    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-    UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    UniqueFd& operator=(UniqueFd&& o) noexcept {
-        reset(std::exchange(o.fd_, -1));
-        return *this;
-    }
-    UniqueFd(const UniqueFd&) = delete;
-    UniqueFd& operator=(const UniqueFd&) = delete;
-    ~UniqueFd() { reset(); }
-    [[nodiscard]] int get() const noexcept { return fd_; }
-    void reset(int fd = -1) noexcept {
-        if (fd_ >= 0) {
-            (void)::close(fd_);  // leaving the group; nothing useful to do on error
-        }
-        fd_ = fd;
-    }
-
-private:
-    int fd_ = -1;
-};
+/// A socket holding the IP-level multicast membership behind a RoCE GID.
+using posix::UniqueFd;
 
 using Gid = std::array<std::uint8_t, 16>;
 
@@ -125,18 +105,9 @@ const char* port_state_text(ibv_port_state s) noexcept {
 }
 
 bool parse_u64(std::string_view s, std::uint64_t max, std::uint64_t& out) noexcept {
-    int base = 10;
-    if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-        s.remove_prefix(2);
-        base = 16;
-    }
-    std::uint64_t v = 0;
-    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
-    if (s.empty() || ec != std::errc{} || p != s.data() + s.size() || v > max) {
-        return false;
-    }
-    out = v;
-    return true;
+    const auto v = runtime::parse_uint(s, max, /*hex_prefix=*/true);
+    out = v.value_or(out);
+    return v.has_value();
 }
 
 std::error_code err(std::errc e) noexcept {
@@ -144,11 +115,13 @@ std::error_code err(std::errc e) noexcept {
 }
 
 template <typename T = void>
-Result<T> fail(std::string* error, std::string msg, std::errc code = std::errc::invalid_argument) {
-    if (error != nullptr) {
-        *error = std::move(msg);
-    }
-    return err(code);
+Result<T, Error> fail(std::string msg, std::error_code code = Errc::invalid_argument) {
+    return Error(code, std::move(msg));
+}
+
+template <typename T>
+Result<T, Error> fail(std::string msg, std::errc code) {
+    return Error(std::make_error_code(code), std::move(msg));
 }
 
 std::uint16_t ipv4_header_sum(const std::uint8_t* h) noexcept {
@@ -221,27 +194,23 @@ std::array<std::uint8_t, 16> source_gid_from_grh(const std::uint8_t* grh) noexce
     return g;
 }
 
-Result<VerbsConfig> parse_uri(std::string_view uri,
-                              std::uint16_t& dport,
-                              std::string* error,
-                              std::vector<std::pair<std::string, std::string>>* extra,
-                              std::span<const std::string_view> known_extra) {
-    const std::string u(uri);
-    constexpr std::string_view kScheme = "verbs://";
-    if (!uri.starts_with(kScheme)) {
-        return fail<VerbsConfig>(error,
-                                 "expected verbs://DEVICE[:PORT]/GROUP:DPORT, got '" + u + "'");
+Result<VerbsConfig, Error> parse_uri(std::string_view uri) {
+    auto parts = ChannelUri::parse(uri);
+    if (!parts) {
+        return parts.error();
     }
-    std::string_view rest = uri.substr(kScheme.size());
-    std::string_view query;
-    if (const auto q = rest.find('?'); q != std::string_view::npos) {
-        query = rest.substr(q + 1);
-        rest = rest.substr(0, q);
+    return config_from(*parts);
+}
+
+Result<VerbsConfig, Error> config_from(const ChannelUri& uri) {
+    const std::string& u = uri.text;
+    if (uri.scheme != "verbs") {
+        return fail<VerbsConfig>("expected verbs://DEVICE[:PORT]/GROUP:DPORT, got '" + u + "'");
     }
+    const std::string_view rest = uri.address;
     const auto slash = rest.find('/');
     if (slash == std::string_view::npos || slash == 0) {
-        return fail<VerbsConfig>(error,
-                                 "expected verbs://DEVICE[:PORT]/GROUP:DPORT, got '" + u + "'");
+        return fail<VerbsConfig>("expected verbs://DEVICE[:PORT]/GROUP:DPORT, got '" + u + "'");
     }
     std::string_view host = rest.substr(0, slash);
     std::string_view target = rest.substr(slash + 1);
@@ -251,11 +220,11 @@ Result<VerbsConfig> parse_uri(std::string_view uri,
     if (host.front() == '[') {
         const auto close = host.find(']');
         if (close == std::string_view::npos) {
-            return fail<VerbsConfig>(error, "unterminated '[' in '" + u + "'");
+            return fail<VerbsConfig>("unterminated '[' in '" + u + "'");
         }
         if (close + 1 < host.size()) {
             if (host[close + 1] != ':') {
-                return fail<VerbsConfig>(error, "expected ':PORT' after ']' in '" + u + "'");
+                return fail<VerbsConfig>("expected ':PORT' after ']' in '" + u + "'");
             }
             port_text = host.substr(close + 2);
         }
@@ -267,8 +236,8 @@ Result<VerbsConfig> parse_uri(std::string_view uri,
     if (!port_text.empty() || host.empty()) {
         std::uint64_t p = 0;
         if (host.empty() || !parse_u64(port_text, 255, p) || p == 0) {
-            return fail<VerbsConfig>(
-                error, "bad HCA port '" + std::string(port_text) + "' in '" + u + "' (1-255)");
+            return fail<VerbsConfig>("bad HCA port '" + std::string(port_text) + "' in '" + u
+                                     + "' (1-255)");
         }
         cfg.port = static_cast<int>(p);
     }
@@ -284,41 +253,34 @@ Result<VerbsConfig> parse_uri(std::string_view uri,
         const auto close = target.find(']');
         if (close == std::string_view::npos || close + 1 >= target.size()
             || target[close + 1] != ':') {
-            return fail<VerbsConfig>(error, "expected [IPV6]:DPORT after '/' in '" + u + "'");
+            return fail<VerbsConfig>("expected [IPV6]:DPORT after '/' in '" + u + "'");
         }
         group = target.substr(1, close - 1);
         dport_text = target.substr(close + 2);
     } else {
         const auto c = target.rfind(':');
         if (c == std::string_view::npos) {
-            return fail<VerbsConfig>(error, "missing :DPORT after the group in '" + u + "'");
+            return fail<VerbsConfig>("missing :DPORT after the group in '" + u + "'");
         }
         group = target.substr(0, c);
         dport_text = target.substr(c + 1);
     }
     std::uint64_t dp = 0;
     if (!parse_u64(dport_text, 65535, dp) || dp == 0) {
-        return fail<VerbsConfig>(error, "bad data-destination port '" + std::string(dport_text)
-                                            + "' in '" + u + "' (1-65535)");
+        return fail<VerbsConfig>("bad data-destination port '" + std::string(dport_text) + "' in '"
+                                 + u + "' (1-65535)");
     }
-    dport = static_cast<std::uint16_t>(dp);
+    cfg.dport = static_cast<std::uint16_t>(dp);
     if (Gid g{}; !ip_to_gid(group, g)) {
-        return fail<VerbsConfig>(error, "bad group address '" + std::string(group) + "' in '" + u
+        return fail<VerbsConfig>("bad group address '" + std::string(group) + "' in '" + u
                                             + "' (an IPv4/IPv6 multicast group or a peer's "
                                               "address/GID)");
     }
     cfg.group = std::string(group);
-    while (!query.empty()) {
-        const auto amp = query.find('&');
-        const std::string_view kv = query.substr(0, amp);
-        query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-        const auto eq = kv.find('=');
-        const std::string k(kv.substr(0, eq));
-        const std::string v(eq == std::string_view::npos ? std::string_view{} : kv.substr(eq + 1));
+    for (const auto& [k, v] : uri.params) {
         std::uint64_t x = 0;
         auto bad = [&](const char* range) {
-            return fail<VerbsConfig>(error,
-                                     "bad " + k + " '" + v + "' in '" + u + "' (" + range + ")");
+            return fail<VerbsConfig>("bad " + k + " '" + v + "' in '" + u + "' (" + range + ")");
         };
         if (k == "gid_index") {
             if (!parse_u64(v, 65535, x)) {
@@ -370,12 +332,8 @@ Result<VerbsConfig> parse_uri(std::string_view uri,
                 return bad("0-15");
             }
             cfg.sl = static_cast<std::uint8_t>(x);
-        } else if (std::find(known_extra.begin(), known_extra.end(), k) != known_extra.end()) {
-            if (extra != nullptr) {
-                extra->emplace_back(k, v);
-            }
         } else {
-            return fail<VerbsConfig>(error, "unknown key '" + k + "' in '" + u
+            return fail<VerbsConfig>("unknown key '" + k + "' in '" + u
                                                 + "' (gid_index, qkey, qpn, rx_depth, tx_depth, "
                                                   "inline, mtu, hop_limit, tclass, sl)");
         }
@@ -572,21 +530,22 @@ void VerbsTransport::Impl::service_async() noexcept {
 VerbsTransport::VerbsTransport(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
 VerbsTransport::~VerbsTransport() = default;
 
-Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig& cfg,
-                                                               std::string* error) {
+Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const VerbsConfig& cfg) {
+    std::string sa_error;  // the SA client's detail
+    std::string* error = &sa_error;
     using R = std::unique_ptr<VerbsTransport>;
     auto im = std::make_unique<Impl>();
     im->cfg = cfg;
     if (cfg.tx_depth < 8 || cfg.rx_depth < 8 || cfg.batch == 0) {
-        return fail<R>(error, "verbs: rx_depth and tx_depth must be >= 8");
+        return fail<R>("verbs: rx_depth and tx_depth must be >= 8");
     }
     int n_dev = 0;
     DeviceList list(ibv_get_device_list(&n_dev));
     if (!list || n_dev == 0) {
-        return fail<R>(error,
-                       "no RDMA devices on this machine (libibverbs found none; for Soft-RoCE: "
-                       "`rdma link add rxe0 type rxe netdev eth0`)",
-                       std::errc::no_such_device);
+        return fail<R>(
+            "no RDMA devices on this machine (libibverbs found none; for Soft-RoCE: "
+            "`rdma link add rxe0 type rxe netdev eth0`)",
+            std::errc::no_such_device);
     }
     std::string names;
     for (int i = 0; i < n_dev; ++i) {
@@ -595,7 +554,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     Gid want_local{};
     const bool by_addr = cfg.device.empty();
     if (by_addr && !ip_to_gid(cfg.local_addr, want_local)) {
-        return fail<R>(error, "verbs: neither a device nor a local address given");
+        return fail<R>("verbs: neither a device nor a local address given");
     }
     // Find the device (by name, or the port whose GID table holds the local address).
     bool found = false;
@@ -607,8 +566,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
         ContextPtr ctx(ibv_open_device(d));
         if (!ctx) {
             if (!by_addr) {
-                return fail<R>(error,
-                               "cannot open RDMA device " + cfg.device + ": " + std::strerror(errno)
+                return fail<R>("cannot open RDMA device " + cfg.device + ": " + std::strerror(errno)
                                    + " (is ib_uverbs loaded?)",
                                std::errc::no_such_device);
             }
@@ -620,8 +578,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
         }
         if (!by_addr) {
             if (cfg.port < 1 || cfg.port > da.phys_port_cnt) {
-                return fail<R>(error,
-                               "RDMA device " + cfg.device + " has port(s) 1.."
+                return fail<R>("RDMA device " + cfg.device + " has port(s) 1.."
                                    + std::to_string(da.phys_port_cnt) + ", not "
                                    + std::to_string(cfg.port),
                                std::errc::no_such_device);
@@ -659,18 +616,18 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     }
     if (!found) {
         if (by_addr) {
-            return fail<R>(error, "no RDMA port has the address " + cfg.local_addr + " in its GID "
+            return fail<R>("no RDMA port has the address " + cfg.local_addr + " in its GID "
                                       "table (devices: " + names + ")",
                            std::errc::no_such_device);
         }
-        return fail<R>(error, "no RDMA device '" + cfg.device + "' (devices: " + names + ")",
+        return fail<R>("no RDMA device '" + cfg.device + "' (devices: " + names + ")",
                        std::errc::no_such_device);
     }
     ibv_context* ctx = im->context.get();
     const auto port = static_cast<std::uint8_t>(im->info.port);
     ibv_port_attr pa{};
     if (ibv_query_port(ctx, port, &pa) != 0) {
-        return fail<R>(error, "ibv_query_port failed on " + im->info.device, std::errc::io_error);
+        return fail<R>("ibv_query_port failed on " + im->info.device, std::errc::io_error);
     }
     {
         ibv_device_attr da{};
@@ -679,8 +636,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
             const auto max_cqe = static_cast<std::size_t>(std::max(da.max_cqe, 0));
             if (cfg.rx_depth > max_wr || cfg.tx_depth > max_wr || cfg.rx_depth > max_cqe
                 || cfg.tx_depth > max_cqe) {
-                return fail<R>(error,
-                               "verbs: rx_depth " + std::to_string(cfg.rx_depth) + " / tx_depth "
+                return fail<R>("verbs: rx_depth " + std::to_string(cfg.rx_depth) + " / tx_depth "
                                    + std::to_string(cfg.tx_depth) + " exceed what "
                                    + im->info.device + " allows (max_qp_wr "
                                    + std::to_string(max_wr) + ", max_cqe " + std::to_string(max_cqe)
@@ -690,8 +646,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
         }
     }
     if (pa.state != IBV_PORT_ACTIVE) {
-        return fail<R>(error,
-                       im->info.device + " port " + std::to_string(im->info.port) + " is "
+        return fail<R>(im->info.device + " port " + std::to_string(im->info.port) + " is "
                            + port_state_text(pa.state) + ", not ACTIVE",
                        std::errc::network_down);
     }
@@ -701,7 +656,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     pkey = ntohs(pkey);
     Gid dest{};
     if (!group_to_gid(cfg.group, im->info.infiniband, pkey, dest)) {
-        return fail<R>(error, "bad group address '" + cfg.group + "'");
+        return fail<R>("bad group address '" + cfg.group + "'");
     }
     const bool multicast = gid_is_multicast(dest);
     im->info.multicast = multicast;
@@ -709,7 +664,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     (void)ip_to_gid(cfg.group, plain_dest);
     const bool v4 = is_v4_mapped(plain_dest);
     if (!multicast && cfg.dest_qpn == 0 && !cfg.attach) {
-        return fail<R>(error, "unicast destination " + cfg.group
+        return fail<R>("unicast destination " + cfg.group
                                   + " needs the receiver's QP number: add ?qpn=N (prizma-recv "
                                     "prints it)");
     }
@@ -745,8 +700,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
             }
         }
         if (pick < 0) {
-            return fail<R>(error,
-                           "no RoCE v2 " + std::string(v4 ? "IPv4" : "IPv6") + " GID on "
+            return fail<R>("no RoCE v2 " + std::string(v4 ? "IPv4" : "IPv6") + " GID on "
                                + im->info.device + " port " + std::to_string(im->info.port)
                                + " (GIDs:" + describe_gids() + "); give gid_index=",
                            std::errc::no_such_device);
@@ -757,8 +711,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     if (im->info.gid_index >= pa.gid_tbl_len
         || ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(im->info.gid_index), &ge, 0)
                != 0) {
-        return fail<R>(error,
-                       "gid_index " + std::to_string(im->info.gid_index) + " is empty on "
+        return fail<R>("gid_index " + std::to_string(im->info.gid_index) + " is empty on "
                            + im->info.device + " port " + std::to_string(im->info.port)
                            + " (GIDs:" + describe_gids() + ")",
                        std::errc::no_such_device);
@@ -766,9 +719,8 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     std::memcpy(im->local_gid.data(), ge.gid.raw, 16);
     im->info.gid = gid_text(im->local_gid);
     if (!im->info.infiniband && is_v4_mapped(im->local_gid) != v4) {
-        return fail<R>(error, "GID " + im->info.gid + " (index "
-                                  + std::to_string(im->info.gid_index) + ") is not of the group's "
-                                  + "address family; GIDs:" + describe_gids());
+        return fail<R>("GID " + im->info.gid + " (index " + std::to_string(im->info.gid_index)
+                       + ") is not of the group's " + "address family; GIDs:" + describe_gids());
     }
     if (!im->info.infiniband && ge.ndev_ifindex != 0) {
         char name[IF_NAMESIZE] = {};
@@ -785,7 +737,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     // Resources: comp channel, PD, one registered pool, CQs, the UD QP.
     im->channel.reset(ibv_create_comp_channel(ctx));
     if (!im->channel) {
-        return fail<R>(error, "ibv_create_comp_channel failed", std::errc::io_error);
+        return fail<R>("ibv_create_comp_channel failed", std::errc::io_error);
     }
     const int fl = ::fcntl(im->channel->fd, F_GETFL);
     (void)::fcntl(im->channel->fd, F_SETFL, fl | O_NONBLOCK);
@@ -793,7 +745,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     (void)::fcntl(ctx->async_fd, F_SETFL, afl | O_NONBLOCK);
     im->pd.reset(ibv_alloc_pd(ctx));
     if (!im->pd) {
-        return fail<R>(error, "ibv_alloc_pd failed", std::errc::io_error);
+        return fail<R>("ibv_alloc_pd failed", std::errc::io_error);
     }
     im->rx_stride = (kRxGrhOffset + kGrhBytes + im->mtu + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
     im->tx_stride = (im->mtu + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
@@ -802,7 +754,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     bytes = (bytes + page - 1) / page * page;
     im->pool.reset(std::aligned_alloc(page, bytes));  // NOLINT(*-no-malloc)
     if (!im->pool) {
-        return fail<R>(error, "cannot allocate the " + std::to_string(bytes) + "-byte pool",
+        return fail<R>("cannot allocate the " + std::to_string(bytes) + "-byte pool",
                        std::errc::not_enough_memory);
     }
     std::memset(im->pool.get(), 0, bytes);
@@ -813,8 +765,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     im->mr.reset((ibv_reg_mr)(im->pd.get(), im->pool.get(), bytes,
                               static_cast<int>(IBV_ACCESS_LOCAL_WRITE)));
     if (!im->mr) {
-        return fail<R>(error,
-                       "ibv_reg_mr of " + std::to_string(bytes)
+        return fail<R>("ibv_reg_mr of " + std::to_string(bytes)
                            + " bytes failed: " + std::strerror(errno) + " (RLIMIT_MEMLOCK?)",
                        std::errc::not_enough_memory);
     }
@@ -822,7 +773,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     im->recv_cq.reset(
         ibv_create_cq(ctx, static_cast<int>(cfg.rx_depth), nullptr, im->channel.get(), 0));
     if (!im->send_cq || !im->recv_cq) {
-        return fail<R>(error, "ibv_create_cq failed: " + std::string(std::strerror(errno)),
+        return fail<R>("ibv_create_cq failed: " + std::string(std::strerror(errno)),
                        std::errc::io_error);
     }
     ibv_qp_init_attr qa{};
@@ -841,8 +792,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
         qp = ibv_create_qp(im->pd.get(), &qa);
     }
     if (qp == nullptr) {
-        return fail<R>(error,
-                       "ibv_create_qp (UD, " + std::to_string(cfg.tx_depth) + " send / "
+        return fail<R>("ibv_create_qp (UD, " + std::to_string(cfg.tx_depth) + " send / "
                            + std::to_string(cfg.rx_depth)
                            + " recv) failed: " + std::strerror(errno),
                        std::errc::io_error);
@@ -859,20 +809,20 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
         a.qkey = cfg.qkey;
         if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)
             != 0) {
-            return fail<R>(error, "UD QP to INIT failed: " + std::string(std::strerror(errno)),
+            return fail<R>("UD QP to INIT failed: " + std::string(std::strerror(errno)),
                            std::errc::io_error);
         }
         a = ibv_qp_attr{};
         a.qp_state = IBV_QPS_RTR;
         if (ibv_modify_qp(qp, &a, IBV_QP_STATE) != 0) {
-            return fail<R>(error, "UD QP to RTR failed: " + std::string(std::strerror(errno)),
+            return fail<R>("UD QP to RTR failed: " + std::string(std::strerror(errno)),
                            std::errc::io_error);
         }
         a = ibv_qp_attr{};
         a.qp_state = IBV_QPS_RTS;
         a.sq_psn = 0;
         if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) {
-            return fail<R>(error, "UD QP to RTS failed: " + std::string(std::strerror(errno)),
+            return fail<R>("UD QP to RTS failed: " + std::string(std::strerror(errno)),
                            std::errc::io_error);
         }
     }
@@ -897,7 +847,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
     }
     im->post_receives(all.data(), all.size());
     if (im->rx_posted != cfg.rx_depth) {
-        return fail<R>(error, "posting " + std::to_string(cfg.rx_depth) + " receives failed",
+        return fail<R>("posting " + std::to_string(cfg.rx_depth) + " receives failed",
                        std::errc::io_error);
     }
 
@@ -919,7 +869,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
             want.scope = 2;                                          // link-local
             auto m = SaMembership::join(im->info.device, im->info.port, want, error);
             if (!m) {
-                return m.error();
+                return Error(m.error(), sa_error);
             }
             im->mlid = (*m)->record().mlid;
             im->sa = std::move(*m);
@@ -929,8 +879,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
             const int fam = v4 ? AF_INET : AF_INET6;
             UniqueFd s(::socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, 0));
             if (s.get() < 0) {
-                return fail<R>(error, "socket() for the IP multicast join failed",
-                               std::errc::io_error);
+                return fail<R>("socket() for the IP multicast join failed", std::errc::io_error);
             }
             int rc = 0;
             if (v4) {
@@ -945,8 +894,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
                 rc = ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_JOIN_GROUP, &mr, sizeof mr);
             }
             if (rc != 0) {
-                return fail<R>(error,
-                               "IP multicast join of " + cfg.group + " on "
+                return fail<R>("IP multicast join of " + cfg.group + " on "
                                    + (im->info.netdev.empty() ? "?" : im->info.netdev)
                                    + " failed: " + std::strerror(errno),
                                std::errc::io_error);
@@ -955,7 +903,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
         }
         if (ibv_attach_mcast(qp, reinterpret_cast<const ibv_gid*>(dest.data()), im->mlid) != 0) {
             return fail<R>(
-                error, "ibv_attach_mcast " + gid_text(dest) + " failed: " + std::strerror(errno),
+                "ibv_attach_mcast " + gid_text(dest) + " failed: " + std::strerror(errno),
                 std::errc::io_error);
         }
         im->attached = true;
@@ -977,7 +925,7 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const VerbsConfig
         im->group_ah.reset(ibv_create_ah(im->pd.get(), &a));
         if (!im->group_ah) {
             return fail<R>(
-                error, "ibv_create_ah for " + gid_text(dest) + " failed: " + std::strerror(errno),
+                "ibv_create_ah for " + gid_text(dest) + " failed: " + std::strerror(errno),
                 std::errc::host_unreachable);
         }
         im->dest_qpn = multicast ? kMulticastQpn : cfg.dest_qpn;
@@ -1062,16 +1010,14 @@ const VerbsInfo& VerbsTransport::info() const noexcept {
     return impl_->info;
 }
 
-std::uint16_t VerbsTransport::nla_afi() const noexcept {
-    return is_v4_mapped(impl_->local_gid) ? 1 : 2;
-}
-
-std::array<std::uint8_t, 16> VerbsTransport::nla_addr() const noexcept {
-    std::array<std::uint8_t, 16> a{};
+IpAddress VerbsTransport::local_ip() const noexcept {
+    IpAddress a;
     if (is_v4_mapped(impl_->local_gid)) {
-        std::memcpy(a.data(), &impl_->local_gid[12], 4);
+        a.version = 4;
+        std::memcpy(a.bytes.data(), &impl_->local_gid[12], 4);
     } else {
-        a = impl_->local_gid;
+        a.version = 6;
+        a.bytes = impl_->local_gid;
     }
     return a;
 }

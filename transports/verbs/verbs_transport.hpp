@@ -12,6 +12,7 @@
 
 #include <prizma/result.hpp>
 #include <prizma/transport.hpp>
+#include <prizma/transport_registry.hpp>
 
 namespace prizma::verbs {
 
@@ -45,17 +46,17 @@ struct VerbsConfig {
     std::uint8_t sl = 0;             ///< service level
     bool attach = true;              ///< join + attach to the multicast group (subscribers)
     std::size_t batch = 32;          ///< completions polled / WRs chained per call
+    /// The channel's data-destination port (the URI's DPORT), for the layer above.
+    std::uint16_t dport = 0;
 };
 
 /// Parses `verbs://DEVICE[:PORT]/GROUP:DPORT?key=value&...` or
 /// `verbs://LOCAL_ADDR/GROUP:DPORT?...` (LOCAL_ADDR: IPv4, or [IPv6/GID]). Keys: gid_index,
-/// qkey, qpn, rx_depth, tx_depth, inline, mtu, hop_limit, tclass, sl. `known_extra` keys are
-/// returned in `extra` for the caller. `dport` receives the PGM data-destination port.
-Result<VerbsConfig> parse_uri(std::string_view uri,
-                              std::uint16_t& dport,
-                              std::string* error,
-                              std::vector<std::pair<std::string, std::string>>* extra = nullptr,
-                              std::span<const std::string_view> known_extra = {});
+/// qkey, qpn, rx_depth, tx_depth, inline, mtu, hop_limit, tclass, sl; any other is refused.
+/// Errors: Errc::invalid_argument with a detail naming the bad part.
+Result<VerbsConfig, Error> parse_uri(std::string_view uri);
+/// The same, from a URI already split into its parts (the registry's factory uses this).
+Result<VerbsConfig, Error> config_from(const ChannelUri& uri);
 
 /// The multicast GID a group address maps to on RoCE v2 (IPv4 a.b.c.d -> ::ffff:a.b.c.d,
 /// IPv6 as is) or on InfiniBand (IPv4 -> IPoIB-style ff12:401b:PKEY::a.b.c.d low 28 bits).
@@ -104,8 +105,9 @@ struct VerbsInfo {
 
 class VerbsTransport final : public Transport {
 public:
-    static Result<std::unique_ptr<VerbsTransport>> create(const VerbsConfig& cfg,
-                                                          std::string* error = nullptr);
+    /// Errors name what is missing and what exists (devices, ports, GIDs), with
+    /// std::errc::no_such_device, io_error, not_enough_memory, ... or Errc::invalid_argument.
+    static Result<std::unique_ptr<VerbsTransport>, Error> create(const VerbsConfig& cfg);
     ~VerbsTransport() override;
     VerbsTransport(const VerbsTransport&) = delete;
     VerbsTransport& operator=(const VerbsTransport&) = delete;
@@ -126,9 +128,9 @@ public:
 
     [[nodiscard]] const VerbsCounters& counters() const noexcept;
     [[nodiscard]] const VerbsInfo& info() const noexcept;
-    /// The interface address behind the GID as PGM NLA bytes: AFI 1 (IPv4) or 2 (IPv6/GID).
-    [[nodiscard]] std::uint16_t nla_afi() const noexcept;
-    [[nodiscard]] std::array<std::uint8_t, 16> nla_addr() const noexcept;
+    /// The IP address behind the local GID (an IPv4-mapped GID gives IPv4), which the layer
+    /// above announces as this host's address.
+    [[nodiscard]] IpAddress local_ip() const noexcept;
 
 private:
     struct Impl;

@@ -18,6 +18,15 @@ namespace detail {
 [[noreturn]] inline void throw_error(const Error& e) {
     throw std::system_error(e.code(), e.detail());
 }
+/// G makes an E (an Errc, a std::error_code for Error, an Error for std::error_code) and is
+/// neither E nor a T.
+template <typename G, typename X>
+concept Other = !std::is_same_v<std::remove_cvref_t<G>, X>;
+template <typename G, typename E>
+concept MakesError = std::is_constructible_v<E, G> || std::is_convertible_v<G, E>;
+template <typename G, typename T, typename E>
+concept ErrorFor = Other<G, E> && Other<G, T> && !std::is_convertible_v<G, T> && MakesError<G, E>;
+
 }  // namespace detail
 
 /// Holds either a `T` or an error `E`; the interface follows C++23 `std::expected<T, E>`.
@@ -38,14 +47,11 @@ public:
         : state_(std::in_place_index<1>, std::move(error)) {}
     /// Anything an E is made from: an Errc, a std::error_code for Result<T, Error>, an Error
     /// for Result<T, std::error_code> (the detail is dropped).
-    template <typename G>
-    requires(
-        !std::is_same_v<
-            std::remove_cvref_t<G>,
-            E> && !std::is_same_v<std::remove_cvref_t<G>, T> && !std::is_convertible_v<G, T> && (std::is_constructible_v<E, G> || std::is_convertible_v<G, E>))
-        // NOLINTNEXTLINE(google-explicit-constructor)
-        Result(G&& error)
-        : state_(std::in_place_index<1>, E(std::forward<G>(error))) {}
+    template <detail::ErrorFor<T, E> G>
+    // Implicit like std::expected's; ErrorFor keeps it from ever taking a Result (no E is made
+    // from one), so it hides no copy or move constructor.
+    // NOLINTNEXTLINE(google-explicit-constructor, bugprone-forwarding-reference-overload)
+    Result(G&& error) : state_(std::in_place_index<1>, E(std::forward<G>(error))) {}
 
     [[nodiscard]] bool has_value() const noexcept { return state_.index() == 0; }
     explicit operator bool() const noexcept { return has_value(); }
@@ -109,12 +115,10 @@ public:
     Result() noexcept = default;
     // NOLINTNEXTLINE(google-explicit-constructor)
     Result(E error) noexcept(std::is_nothrow_move_constructible_v<E>) : error_(std::move(error)) {}
-    template <typename G>
-    requires(!std::is_same_v<std::remove_cvref_t<G>,
-                             E> && (std::is_constructible_v<E, G> || std::is_convertible_v<G, E>))
-        // NOLINTNEXTLINE(google-explicit-constructor)
-        Result(G&& error)
-        : error_(E(std::forward<G>(error))) {}
+    template <detail::ErrorFor<void, E> G>
+    // As above: never takes a Result.
+    // NOLINTNEXTLINE(google-explicit-constructor, bugprone-forwarding-reference-overload)
+    Result(G&& error) : error_(E(std::forward<G>(error))) {}
     [[nodiscard]] bool has_value() const noexcept { return !static_cast<bool>(error_); }
     explicit operator bool() const noexcept { return has_value(); }
     void value() const {

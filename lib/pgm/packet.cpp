@@ -432,7 +432,6 @@ std::size_t encode(std::span<std::byte> out, const PacketSpec& s) noexcept {
         if (s.rst) {
             opt_header(q, OptionType::rst, 4, last);
             q[3] = static_cast<std::byte>(s.rst_code & 0x3fU);
-            q += 4;
         }
         *last |= std::byte{kOptEnd};
     }

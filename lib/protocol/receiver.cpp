@@ -376,7 +376,7 @@ void Receiver::on_packet(const pgm::Packet& pkt,
     (void)sink;
 }
 
-void Receiver::start(Peer& p, Sqn first, Sqn trail, bool has_trail) noexcept {
+void Receiver::start(Peer& p, Sqn first, Sqn trail, bool has_trail) const noexcept {
     Sqn begin = first;
     if (cfg_.join == JoinPolicy::from_trail && has_trail && precedes(trail, first)) {
         // Recover back to the source's trail, but never more than max_recover_sqns.

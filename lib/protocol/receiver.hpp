@@ -129,9 +129,9 @@ private:
     void on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
     void on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
     void on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
-    void start(Peer& p, Sqn first, Sqn trail, bool has_trail) noexcept;
+    void start(Peer& p, Sqn first, Sqn trail, bool has_trail) const noexcept;
     void mark_missing(Peer& p, Sqn last, std::int64_t now_ns) noexcept;
-    void note_trail(Peer& p, Sqn trail) noexcept;
+    static void note_trail(Peer& p, Sqn trail) noexcept;
     void apply_trail(Peer& p, std::int64_t now_ns) noexcept;
     void lose(Peer& p, Sqn s) noexcept;
     void lose_all_missing(Peer& p) noexcept;

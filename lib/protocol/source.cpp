@@ -83,7 +83,7 @@ Source::Source(const SourceConfig& cfg) : cfg_(cfg) {
         pgm::csum_partial(std::span<const std::byte>(odata_template_.data(), pgm::kHeaderBytes));
     const auto rate_depth = [&](std::uint64_t rate) {
         const double one_ms = static_cast<double>(rate) / 1000.0;
-        const double min_depth = static_cast<double>(max_apdu_ + cfg.max_fragments * 64);
+        const auto min_depth = static_cast<double>(max_apdu_ + cfg.max_fragments * 64);
         return cfg.rate_burst_bytes != 0
                    ? std::max(static_cast<double>(cfg.rate_burst_bytes), min_depth)
                    : std::max(one_ms, min_depth);

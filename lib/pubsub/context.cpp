@@ -20,6 +20,7 @@
 #include <prizma/context.hpp>
 
 #include "lib/pgm/packet.hpp"
+#include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/protocol/config.hpp"
 #include "lib/pubsub/session.hpp"
@@ -397,7 +398,7 @@ Result<Context, Error> Context::create(TransportRegistry transports) {
         return Error(std::error_code(errno, std::system_category()),
                      "cannot create the Context's epoll fd");
     }
-    if (const char* on = std::getenv("PRIZMA_STATS");
+    if (const char* on = posix::env("PRIZMA_STATS");
         on == nullptr || std::string_view(on) != "0") {
         (void)impl->stats.open(stats::default_dir());  // no file: prizma-stat cannot see us
     }

@@ -38,10 +38,11 @@ PageBuffer::PageBuffer(std::size_t size, bool prefault) : size_(size) {
             (void)::munmap(m, start - base);
         }
         if (start + mapped_ != base + span) {
+            // NOLINTNEXTLINE(performance-no-int-to-ptr): aligning a mapping is address arithmetic
             (void)::munmap(reinterpret_cast<void*>(start + mapped_), base + span - start - mapped_);
         }
     }
-    data_ = reinterpret_cast<std::byte*>(start);
+    data_ = reinterpret_cast<std::byte*>(start);  // NOLINT(performance-no-int-to-ptr): as above
     if (!prefault) {
         // Even where THP is "always": a first write must not stall for a 2 MiB page.
         (void)::madvise(data_, mapped_, MADV_NOHUGEPAGE);

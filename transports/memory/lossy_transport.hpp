@@ -70,10 +70,10 @@ public:
 
 private:
     struct Held {
-        std::int64_t ready_ns;
-        std::uint64_t order;
-        std::uint32_t slot;
-        std::uint32_t len;
+        std::int64_t ready_ns = 0;
+        std::uint64_t order = 0;
+        std::uint32_t slot = 0;
+        std::uint32_t len = 0;
         Endpoint from;
     };
     enum class Verdict : std::uint8_t { pass, drop, duplicate, reorder };

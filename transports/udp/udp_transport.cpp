@@ -20,6 +20,7 @@
 
 #include "lib/posix/unique_fd.hpp"
 #include "lib/runtime/parse.hpp"
+#include "transports/udp/gro_policy.hpp"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -173,6 +174,70 @@ bool set_opt(int fd, int level, int name, T value) noexcept {
     return ::setsockopt(fd, level, name, &value, sizeof value) == 0;
 }
 
+/// A set-up failure: an OS error gets its text after the detail.
+Error setup_error(std::string msg, std::error_code ec) {
+    if (ec.category() == std::system_category()) {
+        msg += ": " + ec.message();
+    }
+    return {ec, std::move(msg)};
+}
+
+enum class KeyResult : std::uint8_t { ok, unknown, bad };
+
+bool parse_flag(std::string_view v, bool& out) noexcept {
+    if (v == "1" || v == "true") {
+        out = true;
+        return true;
+    }
+    if (v == "0" || v == "false") {
+        out = false;
+        return true;
+    }
+    return false;
+}
+
+template <typename T>
+bool parse_number(std::string_view v, std::uint64_t max, T& out) noexcept {
+    const auto n = runtime::parse_uint(v, max);
+    if (n) {
+        out = static_cast<T>(*n);
+    }
+    return n.has_value();
+}
+
+/// One query key of a udp:// URI into `cfg`.
+KeyResult set_key(UdpConfig& cfg, const std::string& k, const std::string& v) {
+    bool ok = true;
+    if (k == "iface") {
+        Addr a;
+        ok = make_addr(v, 0, a);
+        cfg.iface = v;
+    } else if (k == "ttl") {
+        ok = parse_number(v, 255, cfg.ttl);
+    } else if (k == "tos") {
+        ok = parse_number(v, 255, cfg.tos);
+    } else if (k == "rcvbuf") {
+        ok = parse_number(v, 1U << 30, cfg.rcvbuf);
+    } else if (k == "sndbuf") {
+        ok = parse_number(v, 1U << 30, cfg.sndbuf);
+    } else if (k == "busy_poll") {
+        ok = parse_number(v, 1000000, cfg.busy_poll_us);
+    } else if (k == "dport") {
+        ok = parse_number(v, 65535, cfg.dport) && cfg.dport != 0;
+    } else if (k == "loop") {
+        ok = parse_flag(v, cfg.loop);
+    } else if (k == "gso") {
+        ok = parse_flag(v, cfg.gso);
+    } else if (k == "gro") {
+        bool on = false;
+        ok = v == "auto" || parse_flag(v, on);
+        cfg.gro = v == "auto" ? GroMode::adaptive : on ? GroMode::on : GroMode::off;
+    } else {
+        return KeyResult::unknown;
+    }
+    return ok ? KeyResult::ok : KeyResult::bad;
+}
+
 }  // namespace
 
 Result<UdpConfig, Error> parse_uri(std::string_view uri) {
@@ -219,66 +284,37 @@ Result<UdpConfig, Error> config_from(const ChannelUri& uri) {
         return fail("bad port '" + std::string(port) + "' (1-65535)");
     }
     cfg.port = static_cast<std::uint16_t>(*port_value);
-    for (const auto& [k, val] : uri.params) {
-        auto flag = [&](bool& b) -> bool {
-            if (val == "1" || val == "true") {
-                b = true;
-                return true;
-            }
-            if (val == "0" || val == "false") {
-                b = false;
-                return true;
-            }
-            return false;
-        };
-        auto number = [&](std::uint64_t max, auto& to) -> bool {
-            const auto v = runtime::parse_uint(val, max);
-            if (v) {
-                to = static_cast<std::remove_reference_t<decltype(to)>>(*v);
-            }
-            return v.has_value();
-        };
-        bool ok = true;
-        if (k == "iface") {
-            Addr a;
-            if (!make_addr(val, 0, a)) {
-                return fail("bad iface '" + val + "' (expected the interface's IP address)");
-            }
-            cfg.iface = val;
-        } else if (k == "ttl") {
-            ok = number(255, cfg.ttl);
-        } else if (k == "tos") {
-            ok = number(255, cfg.tos);
-        } else if (k == "rcvbuf") {
-            ok = number(1U << 30, cfg.rcvbuf);
-        } else if (k == "sndbuf") {
-            ok = number(1U << 30, cfg.sndbuf);
-        } else if (k == "busy_poll") {
-            ok = number(1000000, cfg.busy_poll_us);
-        } else if (k == "dport") {
-            ok = number(65535, cfg.dport) && cfg.dport != 0;
-        } else if (k == "loop") {
-            ok = flag(cfg.loop);
-        } else if (k == "gso") {
-            ok = flag(cfg.gso);
-        } else if (k == "gro") {
-            bool on = false;
-            ok = val == "auto" || flag(on);
-            cfg.gro = val == "auto" ? GroMode::adaptive : on ? GroMode::on : GroMode::off;
-        } else {
-            return fail("unknown key '" + k + "' in '" + uri.text
+    for (const auto& param : uri.params) {
+        const KeyResult r = set_key(cfg, param.key, param.value);
+        if (r == KeyResult::unknown) {
+            return fail("unknown key '" + param.key + "' in '" + uri.text
                         + "' (udp keys: iface, dport, ttl, tos, loop, rcvbuf, sndbuf, gso, gro, "
                           "busy_poll)");
         }
-        if (!ok) {
-            return fail("bad value '" + val + "' for '" + k + "' in '" + uri.text + "'");
+        if (r == KeyResult::bad) {
+            std::string msg = "bad value '" + param.value + "' for '";
+            msg += param.key;
+            msg += "' in '" + uri.text + "'";
+            if (param.key == "iface") {
+                msg += " (expected the interface's IP address)";
+            }
+            return fail(std::move(msg));
         }
     }
     return cfg;
 }
 
 struct UdpTransport::Impl {
+    // Set-up, in the order create() runs them.
+    Result<void, Error> resolve(unsigned& ifindex);  // addresses, interface, datagram size
+    Result<void, Error> open_sockets();              // bound sockets and their buffers
+    Result<void, Error> join(unsigned ifindex);      // group membership, multicast sends, tos
+    void read_back(UdpCounters& c) const noexcept;   // buffer sizes the kernel granted
+    bool setup_gro() noexcept;                       // UDP_GRO per GroMode; true if merging
+    void size_rings(bool gro_on);                    // receive slots and send scratch
+
     UdpConfig cfg;
+    int fam = AF_INET;
     Addr group;
     Addr iface;
     bool multicast = false;
@@ -306,10 +342,8 @@ struct UdpTransport::Impl {
     socklen_t last_sa_len = 0;
     Endpoint last_from{};
     bool poll_uc_first = false;
-    std::array<bool, 2> quiet{};                // the last read of rx, uc found nothing
-    std::array<bool, 2> gro_on{};               // UDP_GRO is set on rx, uc now
-    std::array<bool, 2> gro_seen{};             // UDP_GRO has been on: see poll_rx
-    std::array<std::uint32_t, 2> lone_reads{};  // gro=auto: reads of one datagram in a row
+    std::array<bool, 2> quiet{};   // the last read of rx, uc found nothing
+    std::array<GroPolicy, 2> gro;  // UDP_GRO of rx, uc: on now, was on, gro=auto's switching
     // send
     std::vector<mmsghdr> tx_msgs;
     std::vector<iovec> tx_iov;
@@ -336,38 +370,34 @@ Endpoint UdpTransport::endpoint_for(std::uint16_t afi,
     return e;
 }
 
-Result<std::unique_ptr<UdpTransport>, Error> UdpTransport::create(const UdpConfig& cfg) {
-    auto fail = [&](std::string msg,
-                    std::error_code ec) -> Result<std::unique_ptr<UdpTransport>, Error> {
-        return Error(
-            ec,
-            std::move(msg) + (ec.category() == std::system_category() ? ": " + ec.message() : ""));
-    };
-    auto impl = std::make_unique<Impl>();
-    impl->cfg = cfg;
-    if (!make_addr(cfg.group, cfg.port, impl->group)) {
-        return fail("bad group address '" + cfg.group + "'", Errc::invalid_argument);
+Result<void, Error> UdpTransport::Impl::resolve(unsigned& ifindex) {
+    if (!make_addr(cfg.group, cfg.port, group)) {
+        return setup_error("bad group address '" + cfg.group + "'", Errc::invalid_argument);
     }
-    impl->multicast = impl->group.is_multicast();
-    const int fam = impl->group.family();
+    multicast = group.is_multicast();
+    fam = group.family();
     if (cfg.iface.empty()) {
-        if (impl->multicast) {
-            return fail(
+        if (multicast) {
+            return setup_error(
                 "multicast group " + cfg.group + " needs iface=ADDR (never the default route)",
                 Errc::invalid_argument);
         }
-    } else if (!make_addr(cfg.iface, cfg.port, impl->iface) || impl->iface.family() != fam) {
-        return fail("bad iface '" + cfg.iface + "' for group " + cfg.group, Errc::invalid_argument);
+    } else if (!make_addr(cfg.iface, cfg.port, iface) || iface.family() != fam) {
+        return setup_error("bad iface '" + cfg.iface + "' for group " + cfg.group,
+                           Errc::invalid_argument);
     }
-    unsigned ifindex = 0;
     if (!cfg.iface.empty()) {
-        ifindex = ifindex_of(impl->iface);
+        ifindex = ifindex_of(iface);
         if (ifindex == 0) {
-            return fail("no local interface has address " + cfg.iface, Errc::invalid_argument);
+            return setup_error("no local interface has address " + cfg.iface,
+                               Errc::invalid_argument);
         }
     }
-    impl->max_datagram =
-        cfg.max_datagram != 0 ? cfg.max_datagram : (fam == AF_INET ? 1472U : 1452U);
+    max_datagram = cfg.max_datagram != 0 ? cfg.max_datagram : (fam == AF_INET ? 1472U : 1452U);
+    return {};
+}
+
+Result<void, Error> UdpTransport::Impl::open_sockets() {
     auto make_socket = [&](const Addr& bind_to) -> Result<UniqueFd> {
         UniqueFd fd(::socket(fam, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
         if (fd.get() < 0) {
@@ -387,34 +417,35 @@ Result<std::unique_ptr<UdpTransport>, Error> UdpTransport::create(const UdpConfi
     // off it could hear nothing there, so it would only cost a syscall per upstream poll
     // (and on IPv6, which has no such option here, a loopback copy of each of its own sends
     // whenever a same-host subscriber joined).
-    if (!impl->multicast || cfg.join) {
-        auto rx = make_socket(impl->group);
-        if (rx) {
-            impl->rx = std::move(*rx);
-        } else if (impl->multicast || rx.error().value() != EADDRNOTAVAIL) {
-            return fail("cannot bind UDP port " + std::to_string(cfg.port), rx.error());
+    if (!multicast || cfg.join) {
+        auto made = make_socket(group);
+        if (made) {
+            rx = std::move(*made);
+        } else if (multicast || made.error().value() != EADDRNOTAVAIL) {
+            return setup_error("cannot bind UDP port " + std::to_string(cfg.port), made.error());
         }
     }
     // Unicast socket on the interface address: unicast NAKs to our NLA land here (a specific
-    // address wins the kernel's lookup over same-host wildcard sockets, openpgm.md §8.5).
+    // address wins the kernel's lookup over same-host wildcard sockets, docs/PROTOCOL.md §8.5).
     if (cfg.bind_unicast && !cfg.iface.empty()
-        && !(impl->rx.get() >= 0 && !impl->multicast && cfg.iface == cfg.group)) {
-        auto uc = make_socket(impl->iface);
-        if (!uc) {
-            return fail("cannot bind " + cfg.iface + ":" + std::to_string(cfg.port), uc.error());
+        && !(rx.get() >= 0 && !multicast && cfg.iface == cfg.group)) {
+        auto made = make_socket(iface);
+        if (!made) {
+            return setup_error("cannot bind " + cfg.iface + ":" + std::to_string(cfg.port),
+                               made.error());
         }
-        impl->uc = std::move(*uc);
+        uc = std::move(*made);
     }
-    impl->tx = impl->uc.get() >= 0 ? impl->uc.get() : impl->rx.get();
-    if (impl->tx < 0) {
+    tx = uc.get() >= 0 ? uc.get() : rx.get();
+    if (tx < 0) {
         UniqueFd fd(::socket(fam, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
         if (fd.get() < 0) {
-            return fail("socket", errno_code());
+            return setup_error("socket", errno_code());
         }
-        impl->uc = std::move(fd);
-        impl->tx = impl->uc.get();
+        uc = std::move(fd);
+        tx = uc.get();
     }
-    for (int fd : {impl->rx.get(), impl->uc.get()}) {
+    for (int fd : {rx.get(), uc.get()}) {
         if (fd < 0) {
             continue;
         }
@@ -431,131 +462,162 @@ Result<std::unique_ptr<UdpTransport>, Error> UdpTransport::create(const UdpConfi
             (void)set_opt(fd, SOL_SOCKET, SO_BUSY_POLL, cfg.busy_poll_us);
         }
     }
-    if (impl->multicast) {
+    return {};
+}
+
+Result<void, Error> UdpTransport::Impl::join(unsigned ifindex) {
+    if (multicast) {
         if (fam == AF_INET) {
             ip_mreqn mreq{};
-            mreq.imr_multiaddr = reinterpret_cast<const sockaddr_in*>(&impl->group.ss)->sin_addr;
-            mreq.imr_address = reinterpret_cast<const sockaddr_in*>(&impl->iface.ss)->sin_addr;
+            mreq.imr_multiaddr = reinterpret_cast<const sockaddr_in*>(&group.ss)->sin_addr;
+            mreq.imr_address = reinterpret_cast<const sockaddr_in*>(&iface.ss)->sin_addr;
             mreq.imr_ifindex = static_cast<int>(ifindex);
             if (cfg.join
-                && ::setsockopt(impl->rx.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof mreq)
-                       != 0) {
-                return fail("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
+                && ::setsockopt(rx.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof mreq) != 0) {
+                return setup_error("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
             }
-            if (impl->rx.get() >= 0) {
-                (void)set_opt(impl->rx.get(), IPPROTO_IP, IP_MULTICAST_ALL, 0);
+            if (rx.get() >= 0) {
+                (void)set_opt(rx.get(), IPPROTO_IP, IP_MULTICAST_ALL, 0);
             }
             ip_mreqn out{};
             out.imr_address = mreq.imr_address;
             out.imr_ifindex = static_cast<int>(ifindex);
-            if (::setsockopt(impl->tx, IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out) != 0) {
-                return fail("IP_MULTICAST_IF " + cfg.iface, errno_code());
+            if (::setsockopt(tx, IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out) != 0) {
+                return setup_error("IP_MULTICAST_IF " + cfg.iface, errno_code());
             }
-            (void)set_opt(impl->tx, IPPROTO_IP, IP_MULTICAST_TTL, cfg.ttl);
-            (void)set_opt(impl->tx, IPPROTO_IP, IP_MULTICAST_LOOP, cfg.loop ? 1 : 0);
+            (void)set_opt(tx, IPPROTO_IP, IP_MULTICAST_TTL, cfg.ttl);
+            (void)set_opt(tx, IPPROTO_IP, IP_MULTICAST_LOOP, cfg.loop ? 1 : 0);
         } else {
             ipv6_mreq mreq{};
-            mreq.ipv6mr_multiaddr =
-                reinterpret_cast<const sockaddr_in6*>(&impl->group.ss)->sin6_addr;
+            mreq.ipv6mr_multiaddr = reinterpret_cast<const sockaddr_in6*>(&group.ss)->sin6_addr;
             mreq.ipv6mr_interface = ifindex;
             if (cfg.join
-                && ::setsockopt(impl->rx.get(), IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &mreq,
-                                sizeof mreq)
+                && ::setsockopt(rx.get(), IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &mreq, sizeof mreq)
                        != 0) {
-                return fail("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
+                return setup_error("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
             }
-            (void)set_opt(impl->tx, IPPROTO_IPV6, IPV6_MULTICAST_IF, ifindex);
-            (void)set_opt(impl->tx, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, cfg.ttl);
-            (void)set_opt(impl->tx, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, cfg.loop ? 1U : 0U);
+            (void)set_opt(tx, IPPROTO_IPV6, IPV6_MULTICAST_IF, ifindex);
+            (void)set_opt(tx, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, cfg.ttl);
+            (void)set_opt(tx, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, cfg.loop ? 1U : 0U);
         }
     }
     // DSCP/ECN byte of every datagram sent (IP_TOS / IPV6_TCLASS); 0 leaves the default.
     if (cfg.tos != 0) {
-        const bool set = fam == AF_INET ? set_opt(impl->tx, IPPROTO_IP, IP_TOS, cfg.tos)
-                                        : set_opt(impl->tx, IPPROTO_IPV6, IPV6_TCLASS, cfg.tos);
+        const bool set = fam == AF_INET ? set_opt(tx, IPPROTO_IP, IP_TOS, cfg.tos)
+                                        : set_opt(tx, IPPROTO_IPV6, IPV6_TCLASS, cfg.tos);
         if (!set) {
-            return fail("cannot set tos=" + std::to_string(cfg.tos), errno_code());
+            return setup_error("cannot set tos=" + std::to_string(cfg.tos), errno_code());
         }
     }
-    std::unique_ptr<UdpTransport> t(new UdpTransport(std::move(impl)));
-    Impl& im = *t->impl_;
+    return {};
+}
+
+void UdpTransport::Impl::read_back(UdpCounters& c) const noexcept {
     // Read back the buffer sizes: the kernel caps them at net.core.rmem_max silently.
     int eff = 0;
     socklen_t elen = sizeof eff;
-    const int probe_fd = im.rx.get() >= 0 ? im.rx.get() : im.uc.get();
+    const int probe_fd = rx.get() >= 0 ? rx.get() : uc.get();
     if (::getsockopt(probe_fd, SOL_SOCKET, SO_RCVBUF, &eff, &elen) == 0) {
-        t->counters_.rcvbuf_effective = eff / 2;  // Linux reports double the payload size
-        t->counters_.rcvbuf_capped = eff / 2 < cfg.rcvbuf ? 1U : 0U;
+        c.rcvbuf_effective = eff / 2;  // Linux reports double the payload size
+        c.rcvbuf_capped = eff / 2 < cfg.rcvbuf ? 1U : 0U;
     }
     elen = sizeof eff;
-    if (::getsockopt(im.tx, SOL_SOCKET, SO_SNDBUF, &eff, &elen) == 0) {
-        t->counters_.sndbuf_effective = eff / 2;
+    if (::getsockopt(tx, SOL_SOCKET, SO_SNDBUF, &eff, &elen) == 0) {
+        c.sndbuf_effective = eff / 2;
     }
     // SO_BUSY_POLL above net.core.busy_read needs CAP_NET_ADMIN: report what was granted.
     elen = sizeof eff;
     if (cfg.busy_poll_us > 0
         && ::getsockopt(probe_fd, SOL_SOCKET, SO_BUSY_POLL, &eff, &elen) == 0) {
-        t->counters_.busy_poll_us = eff;
+        c.busy_poll_us = eff;
     }
-    // Probe GSO/GRO: a kernel without them refuses the socket option.
-    t->gso_ = cfg.gso && set_opt(im.tx, SOL_UDP, UDP_SEGMENT, 0);
+}
+
+bool UdpTransport::Impl::setup_gro() noexcept {
     // Only a channel with a data socket (a group or unicast address it receives on) merges:
     // a publisher's one socket hears NAKs and SPMRs, which need no 64 KiB receive slots
     // (4 MiB for a batch of 64).
-    t->gro_ = cfg.gro != GroMode::off && im.rx.get() >= 0;
-    if (t->gro_ && cfg.gro == GroMode::adaptive) {
+    bool merging = cfg.gro != GroMode::off && rx.get() >= 0;
+    if (merging && cfg.gro == GroMode::adaptive) {
         // gro=auto starts with it off, and asks rather than sets: setting UDP_GRO even once
         // turns on the kernel's UDP encapsulation hooks for the socket's life
         // (udp_tunnel_encap_enable). The first burst sets it (adapt_gro). A kernel that
         // cannot report the option is probed by setting it and clearing it again.
         int v = 0;
         socklen_t len = sizeof v;
-        t->gro_ = ::getsockopt(im.rx.get(), SOL_UDP, UDP_GRO, &v, &len) == 0;
-        if (!t->gro_ && set_opt(im.rx.get(), SOL_UDP, UDP_GRO, 1)) {
-            t->gro_ = true;
-            im.gro_seen[0] = true;  // a burst may have been merged meanwhile
-            im.gro_on[0] = !set_opt(im.rx.get(), SOL_UDP, UDP_GRO, 0);
+        merging = ::getsockopt(rx.get(), SOL_UDP, UDP_GRO, &v, &len) == 0;
+        if (!merging && set_opt(rx.get(), SOL_UDP, UDP_GRO, 1)) {
+            merging = true;
+            // Seen: a burst may have been merged meanwhile.
+            gro[0].reset(!set_opt(rx.get(), SOL_UDP, UDP_GRO, 0), true);
         }
-    } else if (t->gro_) {
+    } else if (merging) {
+        std::array<bool, 2> on{};
         for (std::size_t i = 0; i < 2; ++i) {
-            const int fd = i == 0 ? im.rx.get() : im.uc.get();
+            const int fd = i == 0 ? rx.get() : uc.get();
             if (fd >= 0) {
-                im.gro_on[i] = set_opt(fd, SOL_UDP, UDP_GRO, 1);
-                t->gro_ = t->gro_ && im.gro_on[i];
+                on[i] = set_opt(fd, SOL_UDP, UDP_GRO, 1);
+                merging = merging && on[i];
             }
         }
         // All or none: a socket left merging behind MTU-sized slots would truncate bursts.
-        for (std::size_t i = 0; i < 2 && !t->gro_; ++i) {
-            const int fd = i == 0 ? im.rx.get() : im.uc.get();
-            if (im.gro_on[i]) {
-                im.gro_on[i] = !set_opt(fd, SOL_UDP, UDP_GRO, 0);
+        for (std::size_t i = 0; i < 2 && !merging; ++i) {
+            const int fd = i == 0 ? rx.get() : uc.get();
+            if (on[i]) {
+                on[i] = !set_opt(fd, SOL_UDP, UDP_GRO, 0);
             }
         }
+        gro[0].reset(on[0], on[0]);
+        gro[1].reset(on[1], on[1]);
     }
-    im.gro_seen[0] = im.gro_seen[0] || im.gro_on[0];
-    im.gro_seen[1] = im.gro_on[1];
-    im.rx_slot = t->gro_ ? kGroBuffer : im.max_datagram + 64;
+    return merging;
+}
+
+void UdpTransport::Impl::size_rings(bool gro_on) {
+    rx_slot = gro_on ? kGroBuffer : max_datagram + 64;
     const std::size_t n = std::max<std::size_t>(1, cfg.batch);
-    im.rx_buf.resize(n * im.rx_slot);
-    im.rx_msgs.resize(n);
-    im.rx_iov.resize(n);
-    im.rx_from.resize(n);
-    im.rx_ctl.resize(n);
+    rx_buf.resize(n * rx_slot);
+    rx_msgs.resize(n);
+    rx_iov.resize(n);
+    rx_from.resize(n);
+    rx_ctl.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
-        im.rx_iov[i] = iovec{im.rx_buf.data() + i * im.rx_slot, im.rx_slot};
-        mmsghdr& m = im.rx_msgs[i];
+        rx_iov[i] = iovec{rx_buf.data() + i * rx_slot, rx_slot};
+        mmsghdr& m = rx_msgs[i];
         m = mmsghdr{};
-        m.msg_hdr.msg_name = &im.rx_from[i];
-        m.msg_hdr.msg_iov = &im.rx_iov[i];
+        m.msg_hdr.msg_name = &rx_from[i];
+        m.msg_hdr.msg_iov = &rx_iov[i];
         m.msg_hdr.msg_iovlen = 1;
-        m.msg_hdr.msg_control = im.rx_ctl[i].data();
-        im.reset_rx(i);
+        m.msg_hdr.msg_control = rx_ctl[i].data();
+        reset_rx(i);
     }
-    im.pending.reserve(n * (t->gro_ ? kMaxGsoSegments : 1));
-    im.tx_msgs.resize(n);
-    im.tx_iov.resize(2 * n);
-    im.tx_addr.resize(n);
-    im.tx_ctl.resize(n);
+    pending.reserve(n * (gro_on ? kMaxGsoSegments : 1));
+    tx_msgs.resize(n);
+    tx_iov.resize(2 * n);
+    tx_addr.resize(n);
+    tx_ctl.resize(n);
+}
+
+Result<std::unique_ptr<UdpTransport>, Error> UdpTransport::create(const UdpConfig& cfg) {
+    auto impl = std::make_unique<Impl>();
+    impl->cfg = cfg;
+    unsigned ifindex = 0;
+    if (auto r = impl->resolve(ifindex); !r) {
+        return r.error();
+    }
+    if (auto r = impl->open_sockets(); !r) {
+        return r.error();
+    }
+    if (auto r = impl->join(ifindex); !r) {
+        return r.error();
+    }
+    std::unique_ptr<UdpTransport> t(new UdpTransport(std::move(impl)));
+    Impl& im = *t->impl_;
+    im.read_back(t->counters_);
+    // Probe GSO/GRO: a kernel without them refuses the socket option.
+    t->gso_ = cfg.gso && set_opt(im.tx, SOL_UDP, UDP_SEGMENT, 0);
+    t->gro_ = im.setup_gro();
+    im.size_rings(t->gro_);
     // Wakeup: one epoll fd over both sockets. The sockets join it only at the first
     // arm_wakeup(): a socket watched by an epoll set makes every datagram queued to it run
     // the epoll callbacks (a locked wait queue, twice when the Context's epoll nests this
@@ -607,7 +669,8 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
         std::size_t nmsg = 0;
         std::size_t niov = 0;
         std::size_t consumed = done;
-        std::array<std::size_t, 64> per_msg;  // only [0, nmsg) is written and read
+        // Only [0, nmsg) is written and read: not zeroed on every send (hot path).
+        std::array<std::size_t, 64> per_msg;  // NOLINT(cppcoreguidelines-pro-type-member-init)
         const std::size_t max_msgs = std::min(im.tx_msgs.size(), per_msg.size());
         std::size_t skipped = 0;
         while (consumed < packets.size() && nmsg < max_msgs && niov + 2 <= im.tx_iov.size()) {
@@ -846,7 +909,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 // message, and after gro=auto switched GRO off, one merged before may still
                 // be queued, or even on its way to the queue, however many empty reads later.
                 // A merged datagram read by recvmmsg with GRO on always brings its size.
-                const bool maybe_merged = im.gro_seen[fi] && (n == 1 || !im.gro_on[fi]);
+                const bool maybe_merged = im.gro[fi].maybe_merged(n == 1);
                 seg = maybe_merged ? gro_segment_size(im.cfg.frame_length, {base, m.msg_len})
                                    : m.msg_len;
             }
@@ -871,7 +934,7 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
             im.reset_rx(i);
         }
         if (im.cfg.gro == GroMode::adaptive && gro_) {
-            adapt_gro(fd, fi, n >= 2, static_cast<std::size_t>(rc), merged);
+            adapt_gro(fd, im.gro[fi], n >= 2, static_cast<std::size_t>(rc), merged);
         }
         slot += static_cast<std::size_t>(rc);
     }
@@ -880,35 +943,17 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     return k;
 }
 
-// gro=auto, after a read of `datagrams` from socket `fd` (index fi), a batch read if `batch`
-// (not the one-datagram read after an empty poll): a burst (kGroOnBatch of them, or a whole
-// batch when the batch is smaller) switches UDP_GRO on, a long run of lone datagrams switches
-// it off. Each switch is one setsockopt(); a failed one leaves the state as it was, and is
-// tried again only after as many reads again.
+// gro=auto, after a read of `datagrams` from socket `fd` (a batch read if `batch`): the
+// policy decides (GroPolicy), this applies it with one setsockopt().
 void UdpTransport::adapt_gro(
-    int fd, std::size_t fi, bool batch, std::size_t datagrams, bool merged) noexcept {
-    Impl& im = *impl_;
-    if (!im.gro_on[fi]) {
-        if (batch && datagrams >= std::min(kGroOnBatch, im.rx_msgs.size())
-            && set_opt(fd, SOL_UDP, UDP_GRO, 1)) {
-            im.gro_on[fi] = true;
-            im.gro_seen[fi] = true;
-            im.lone_reads[fi] = 0;
-            ++counters_.rx_gro_switches;
-        }
+    int fd, GroPolicy& policy, bool batch, std::size_t datagrams, bool merged) noexcept {
+    const auto action = policy.after_read(batch, datagrams, merged, impl_->rx_msgs.size());
+    if (action == GroPolicy::Action::none) {
         return;
     }
-    if (datagrams != 1 || merged) {
-        im.lone_reads[fi] = 0;
-        return;
-    }
-    if (++im.lone_reads[fi] >= kGroOffReads) {
-        im.lone_reads[fi] = 0;
-        if (set_opt(fd, SOL_UDP, UDP_GRO, 0)) {
-            im.gro_on[fi] = false;
-            ++counters_.rx_gro_switches;
-        }
-    }
+    const bool ok = set_opt(fd, SOL_UDP, UDP_GRO, action == GroPolicy::Action::switch_on ? 1 : 0);
+    policy.switched(action, ok);
+    counters_.rx_gro_switches += ok ? 1U : 0U;
 }
 
 // The kernel's drop count is read when asked for, not carried on every receive (SO_RXQ_OVFL
@@ -916,7 +961,8 @@ void UdpTransport::adapt_gro(
 // single-datagram recvfrom() path has nowhere to receive it).
 UdpCounters UdpTransport::counters() const noexcept {
     UdpCounters c = counters_;
-    c.rx_gro_active = static_cast<std::uint64_t>(impl_->gro_on[0]) + impl_->gro_on[1];
+    c.rx_gro_active = static_cast<std::uint64_t>(impl_->gro[0].on())
+                      + static_cast<std::uint64_t>(impl_->gro[1].on());
     c.rx_kernel_drops = 0;
     c.rx_queued_bytes = 0;
     for (int fd : {impl_->rx.get(), impl_->uc.get()}) {

@@ -14,6 +14,8 @@
 #include <prizma/transport.hpp>
 #include <prizma/transport_registry.hpp>
 
+#include "transports/udp/gro_policy.hpp"
+
 namespace prizma::udp {
 
 /// Receive-side UDP_GRO (the kernel hands a GSO burst over as one merged datagram).
@@ -131,9 +133,9 @@ public:
     /// gro=auto: a batch read of at least this many datagrams at once (a burst cut up by the
     /// kernel, or a queue that built up; or of a whole batch, when the read batch is smaller)
     /// switches UDP_GRO on for that socket...
-    static constexpr std::size_t kGroOnBatch = 8;
+    static constexpr std::size_t kGroOnBatch = GroPolicy::kOnBatch;
     /// ...and this many reads in a row of one datagram each, none merged, switch it off.
-    static constexpr std::uint32_t kGroOffReads = 256;
+    static constexpr std::uint32_t kGroOffReads = GroPolicy::kOffReads;
     /// The interface address as a PGM NLA family/bytes (AFI 1 or 2) for SPMs.
     [[nodiscard]] Endpoint local_address() const noexcept { return local_; }
     /// An Endpoint for IP address `addr` and UDP `port` (AFI-style bytes).
@@ -144,7 +146,8 @@ public:
 private:
     struct Impl;
     explicit UdpTransport(std::unique_ptr<Impl> impl) noexcept;
-    void adapt_gro(int fd, std::size_t fi, bool batch, std::size_t datagrams, bool merged) noexcept;
+    void adapt_gro(
+        int fd, GroPolicy& policy, bool batch, std::size_t datagrams, bool merged) noexcept;
     std::unique_ptr<Impl> impl_;
     UdpCounters counters_;
     Endpoint local_{};

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "transports/verbs/ib_sa.hpp"
+#include "lib/posix/errors.hpp"
 
 #include <infiniband/umad.h>
 #include <unistd.h>
@@ -104,7 +105,7 @@ Result<sa::Response> SaMembership::transact(std::uint8_t method,
     (void)umad_set_pkey(buf.data(), 0);
     if (umad_send(fd_, agent_, buf.data(), static_cast<int>(sa::kMadSize), kTimeoutMs, kRetries)
         < 0) {
-        (void)fail(error, "umad_send to the SA failed: " + std::string(std::strerror(errno)));
+        (void)fail(error, "umad_send to the SA failed: " + posix::errno_text());
         return err(std::errc::io_error);
     }
     for (int tries = 0; tries < 8; ++tries) {

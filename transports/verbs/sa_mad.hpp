@@ -25,25 +25,23 @@ constexpr std::uint16_t kAttrMcMemberRecord = 0x0038;
 constexpr std::uint32_t kQp1Qkey = 0x80010000;
 
 /// Component-mask bits of MCMemberRecord.
-enum : std::uint64_t {
-    kCompMgid = 1ULL << 0,
-    kCompPortGid = 1ULL << 1,
-    kCompQkey = 1ULL << 2,
-    kCompMlid = 1ULL << 3,
-    kCompMtuSel = 1ULL << 4,
-    kCompMtu = 1ULL << 5,
-    kCompTclass = 1ULL << 6,
-    kCompPkey = 1ULL << 7,
-    kCompRateSel = 1ULL << 8,
-    kCompRate = 1ULL << 9,
-    kCompLifeSel = 1ULL << 10,
-    kCompLife = 1ULL << 11,
-    kCompSl = 1ULL << 12,
-    kCompFlowLabel = 1ULL << 13,
-    kCompHopLimit = 1ULL << 14,
-    kCompScope = 1ULL << 15,
-    kCompJoinState = 1ULL << 16,
-};
+inline constexpr std::uint64_t kCompMgid = 1ULL << 0;
+inline constexpr std::uint64_t kCompPortGid = 1ULL << 1;
+inline constexpr std::uint64_t kCompQkey = 1ULL << 2;
+inline constexpr std::uint64_t kCompMlid = 1ULL << 3;
+inline constexpr std::uint64_t kCompMtuSel = 1ULL << 4;
+inline constexpr std::uint64_t kCompMtu = 1ULL << 5;
+inline constexpr std::uint64_t kCompTclass = 1ULL << 6;
+inline constexpr std::uint64_t kCompPkey = 1ULL << 7;
+inline constexpr std::uint64_t kCompRateSel = 1ULL << 8;
+inline constexpr std::uint64_t kCompRate = 1ULL << 9;
+inline constexpr std::uint64_t kCompLifeSel = 1ULL << 10;
+inline constexpr std::uint64_t kCompLife = 1ULL << 11;
+inline constexpr std::uint64_t kCompSl = 1ULL << 12;
+inline constexpr std::uint64_t kCompFlowLabel = 1ULL << 13;
+inline constexpr std::uint64_t kCompHopLimit = 1ULL << 14;
+inline constexpr std::uint64_t kCompScope = 1ULL << 15;
+inline constexpr std::uint64_t kCompJoinState = 1ULL << 16;
 
 enum class JoinState : std::uint8_t {
     full_member = 1,

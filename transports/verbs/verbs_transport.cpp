@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/runtime/parse.hpp"
 #include "transports/verbs/ib_sa.hpp"
@@ -194,6 +195,81 @@ std::array<std::uint8_t, 16> source_gid_from_grh(const std::uint8_t* grh) noexce
     return g;
 }
 
+namespace {
+
+/// The query keys of a verbs:// URI: name, bounds (decimal or 0x hex), what the error says,
+/// and where the value goes.
+struct KeySpec {
+    std::string_view name;
+    std::uint64_t min;
+    std::uint64_t max;
+    std::string_view range;
+    void (*set)(VerbsConfig&, std::uint64_t) noexcept;
+};
+
+constexpr KeySpec kKeys[] = {
+    {"gid_index", 0, 65535, "0-65535",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.gid_index = static_cast<int>(x);
+     }},
+    {"qkey", 0, 0x7fffffff, "0-0x7fffffff; controlled Q_Keys need CAP_NET_RAW",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.qkey = static_cast<std::uint32_t>(x);
+     }},
+    {"qpn", 2, 0xfffffe, "a unicast QP number, 2-0xfffffe",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.dest_qpn = static_cast<std::uint32_t>(x);
+     }},
+    {"rx_depth", 8, 1U << 16U, "8-65536",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.rx_depth = x;
+     }},
+    {"tx_depth", 8, 1U << 16U, "8-65536",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.tx_depth = x;
+     }},
+    {"inline", 0, 4096, "0-4096",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.max_inline = x;
+     }},
+    {"mtu", 256, 4096, "256-4096",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.mtu = x;
+     }},
+    {"hop_limit", 1, 255, "1-255",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.hop_limit = static_cast<std::uint8_t>(x);
+     }},
+    {"tclass", 0, 255, "0-255",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.traffic_class = static_cast<std::uint8_t>(x);
+     }},
+    {"sl", 0, 15, "0-15",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.sl = static_cast<std::uint8_t>(x);
+     }},
+};
+
+const KeySpec* find_key(std::string_view name) noexcept {
+    for (const auto& k : kKeys) {
+        if (k.name == name) {
+            return &k;
+        }
+    }
+    return nullptr;
+}
+
+std::string key_names() {
+    std::string out;
+    for (const auto& k : kKeys) {
+        out += out.empty() ? "" : ", ";
+        out += k.name;
+    }
+    return out;
+}
+
+}  // namespace
+
 Result<VerbsConfig, Error> parse_uri(std::string_view uri) {
     auto parts = ChannelUri::parse(uri);
     if (!parts) {
@@ -277,66 +353,21 @@ Result<VerbsConfig, Error> config_from(const ChannelUri& uri) {
                                               "address/GID)");
     }
     cfg.group = std::string(group);
-    for (const auto& [k, v] : uri.params) {
-        std::uint64_t x = 0;
-        auto bad = [&](const char* range) {
-            return fail<VerbsConfig>("bad " + k + " '" + v + "' in '" + u + "' (" + range + ")");
-        };
-        if (k == "gid_index") {
-            if (!parse_u64(v, 65535, x)) {
-                return bad("0-65535");
-            }
-            cfg.gid_index = static_cast<int>(x);
-        } else if (k == "qkey") {
-            if (!parse_u64(v, 0x7fffffff, x)) {
-                return bad("0-0x7fffffff; controlled Q_Keys need CAP_NET_RAW");
-            }
-            cfg.qkey = static_cast<std::uint32_t>(x);
-        } else if (k == "qpn") {
-            if (!parse_u64(v, 0xfffffe, x) || x < 2) {
-                return bad("a unicast QP number, 2-0xfffffe");
-            }
-            cfg.dest_qpn = static_cast<std::uint32_t>(x);
-        } else if (k == "rx_depth") {
-            if (!parse_u64(v, 1 << 16, x) || x < 8) {
-                return bad("8-65536");
-            }
-            cfg.rx_depth = x;
-        } else if (k == "tx_depth") {
-            if (!parse_u64(v, 1 << 16, x) || x < 8) {
-                return bad("8-65536");
-            }
-            cfg.tx_depth = x;
-        } else if (k == "inline") {
-            if (!parse_u64(v, 4096, x)) {
-                return bad("0-4096");
-            }
-            cfg.max_inline = x;
-        } else if (k == "mtu") {
-            if (!parse_u64(v, 4096, x) || x < 256) {
-                return bad("256-4096");
-            }
-            cfg.mtu = x;
-        } else if (k == "hop_limit") {
-            if (!parse_u64(v, 255, x) || x == 0) {
-                return bad("1-255");
-            }
-            cfg.hop_limit = static_cast<std::uint8_t>(x);
-        } else if (k == "tclass") {
-            if (!parse_u64(v, 255, x)) {
-                return bad("0-255");
-            }
-            cfg.traffic_class = static_cast<std::uint8_t>(x);
-        } else if (k == "sl") {
-            if (!parse_u64(v, 15, x)) {
-                return bad("0-15");
-            }
-            cfg.sl = static_cast<std::uint8_t>(x);
-        } else {
-            return fail<VerbsConfig>("unknown key '" + k + "' in '" + u
-                                                + "' (gid_index, qkey, qpn, rx_depth, tx_depth, "
-                                                  "inline, mtu, hop_limit, tclass, sl)");
+    for (const auto& param : uri.params) {
+        const KeySpec* spec = find_key(param.key);
+        if (spec == nullptr) {
+            return fail<VerbsConfig>("unknown key '" + param.key + "' in '" + u
+                                     + "' (keys: " + key_names() + ")");
         }
+        std::uint64_t x = 0;
+        if (!parse_u64(param.value, spec->max, x) || x < spec->min) {
+            std::string msg = "bad " + param.key;
+            msg += " '" + param.value + "' in '" + u + "' (";
+            msg += spec->range;
+            msg += ")";
+            return fail<VerbsConfig>(std::move(msg));
+        }
+        spec->set(cfg, x);
     }
     return cfg;
 }
@@ -344,7 +375,31 @@ Result<VerbsConfig, Error> config_from(const ChannelUri& uri) {
 // ---------------------------------------------------------------------------------------
 // The transport
 
+/// What create()'s steps hand on to the later ones.
+struct CreateState {
+    bool by_addr = false;  // the device was named by a local address, not by name
+    ibv_port_attr pa{};
+    std::uint16_t pkey = 0xffff;
+    Gid dest{};        // the group's (or unicast peer's) GID
+    Gid plain_dest{};  // the group address as written, as a GID (IPv4-mapped for IPv4)
+    bool multicast = false;
+    bool v4 = false;
+    ibv_gid_entry ge{};  // the local GID chosen
+};
+
 struct VerbsTransport::Impl {
+    // create()'s steps, in order.
+    Result<void, Error> open_device(CreateState& st);       // by name/addr
+    Result<void, Error> query_port(CreateState& st);        // limits, group
+    Result<void, Error> choose_gid(CreateState& st);        // GID, MTU
+    Result<void, Error> create_resources();                 // PD, pool, MR, CQs, QP
+    Result<void, Error> join_group(const CreateState& st);  // + AH
+
+    Impl() = default;
+    Impl(const Impl&) = delete;
+    Impl& operator=(const Impl&) = delete;
+    Impl(Impl&&) = delete;
+    Impl& operator=(Impl&&) = delete;
     // Declaration order = reverse teardown order (children below parents).
     ContextPtr context;
     ChannelPtr channel;
@@ -530,19 +585,14 @@ void VerbsTransport::Impl::service_async() noexcept {
 VerbsTransport::VerbsTransport(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
 VerbsTransport::~VerbsTransport() = default;
 
-Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const VerbsConfig& cfg) {
-    std::string sa_error;  // the SA client's detail
-    std::string* error = &sa_error;
-    using R = std::unique_ptr<VerbsTransport>;
-    auto im = std::make_unique<Impl>();
-    im->cfg = cfg;
+Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
     if (cfg.tx_depth < 8 || cfg.rx_depth < 8 || cfg.batch == 0) {
-        return fail<R>("verbs: rx_depth and tx_depth must be >= 8");
+        return fail<void>("verbs: rx_depth and tx_depth must be >= 8");
     }
     int n_dev = 0;
     DeviceList list(ibv_get_device_list(&n_dev));
     if (!list || n_dev == 0) {
-        return fail<R>(
+        return fail<void>(
             "no RDMA devices on this machine (libibverbs found none; for Soft-RoCE: "
             "`rdma link add rxe0 type rxe netdev eth0`)",
             std::errc::no_such_device);
@@ -552,23 +602,23 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
         names += (i != 0 ? ", " : "") + std::string(ibv_get_device_name(list.get()[i]));
     }
     Gid want_local{};
-    const bool by_addr = cfg.device.empty();
-    if (by_addr && !ip_to_gid(cfg.local_addr, want_local)) {
-        return fail<R>("verbs: neither a device nor a local address given");
+    st.by_addr = cfg.device.empty();
+    if (st.by_addr && !ip_to_gid(cfg.local_addr, want_local)) {
+        return fail<void>("verbs: neither a device nor a local address given");
     }
     // Find the device (by name, or the port whose GID table holds the local address).
     bool found = false;
     for (int i = 0; i < n_dev && !found; ++i) {
         ibv_device* d = list.get()[i];
-        if (!by_addr && cfg.device != ibv_get_device_name(d)) {
+        if (!st.by_addr && cfg.device != ibv_get_device_name(d)) {
             continue;
         }
         ContextPtr ctx(ibv_open_device(d));
         if (!ctx) {
-            if (!by_addr) {
-                return fail<R>("cannot open RDMA device " + cfg.device + ": " + std::strerror(errno)
-                                   + " (is ib_uverbs loaded?)",
-                               std::errc::no_such_device);
+            if (!st.by_addr) {
+                return fail<void>("cannot open RDMA device " + cfg.device + ": "
+                                      + posix::errno_text() + " (is ib_uverbs loaded?)",
+                                  std::errc::no_such_device);
             }
             continue;
         }
@@ -576,16 +626,16 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
         if (ibv_query_device(ctx.get(), &da) != 0) {
             continue;
         }
-        if (!by_addr) {
+        if (!st.by_addr) {
             if (cfg.port < 1 || cfg.port > da.phys_port_cnt) {
-                return fail<R>("RDMA device " + cfg.device + " has port(s) 1.."
-                                   + std::to_string(da.phys_port_cnt) + ", not "
-                                   + std::to_string(cfg.port),
-                               std::errc::no_such_device);
+                return fail<void>("RDMA device " + cfg.device + " has port(s) 1.."
+                                      + std::to_string(da.phys_port_cnt) + ", not "
+                                      + std::to_string(cfg.port),
+                                  std::errc::no_such_device);
             }
-            im->info.device = cfg.device;
-            im->info.port = cfg.port;
-            im->context = std::move(ctx);
+            info.device = cfg.device;
+            info.port = cfg.port;
+            context = std::move(ctx);
             found = true;
             break;
         }
@@ -600,10 +650,10 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
                     continue;
                 }
                 if (std::memcmp(g.raw, want_local.data(), 16) == 0) {
-                    im->info.device = ibv_get_device_name(d);
-                    im->info.port = p;
+                    info.device = ibv_get_device_name(d);
+                    info.port = p;
                     if (cfg.gid_index < 0) {
-                        im->info.gid_index = gi;
+                        info.gid_index = gi;
                     }
                     found = true;
                     break;
@@ -611,23 +661,27 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
             }
         }
         if (found) {
-            im->context = std::move(ctx);
+            context = std::move(ctx);
         }
     }
     if (!found) {
-        if (by_addr) {
-            return fail<R>("no RDMA port has the address " + cfg.local_addr + " in its GID "
+        if (st.by_addr) {
+            return fail<void>("no RDMA port has the address " + cfg.local_addr + " in its GID "
                                       "table (devices: " + names + ")",
                            std::errc::no_such_device);
         }
-        return fail<R>("no RDMA device '" + cfg.device + "' (devices: " + names + ")",
-                       std::errc::no_such_device);
+        return fail<void>("no RDMA device '" + cfg.device + "' (devices: " + names + ")",
+                          std::errc::no_such_device);
     }
-    ibv_context* ctx = im->context.get();
-    const auto port = static_cast<std::uint8_t>(im->info.port);
-    ibv_port_attr pa{};
+    return {};
+}
+
+Result<void, Error> VerbsTransport::Impl::query_port(CreateState& st) {
+    ibv_context* ctx = context.get();
+    const auto port = static_cast<std::uint8_t>(info.port);
+    ibv_port_attr& pa = st.pa;
     if (ibv_query_port(ctx, port, &pa) != 0) {
-        return fail<R>("ibv_query_port failed on " + im->info.device, std::errc::io_error);
+        return fail<void>("ibv_query_port failed on " + info.device, std::errc::io_error);
     }
     {
         ibv_device_attr da{};
@@ -636,42 +690,45 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
             const auto max_cqe = static_cast<std::size_t>(std::max(da.max_cqe, 0));
             if (cfg.rx_depth > max_wr || cfg.tx_depth > max_wr || cfg.rx_depth > max_cqe
                 || cfg.tx_depth > max_cqe) {
-                return fail<R>("verbs: rx_depth " + std::to_string(cfg.rx_depth) + " / tx_depth "
-                                   + std::to_string(cfg.tx_depth) + " exceed what "
-                                   + im->info.device + " allows (max_qp_wr "
-                                   + std::to_string(max_wr) + ", max_cqe " + std::to_string(max_cqe)
-                                   + ")",
-                               std::errc::invalid_argument);
+                return fail<void>("verbs: rx_depth " + std::to_string(cfg.rx_depth) + " / tx_depth "
+                                      + std::to_string(cfg.tx_depth) + " exceed what " + info.device
+                                      + " allows (max_qp_wr " + std::to_string(max_wr)
+                                      + ", max_cqe " + std::to_string(max_cqe) + ")",
+                                  std::errc::invalid_argument);
             }
         }
     }
     if (pa.state != IBV_PORT_ACTIVE) {
-        return fail<R>(im->info.device + " port " + std::to_string(im->info.port) + " is "
-                           + port_state_text(pa.state) + ", not ACTIVE",
-                       std::errc::network_down);
+        return fail<void>(info.device + " port " + std::to_string(info.port) + " is "
+                              + port_state_text(pa.state) + ", not ACTIVE",
+                          std::errc::network_down);
     }
-    im->info.infiniband = pa.link_layer != IBV_LINK_LAYER_ETHERNET;
-    std::uint16_t pkey = 0xffff;
-    (void)ibv_query_pkey(ctx, port, 0, &pkey);
-    pkey = ntohs(pkey);
-    Gid dest{};
-    if (!group_to_gid(cfg.group, im->info.infiniband, pkey, dest)) {
-        return fail<R>("bad group address '" + cfg.group + "'");
+    info.infiniband = pa.link_layer != IBV_LINK_LAYER_ETHERNET;
+    st.pkey = 0xffff;
+    (void)ibv_query_pkey(ctx, port, 0, &st.pkey);
+    st.pkey = ntohs(st.pkey);
+    if (!group_to_gid(cfg.group, info.infiniband, st.pkey, st.dest)) {
+        return fail<void>("bad group address '" + cfg.group + "'");
     }
-    const bool multicast = gid_is_multicast(dest);
-    im->info.multicast = multicast;
-    Gid plain_dest{};
-    (void)ip_to_gid(cfg.group, plain_dest);
-    const bool v4 = is_v4_mapped(plain_dest);
-    if (!multicast && cfg.dest_qpn == 0 && !cfg.attach) {
-        return fail<R>("unicast destination " + cfg.group
+    st.multicast = gid_is_multicast(st.dest);
+    info.multicast = st.multicast;
+    (void)ip_to_gid(cfg.group, st.plain_dest);
+    st.v4 = is_v4_mapped(st.plain_dest);
+    if (!st.multicast && cfg.dest_qpn == 0 && !cfg.attach) {
+        return fail<void>("unicast destination " + cfg.group
                                   + " needs the receiver's QP number: add ?qpn=N (prizma-recv "
                                     "prints it)");
     }
+    return {};
+}
+
+Result<void, Error> VerbsTransport::Impl::choose_gid(CreateState& st) {
+    ibv_context* ctx = context.get();
+    const auto port = static_cast<std::uint8_t>(info.port);
     // GID: the one asked for, or the RoCE v2 entry of the group's family (IB: index 0).
     std::string gids;
     auto describe_gids = [&] {
-        for (int gi = 0; gi < pa.gid_tbl_len && gids.size() < 400; ++gi) {
+        for (int gi = 0; gi < st.pa.gid_tbl_len && gids.size() < 400; ++gi) {
             ibv_gid_entry e{};
             if (ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(gi), &e, 0) == 0) {
                 Gid g{};
@@ -683,102 +740,104 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
         return gids.empty() ? std::string(" none") : gids;
     };
     if (cfg.gid_index >= 0) {
-        im->info.gid_index = cfg.gid_index;
-    } else if (!by_addr) {
+        info.gid_index = cfg.gid_index;
+    } else if (!st.by_addr) {
         int pick = -1;
-        for (int gi = 0; gi < pa.gid_tbl_len && pick < 0; ++gi) {
+        for (int gi = 0; gi < st.pa.gid_tbl_len && pick < 0; ++gi) {
             ibv_gid_entry e{};
             if (ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(gi), &e, 0) != 0) {
                 continue;
             }
             Gid g{};
             std::memcpy(g.data(), e.gid.raw, 16);
-            if (im->info.infiniband) {
+            if (info.infiniband) {
                 pick = gi;
-            } else if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && is_v4_mapped(g) == v4) {
+            } else if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && is_v4_mapped(g) == st.v4) {
                 pick = gi;
             }
         }
         if (pick < 0) {
-            return fail<R>("no RoCE v2 " + std::string(v4 ? "IPv4" : "IPv6") + " GID on "
-                               + im->info.device + " port " + std::to_string(im->info.port)
-                               + " (GIDs:" + describe_gids() + "); give gid_index=",
-                           std::errc::no_such_device);
+            return fail<void>("no RoCE v2 " + std::string(st.v4 ? "IPv4" : "IPv6") + " GID on "
+                                  + info.device + " port " + std::to_string(info.port)
+                                  + " (GIDs:" + describe_gids() + "); give gid_index=",
+                              std::errc::no_such_device);
         }
-        im->info.gid_index = pick;
+        info.gid_index = pick;
     }
-    ibv_gid_entry ge{};
-    if (im->info.gid_index >= pa.gid_tbl_len
-        || ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(im->info.gid_index), &ge, 0)
-               != 0) {
-        return fail<R>("gid_index " + std::to_string(im->info.gid_index) + " is empty on "
-                           + im->info.device + " port " + std::to_string(im->info.port)
-                           + " (GIDs:" + describe_gids() + ")",
-                       std::errc::no_such_device);
+    ibv_gid_entry& ge = st.ge;
+    if (info.gid_index >= st.pa.gid_tbl_len
+        || ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(info.gid_index), &ge, 0) != 0) {
+        return fail<void>("gid_index " + std::to_string(info.gid_index) + " is empty on "
+                              + info.device + " port " + std::to_string(info.port)
+                              + " (GIDs:" + describe_gids() + ")",
+                          std::errc::no_such_device);
     }
-    std::memcpy(im->local_gid.data(), ge.gid.raw, 16);
-    im->info.gid = gid_text(im->local_gid);
-    if (!im->info.infiniband && is_v4_mapped(im->local_gid) != v4) {
-        return fail<R>("GID " + im->info.gid + " (index " + std::to_string(im->info.gid_index)
-                       + ") is not of the group's " + "address family; GIDs:" + describe_gids());
+    std::memcpy(local_gid.data(), ge.gid.raw, 16);
+    info.gid = gid_text(local_gid);
+    if (!info.infiniband && is_v4_mapped(local_gid) != st.v4) {
+        return fail<void>("GID " + info.gid + " (index " + std::to_string(info.gid_index)
+                          + ") is not of the group's " + "address family; GIDs:" + describe_gids());
     }
-    if (!im->info.infiniband && ge.ndev_ifindex != 0) {
+    if (!info.infiniband && ge.ndev_ifindex != 0) {
         char name[IF_NAMESIZE] = {};
         if (::if_indextoname(ge.ndev_ifindex, name) != nullptr) {
-            im->info.netdev = name;
+            info.netdev = name;
         }
     }
-    im->mtu = mtu_bytes(pa.active_mtu);
+    mtu = mtu_bytes(st.pa.active_mtu);
     if (cfg.mtu != 0) {
-        im->mtu = std::min(im->mtu, cfg.mtu);
+        mtu = std::min(mtu, cfg.mtu);
     }
-    im->info.mtu = im->mtu;
+    info.mtu = mtu;
 
+    return {};
+}
+
+Result<void, Error> VerbsTransport::Impl::create_resources() {
+    ibv_context* ctx = context.get();
+    const auto port = static_cast<std::uint8_t>(info.port);
     // Resources: comp channel, PD, one registered pool, CQs, the UD QP.
-    im->channel.reset(ibv_create_comp_channel(ctx));
-    if (!im->channel) {
-        return fail<R>("ibv_create_comp_channel failed", std::errc::io_error);
+    channel.reset(ibv_create_comp_channel(ctx));
+    if (!channel) {
+        return fail<void>("ibv_create_comp_channel failed", std::errc::io_error);
     }
-    const int fl = ::fcntl(im->channel->fd, F_GETFL);
-    (void)::fcntl(im->channel->fd, F_SETFL, fl | O_NONBLOCK);
+    const int fl = ::fcntl(channel->fd, F_GETFL);
+    (void)::fcntl(channel->fd, F_SETFL, fl | O_NONBLOCK);
     const int afl = ::fcntl(ctx->async_fd, F_GETFL);
     (void)::fcntl(ctx->async_fd, F_SETFL, afl | O_NONBLOCK);
-    im->pd.reset(ibv_alloc_pd(ctx));
-    if (!im->pd) {
-        return fail<R>("ibv_alloc_pd failed", std::errc::io_error);
+    pd.reset(ibv_alloc_pd(ctx));
+    if (!pd) {
+        return fail<void>("ibv_alloc_pd failed", std::errc::io_error);
     }
-    im->rx_stride = (kRxGrhOffset + kGrhBytes + im->mtu + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
-    im->tx_stride = (im->mtu + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+    rx_stride = (kRxGrhOffset + kGrhBytes + mtu + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+    tx_stride = (mtu + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
     const std::size_t page = 4096;
-    std::size_t bytes = cfg.rx_depth * im->rx_stride + cfg.tx_depth * im->tx_stride;
+    std::size_t bytes = cfg.rx_depth * rx_stride + cfg.tx_depth * tx_stride;
     bytes = (bytes + page - 1) / page * page;
-    im->pool.reset(std::aligned_alloc(page, bytes));  // NOLINT(*-no-malloc)
-    if (!im->pool) {
-        return fail<R>("cannot allocate the " + std::to_string(bytes) + "-byte pool",
-                       std::errc::not_enough_memory);
+    pool.reset(std::aligned_alloc(page, bytes));  // NOLINT(*-no-malloc)
+    if (!pool) {
+        return fail<void>("cannot allocate the " + std::to_string(bytes) + "-byte pool",
+                          std::errc::not_enough_memory);
     }
-    std::memset(im->pool.get(), 0, bytes);
-    im->rx_base = static_cast<std::byte*>(im->pool.get());
-    im->tx_base = im->rx_base + cfg.rx_depth * im->rx_stride;
+    std::memset(pool.get(), 0, bytes);
+    rx_base = static_cast<std::byte*>(pool.get());
+    tx_base = rx_base + cfg.rx_depth * rx_stride;
     // (ibv_reg_mr): the function, not verbs.h's macro of the same name, whose enum arithmetic
     // clang rejects under -Werror (-Wdeprecated-enum-enum-conversion).
-    im->mr.reset((ibv_reg_mr)(im->pd.get(), im->pool.get(), bytes,
-                              static_cast<int>(IBV_ACCESS_LOCAL_WRITE)));
-    if (!im->mr) {
-        return fail<R>("ibv_reg_mr of " + std::to_string(bytes)
-                           + " bytes failed: " + std::strerror(errno) + " (RLIMIT_MEMLOCK?)",
-                       std::errc::not_enough_memory);
+    mr.reset((ibv_reg_mr)(pd.get(), pool.get(), bytes, static_cast<int>(IBV_ACCESS_LOCAL_WRITE)));
+    if (!mr) {
+        return fail<void>("ibv_reg_mr of " + std::to_string(bytes)
+                              + " bytes failed: " + posix::errno_text() + " (RLIMIT_MEMLOCK?)",
+                          std::errc::not_enough_memory);
     }
-    im->send_cq.reset(ibv_create_cq(ctx, static_cast<int>(cfg.tx_depth), nullptr, nullptr, 0));
-    im->recv_cq.reset(
-        ibv_create_cq(ctx, static_cast<int>(cfg.rx_depth), nullptr, im->channel.get(), 0));
-    if (!im->send_cq || !im->recv_cq) {
-        return fail<R>("ibv_create_cq failed: " + std::string(std::strerror(errno)),
-                       std::errc::io_error);
+    send_cq.reset(ibv_create_cq(ctx, static_cast<int>(cfg.tx_depth), nullptr, nullptr, 0));
+    recv_cq.reset(ibv_create_cq(ctx, static_cast<int>(cfg.rx_depth), nullptr, channel.get(), 0));
+    if (!send_cq || !recv_cq) {
+        return fail<void>("ibv_create_cq failed: " + posix::errno_text(), std::errc::io_error);
     }
     ibv_qp_init_attr qa{};
-    qa.send_cq = im->send_cq.get();
-    qa.recv_cq = im->recv_cq.get();
+    qa.send_cq = send_cq.get();
+    qa.recv_cq = recv_cq.get();
     qa.qp_type = IBV_QPT_UD;
     qa.sq_sig_all = 0;
     qa.cap.max_send_wr = static_cast<std::uint32_t>(cfg.tx_depth);
@@ -786,149 +845,173 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
     qa.cap.max_send_sge = 2;
     qa.cap.max_recv_sge = 1;
     qa.cap.max_inline_data = static_cast<std::uint32_t>(cfg.max_inline);
-    ibv_qp* qp = ibv_create_qp(im->pd.get(), &qa);
-    if (qp == nullptr && cfg.max_inline != 0) {
+    ibv_qp* made = ibv_create_qp(pd.get(), &qa);
+    if (made == nullptr && cfg.max_inline != 0) {
         qa.cap.max_inline_data = 0;  // the device grants no inline: copy into the pool instead
-        qp = ibv_create_qp(im->pd.get(), &qa);
+        made = ibv_create_qp(pd.get(), &qa);
     }
-    if (qp == nullptr) {
-        return fail<R>("ibv_create_qp (UD, " + std::to_string(cfg.tx_depth) + " send / "
-                           + std::to_string(cfg.rx_depth)
-                           + " recv) failed: " + std::strerror(errno),
-                       std::errc::io_error);
+    if (made == nullptr) {
+        return fail<void>("ibv_create_qp (UD, " + std::to_string(cfg.tx_depth) + " send / "
+                              + std::to_string(cfg.rx_depth)
+                              + " recv) failed: " + posix::errno_text(),
+                          std::errc::io_error);
     }
-    im->qp.reset(qp);
-    im->max_inline = qa.cap.max_inline_data;  // the grant
-    im->info.max_inline = im->max_inline;
-    im->info.qpn = qp->qp_num;
+    qp.reset(made);
+    max_inline = qa.cap.max_inline_data;  // the grant
+    info.max_inline = max_inline;
+    info.qpn = made->qp_num;
     {
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_INIT;
         a.pkey_index = 0;
         a.port_num = port;
         a.qkey = cfg.qkey;
-        if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)
+        if (ibv_modify_qp(made, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)
             != 0) {
-            return fail<R>("UD QP to INIT failed: " + std::string(std::strerror(errno)),
-                           std::errc::io_error);
+            return fail<void>("UD QP to INIT failed: " + posix::errno_text(), std::errc::io_error);
         }
         a = ibv_qp_attr{};
         a.qp_state = IBV_QPS_RTR;
-        if (ibv_modify_qp(qp, &a, IBV_QP_STATE) != 0) {
-            return fail<R>("UD QP to RTR failed: " + std::string(std::strerror(errno)),
-                           std::errc::io_error);
+        if (ibv_modify_qp(made, &a, IBV_QP_STATE) != 0) {
+            return fail<void>("UD QP to RTR failed: " + posix::errno_text(), std::errc::io_error);
         }
         a = ibv_qp_attr{};
         a.qp_state = IBV_QPS_RTS;
         a.sq_psn = 0;
-        if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) {
-            return fail<R>("UD QP to RTS failed: " + std::string(std::strerror(errno)),
-                           std::errc::io_error);
+        if (ibv_modify_qp(made, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) {
+            return fail<void>("UD QP to RTS failed: " + posix::errno_text(), std::errc::io_error);
         }
     }
     // Work-request scratch, sized once.
     const std::size_t b = std::min(cfg.batch, cfg.tx_depth / 2);
-    im->swr.resize(b);
-    im->ssge.resize(2 * b);
-    im->wr_packet.resize(b);
-    im->rwr.resize(std::min<std::size_t>(cfg.rx_depth, 64));
-    im->rsge.resize(im->rwr.size());
-    im->wc.resize(cfg.batch);
-    im->handed.resize(cfg.batch);
-    im->repost.resize(cfg.rx_depth);
-    im->ahs.reserve(kAhCacheMax);
+    swr.resize(b);
+    ssge.resize(2 * b);
+    wr_packet.resize(b);
+    rwr.resize(std::min<std::size_t>(cfg.rx_depth, 64));
+    rsge.resize(rwr.size());
+    wc.resize(cfg.batch);
+    handed.resize(cfg.batch);
+    repost.resize(cfg.rx_depth);
+    ahs.reserve(kAhCacheMax);
     // Signal often enough that the send queue never overflows: at most tx_depth/4 unsignalled.
-    im->signal_every = std::max<std::size_t>(1, cfg.tx_depth / 4);
+    signal_every = std::max<std::size_t>(1, cfg.tx_depth / 4);
 
     // Fill the receive ring.
     std::vector<std::uint32_t> all(cfg.rx_depth);
     for (std::size_t i = 0; i < all.size(); ++i) {
         all[i] = static_cast<std::uint32_t>(i);
     }
-    im->post_receives(all.data(), all.size());
-    if (im->rx_posted != cfg.rx_depth) {
-        return fail<R>("posting " + std::to_string(cfg.rx_depth) + " receives failed",
-                       std::errc::io_error);
+    post_receives(all.data(), all.size());
+    if (rx_posted != cfg.rx_depth) {
+        return fail<void>("posting " + std::to_string(cfg.rx_depth) + " receives failed",
+                          std::errc::io_error);
     }
 
+    return {};
+}
+
+Result<void, Error> VerbsTransport::Impl::join_group(const CreateState& st) {
+    std::string sa_error;  // the SA client's detail
+    std::string* error = &sa_error;
+    const auto port = static_cast<std::uint8_t>(info.port);
     // Group membership (subscribers) and the downstream address handle.
-    im->mgid = dest;
-    if (multicast && cfg.attach) {
-        if (im->info.infiniband) {
+    mgid = st.dest;
+    if (st.multicast && cfg.attach) {
+        if (info.infiniband) {
             sa::McMemberRecord want;
-            want.mgid = dest;
-            want.port_gid = im->local_gid;
+            want.mgid = st.dest;
+            want.port_gid = local_gid;
             want.qkey = cfg.qkey;
-            want.pkey = pkey;
+            want.pkey = st.pkey;
             want.tclass = cfg.traffic_class;
             want.sl = cfg.sl;
             want.join_state = sa::JoinState::full_member;
             want.mtu = static_cast<std::uint8_t>(
-                (2U << 6U) | static_cast<unsigned>(pa.active_mtu));  // "exactly"
-            want.rate = static_cast<std::uint8_t>((2U << 6U) | 3U);  // 10 Gb/s
-            want.scope = 2;                                          // link-local
-            auto m = SaMembership::join(im->info.device, im->info.port, want, error);
+                (2U << 6U) | static_cast<unsigned>(st.pa.active_mtu));  // "exactly"
+            want.rate = static_cast<std::uint8_t>((2U << 6U) | 3U);     // 10 Gb/s
+            want.scope = 2;                                             // link-local
+            auto m = SaMembership::join(info.device, info.port, want, error);
             if (!m) {
                 return Error(m.error(), sa_error);
             }
-            im->mlid = (*m)->record().mlid;
-            im->sa = std::move(*m);
+            mlid = (*m)->record().mlid;
+            sa = std::move(*m);
         } else {
             // RoCE: hold an IP-level membership on the netdev behind the GID. rxe delivers
             // nothing without it; real switches need the IGMP/MLD report it sends.
-            const int fam = v4 ? AF_INET : AF_INET6;
+            const int fam = st.v4 ? AF_INET : AF_INET6;
             UniqueFd s(::socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, 0));
             if (s.get() < 0) {
-                return fail<R>("socket() for the IP multicast join failed", std::errc::io_error);
+                return fail<void>("socket() for the IP multicast join failed", std::errc::io_error);
             }
             int rc = 0;
-            if (v4) {
-                ip_mreqn mr{};
-                std::memcpy(&mr.imr_multiaddr, &plain_dest[12], 4);
-                mr.imr_ifindex = static_cast<int>(ge.ndev_ifindex);
-                rc = ::setsockopt(s.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof mr);
+            if (st.v4) {
+                ip_mreqn req{};
+                std::memcpy(&req.imr_multiaddr, &st.plain_dest[12], 4);
+                req.imr_ifindex = static_cast<int>(st.ge.ndev_ifindex);
+                rc = ::setsockopt(s.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &req, sizeof req);
             } else {
-                ipv6_mreq mr{};
-                std::memcpy(&mr.ipv6mr_multiaddr, plain_dest.data(), 16);
-                mr.ipv6mr_interface = ge.ndev_ifindex;
-                rc = ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_JOIN_GROUP, &mr, sizeof mr);
+                ipv6_mreq req{};
+                std::memcpy(&req.ipv6mr_multiaddr, st.plain_dest.data(), 16);
+                req.ipv6mr_interface = st.ge.ndev_ifindex;
+                rc = ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_JOIN_GROUP, &req, sizeof req);
             }
             if (rc != 0) {
-                return fail<R>("IP multicast join of " + cfg.group + " on "
-                                   + (im->info.netdev.empty() ? "?" : im->info.netdev)
-                                   + " failed: " + std::strerror(errno),
-                               std::errc::io_error);
+                return fail<void>("IP multicast join of " + cfg.group + " on "
+                                      + (info.netdev.empty() ? "?" : info.netdev)
+                                      + " failed: " + posix::errno_text(),
+                                  std::errc::io_error);
             }
-            im->ip_join = std::move(s);
+            ip_join = std::move(s);
         }
-        if (ibv_attach_mcast(qp, reinterpret_cast<const ibv_gid*>(dest.data()), im->mlid) != 0) {
-            return fail<R>(
-                "ibv_attach_mcast " + gid_text(dest) + " failed: " + std::strerror(errno),
+        if (ibv_attach_mcast(qp.get(), reinterpret_cast<const ibv_gid*>(st.dest.data()), mlid)
+            != 0) {
+            return fail<void>(
+                "ibv_attach_mcast " + gid_text(st.dest) + " failed: " + posix::errno_text(),
                 std::errc::io_error);
         }
-        im->attached = true;
+        attached = true;
     }
-    if (multicast || cfg.dest_qpn != 0) {
+    if (st.multicast || cfg.dest_qpn != 0) {
         ibv_ah_attr a{};
         a.is_global = 1;
-        std::memcpy(a.grh.dgid.raw, dest.data(), 16);
-        a.grh.sgid_index = static_cast<std::uint8_t>(im->info.gid_index);
-        a.grh.hop_limit = multicast ? cfg.hop_limit : 64;
+        std::memcpy(a.grh.dgid.raw, st.dest.data(), 16);
+        a.grh.sgid_index = static_cast<std::uint8_t>(info.gid_index);
+        a.grh.hop_limit = st.multicast ? cfg.hop_limit : 64;
         a.grh.traffic_class = cfg.traffic_class;
-        a.dlid = im->mlid;
+        a.dlid = mlid;
         a.sl = cfg.sl;
         a.port_num = port;
-        if (im->sa) {
-            a.grh.flow_label = im->sa->record().flow_label;
-            a.sl = im->sa->record().sl;
+        if (sa) {
+            a.grh.flow_label = sa->record().flow_label;
+            a.sl = sa->record().sl;
         }
-        im->group_ah.reset(ibv_create_ah(im->pd.get(), &a));
-        if (!im->group_ah) {
-            return fail<R>(
-                "ibv_create_ah for " + gid_text(dest) + " failed: " + std::strerror(errno),
+        group_ah.reset(ibv_create_ah(pd.get(), &a));
+        if (!group_ah) {
+            return fail<void>(
+                "ibv_create_ah for " + gid_text(st.dest) + " failed: " + posix::errno_text(),
                 std::errc::host_unreachable);
         }
-        im->dest_qpn = multicast ? kMulticastQpn : cfg.dest_qpn;
+        dest_qpn = st.multicast ? kMulticastQpn : cfg.dest_qpn;
+    }
+    return {};
+}
+
+Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const VerbsConfig& cfg) {
+    using R = std::unique_ptr<VerbsTransport>;
+    auto im = std::make_unique<Impl>();
+    im->cfg = cfg;
+    CreateState st;
+    for (auto step : {&Impl::open_device, &Impl::query_port, &Impl::choose_gid}) {
+        if (auto r = ((*im).*step)(st); !r) {
+            return r.error();
+        }
+    }
+    if (auto r = im->create_resources(); !r) {
+        return r.error();
+    }
+    if (auto r = im->join_group(st); !r) {
+        return r.error();
     }
     return R(new VerbsTransport(std::move(im)));
 }

@@ -212,6 +212,14 @@ struct Receiver::Peer {
     }
 };
 
+inline void Receiver::bump(Peer& p,
+                           std::uint64_t ReceiverCounters::*total,
+                           std::uint64_t PeerCounters::*own,
+                           std::uint64_t n) noexcept {
+    counters_.*total += n;
+    p.counters.*own += n;
+}
+
 Result<std::unique_ptr<Receiver>> Receiver::create(const ReceiverConfig& cfg,
                                                    std::string_view* why) {
     if (auto r = validate(cfg, why); !r) {
@@ -422,8 +430,7 @@ void Receiver::lose(Peer& p, Sqn s) noexcept {
         p.unlink(s.value & (capacity_ - 1));
     }
     sl.state = SlotState::lost;
-    ++counters_.lost_sqns;
-    ++p.counters.lost_sqns;
+    bump(p, &ReceiverCounters::lost_sqns, &PeerCounters::lost_sqns);
 }
 
 void Receiver::lose_all_missing(Peer& p) noexcept {
@@ -470,8 +477,7 @@ void Receiver::apply_trail(Peer& p, std::int64_t now_ns) noexcept {
             auto& sl = p.slot(s, mask);
             sl = Peer::Slot{};
             sl.state = SlotState::lost;
-            ++counters_.lost_sqns;
-            ++p.counters.lost_sqns;
+            bump(p, &ReceiverCounters::lost_sqns, &PeerCounters::lost_sqns);
             p.lead = s;
         } else if (is_missing(p.slot(s, mask).state)) {
             lose(p, s);
@@ -523,11 +529,9 @@ void Receiver::on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noex
 void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
     const bool is_rdata = pkt.type == PacketType::rdata;
     if (is_rdata) {
-        ++counters_.rdata_received;
-        ++p.counters.rdata_received;
+        bump(p, &ReceiverCounters::rdata_received, &PeerCounters::rdata_received);
     } else {
-        ++counters_.odata_received;
-        ++p.counters.odata_received;
+        bump(p, &ReceiverCounters::odata_received, &PeerCounters::odata_received);
     }
     counters_.bytes_received += pkt.raw.size();
     if (pkt.payload.size() > stride_) {
@@ -549,8 +553,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
     }
     note_trail(p, pkt.trail);
     if (precedes(s, p.next)) {
-        ++counters_.duplicates;
-        ++p.counters.duplicates;
+        bump(p, &ReceiverCounters::duplicates, &PeerCounters::duplicates);
         apply_trail(p, now_ns);
         return;
     }
@@ -565,8 +568,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
     if (!beyond_lead) {
         const auto st = p.slot(s, mask).state;
         if (st == SlotState::have || st == SlotState::lost) {
-            ++counters_.duplicates;
-            ++p.counters.duplicates;
+            bump(p, &ReceiverCounters::duplicates, &PeerCounters::duplicates);
             apply_trail(p, now_ns);
             return;
         }
@@ -591,8 +593,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
     if (was_missing) {
         --p.missing;
         p.unlink(s.value & mask);
-        ++counters_.repaired;
-        ++p.counters.repaired;
+        bump(p, &ReceiverCounters::repaired, &PeerCounters::repaired);
     }
     sl = fresh;
     sl.state = SlotState::have;
@@ -606,8 +607,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
 }
 
 void Receiver::on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
-    ++counters_.ncf_received;
-    ++p.counters.ncf_received;
+    bump(p, &ReceiverCounters::ncf_received, &PeerCounters::ncf_received);
     if (!p.started) {
         return;
     }
@@ -784,10 +784,8 @@ void Receiver::send_nak(Peer& p, std::span<const Sqn> sqns, PacketSink& sink) no
         return;
     }
     pgm::store_checksum(std::span<std::byte>(scratch_.data(), n), 0);
-    ++counters_.nak_sent;
-    ++p.counters.nak_sent;
-    counters_.nak_sqns_sent += sqns.size();
-    p.counters.nak_sqns_sent += sqns.size();
+    bump(p, &ReceiverCounters::nak_sent, &PeerCounters::nak_sent);
+    bump(p, &ReceiverCounters::nak_sqns_sent, &PeerCounters::nak_sqns_sent, sqns.size());
     sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), n), {}, Route::unicast, p.from});
 }
 
@@ -853,6 +851,134 @@ bool Receiver::next_event(Event& out) noexcept {
     return false;
 }
 
+// A run of lost sequence numbers starting at `s`, as one loss event (whole APDUs: an orphan
+// fragment tail joins the run). false: the run may still grow (its next sqn is under repair).
+bool Receiver::loss_event(Peer& p, Sqn s, Event& out) noexcept {
+    const std::uint32_t mask = capacity_ - 1;
+    Sqn e = s;
+    while (precedes(e, p.lead)) {
+        auto& nx = p.slot(e + 1, mask);
+        const bool orphan_tail = nx.state == SlotState::have && nx.has_fragment
+                                 && nx.fragment.first_sqn != e + 1
+                                 && precedes(nx.fragment.first_sqn, e + 1);
+        if (nx.state != SlotState::lost && !orphan_tail) {
+            break;
+        }
+        if (orphan_tail) {
+            p.release(nx);
+            nx.state = SlotState::lost;
+            bump(p, &ReceiverCounters::lost_sqns, &PeerCounters::lost_sqns);
+        }
+        ++e;
+    }
+    if (precedes(e, p.lead) && is_missing(p.slot(e + 1, mask).state)) {
+        // The next one is still being repaired and may be the tail of the same APDU:
+        // wait, so that one loss event covers whole APDUs. Nothing could be delivered
+        // past it before it resolves anyway.
+        return false;
+    }
+    const std::uint32_t count = span_count(s, e);
+    for (Sqn x = s; precedes_or_equal(x, e); ++x) {
+        p.slot(x, mask).state = SlotState::empty;
+    }
+    p.next = e + 1;
+    bump(p, &ReceiverCounters::loss_events, &PeerCounters::loss_events);
+    out.kind = Event::Kind::loss;
+    out.sqn = s;
+    out.count = count;
+    return true;
+}
+
+// The fragmented APDU whose first fragment is `s` (OPT_FRAGMENT, §9.2): delivered whole,
+// waiting for fragments, or broken (its sequence numbers marked lost).
+Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
+    const std::uint32_t mask = capacity_ - 1;
+    auto& sl = p.slot(s, mask);
+    const std::byte* base = p.buffers.data();
+    // Fragments s, s+1, ... with consecutive offsets.
+    const std::uint32_t apdu_len = sl.fragment.apdu_length;
+    std::uint32_t off = 0;
+    Sqn x = s;
+    bool broken = apdu_len > pgm::kMaxApduBytes;
+    bool waiting = false;
+    while (!broken && off < apdu_len) {
+        if (!p.in_range(x) || distance(s, x) >= static_cast<std::int32_t>(capacity_)) {
+            waiting = true;  // the rest is not even known yet
+            break;
+        }
+        auto& fx = p.slot(x, mask);
+        if (is_missing(fx.state)) {
+            waiting = true;
+            break;
+        }
+        if (fx.state != SlotState::have || !fx.has_fragment || fx.fragment.first_sqn != s
+            || fx.fragment.offset != off || fx.fragment.apdu_length != apdu_len
+            || (fx.len == 0 && off < apdu_len)) {
+            broken = true;
+            break;
+        }
+        off += fx.len;
+        ++x;
+    }
+    if (!broken && off != apdu_len && !waiting) {
+        broken = true;
+    }
+    if (broken) {
+        // Inconsistent fragments: report the APDU's sequence numbers as lost.
+        ++counters_.bad_fragment;
+        const Sqn last = precedes(p.lead, x) ? p.lead : x;
+        for (Sqn y = s; precedes_or_equal(y, last); ++y) {
+            if (p.slot(y, mask).state != SlotState::lost) {
+                if (is_missing(p.slot(y, mask).state)) {
+                    --p.missing;
+                    p.unlink(y.value & mask);
+                }
+                p.release(p.slot(y, mask));
+                p.slot(y, mask).state = SlotState::lost;
+                bump(p, &ReceiverCounters::lost_sqns, &PeerCounters::lost_sqns);
+            }
+        }
+        return Assembly::broken;  // the caller now reports the lost run
+    }
+    if (waiting) {
+        return Assembly::waiting;
+    }
+    std::size_t pos = 0;
+    for (Sqn y = s; precedes(y, x); ++y) {
+        auto& fy = p.slot(y, mask);
+        std::memcpy(reassembly_.data() + pos, base + fy.off, fy.len);
+        pos += fy.len;
+        p.release(fy);
+        fy.state = SlotState::empty;
+    }
+    p.next = x;
+    bump(p, &ReceiverCounters::apdus_delivered, &PeerCounters::apdus_delivered);
+    counters_.bytes_delivered += apdu_len;
+    out.kind = Event::Kind::data;
+    out.sqn = s;
+    out.payload = std::span<const std::byte>(reassembly_.data(), apdu_len);
+    return Assembly::delivered;
+}
+
+// Nothing deliverable. A finished (FIN/RST) or expired source leaves once drained.
+bool Receiver::left_event(Peer& p, Event& out) noexcept {
+    const bool drained = !p.started || p.missing == 0;
+    if (!p.left_reported && drained && (p.finished || p.expired)
+        && (!p.started || !p.in_range(p.next))) {
+        p.left_reported = true;
+        ++counters_.peers_left;
+        out.kind = Event::Kind::left;
+        if (p.expired) {
+            p.in_use = false;  // slot free for a new source
+        }
+        return true;
+    }
+    if (p.expired && p.left_reported) {
+        p.in_use = false;
+    }
+    return false;
+}
+
 // Produces the next in-order event of one peer, advancing its window first.
 bool Receiver::peer_event(Peer& p, Event& out) noexcept {
     out = Event{};
@@ -870,44 +996,13 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
             // The head of this APDU is gone (lost or never seen): the tail is lost with it.
             p.release(sl);
             sl.state = SlotState::lost;
-            ++counters_.lost_sqns;
-            ++p.counters.lost_sqns;
+            bump(p, &ReceiverCounters::lost_sqns, &PeerCounters::lost_sqns);
         }
         if (sl.state == SlotState::lost) {
-            Sqn e = s;
-            while (precedes(e, p.lead)) {
-                auto& nx = p.slot(e + 1, mask);
-                const bool orphan_tail = nx.state == SlotState::have && nx.has_fragment
-                                         && nx.fragment.first_sqn != e + 1
-                                         && precedes(nx.fragment.first_sqn, e + 1);
-                if (nx.state != SlotState::lost && !orphan_tail) {
-                    break;
-                }
-                if (orphan_tail) {
-                    p.release(nx);
-                    nx.state = SlotState::lost;
-                    ++counters_.lost_sqns;
-                    ++p.counters.lost_sqns;
-                }
-                ++e;
+            if (loss_event(p, s, out)) {
+                return true;
             }
-            if (precedes(e, p.lead) && is_missing(p.slot(e + 1, mask).state)) {
-                // The next one is still being repaired and may be the tail of the same APDU:
-                // wait, so that one loss event covers whole APDUs. Nothing could be delivered
-                // past it before it resolves anyway.
-                break;
-            }
-            const std::uint32_t count = span_count(s, e);
-            for (Sqn x = s; precedes_or_equal(x, e); ++x) {
-                p.slot(x, mask).state = SlotState::empty;
-            }
-            p.next = e + 1;
-            ++counters_.loss_events;
-            ++p.counters.loss_events;
-            out.kind = Event::Kind::loss;
-            out.sqn = s;
-            out.count = count;
-            return true;
+            break;  // the run may still grow: wait for its repair
         }
         if (sl.state != SlotState::have) {
             break;  // missing: wait for repair
@@ -918,96 +1013,23 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
             p.release(sl);
             sl.state = SlotState::empty;
             p.next = s + 1;
-            ++counters_.apdus_delivered;
-            ++p.counters.apdus_delivered;
+            bump(p, &ReceiverCounters::apdus_delivered, &PeerCounters::apdus_delivered);
             counters_.bytes_delivered += sl.len;
             out.kind = Event::Kind::data;
             out.sqn = s;
             out.payload = std::span<const std::byte>(base + sl.off, sl.len);
             return true;
         }
-        // Reassembly (OPT_FRAGMENT, §9.2): fragments s, s+1, ... with consecutive offsets.
-        const std::uint32_t apdu_len = sl.fragment.apdu_length;
-        std::uint32_t off = 0;
-        Sqn x = s;
-        bool broken = apdu_len > pgm::kMaxApduBytes;
-        bool waiting = false;
-        while (!broken && off < apdu_len) {
-            if (!p.in_range(x) || distance(s, x) >= static_cast<std::int32_t>(capacity_)) {
-                waiting = true;  // the rest is not even known yet
-                break;
-            }
-            auto& fx = p.slot(x, mask);
-            if (is_missing(fx.state)) {
-                waiting = true;
-                break;
-            }
-            if (fx.state != SlotState::have || !fx.has_fragment || fx.fragment.first_sqn != s
-                || fx.fragment.offset != off || fx.fragment.apdu_length != apdu_len
-                || (fx.len == 0 && off < apdu_len)) {
-                broken = true;
-                break;
-            }
-            off += fx.len;
-            ++x;
+        const Assembly a = reassemble(p, s, out);
+        if (a == Assembly::delivered) {
+            return true;
         }
-        if (!broken && off != apdu_len && !waiting) {
-            broken = true;
-        }
-        if (broken) {
-            // Inconsistent fragments: report the APDU's sequence numbers as lost.
-            ++counters_.bad_fragment;
-            const Sqn last = precedes(p.lead, x) ? p.lead : x;
-            for (Sqn y = s; precedes_or_equal(y, last); ++y) {
-                if (p.slot(y, mask).state != SlotState::lost) {
-                    if (is_missing(p.slot(y, mask).state)) {
-                        --p.missing;
-                        p.unlink(y.value & mask);
-                    }
-                    p.release(p.slot(y, mask));
-                    p.slot(y, mask).state = SlotState::lost;
-                    ++counters_.lost_sqns;
-                    ++p.counters.lost_sqns;
-                }
-            }
-            continue;  // the loop now reports the lost run
-        }
-        if (waiting) {
+        if (a == Assembly::waiting) {
             break;
         }
-        std::size_t pos = 0;
-        for (Sqn y = s; precedes(y, x); ++y) {
-            auto& fy = p.slot(y, mask);
-            std::memcpy(reassembly_.data() + pos, base + fy.off, fy.len);
-            pos += fy.len;
-            p.release(fy);
-            fy.state = SlotState::empty;
-        }
-        p.next = x;
-        ++counters_.apdus_delivered;
-        ++p.counters.apdus_delivered;
-        counters_.bytes_delivered += apdu_len;
-        out.kind = Event::Kind::data;
-        out.sqn = s;
-        out.payload = std::span<const std::byte>(reassembly_.data(), apdu_len);
-        return true;
+        // broken: its sequence numbers are now lost; the loop reports them
     }
-    // Nothing deliverable. A finished (FIN/RST) or expired source leaves once drained.
-    const bool drained = !p.started || p.missing == 0;
-    if (!p.left_reported && drained && (p.finished || p.expired)
-        && (!p.started || !p.in_range(p.next))) {
-        p.left_reported = true;
-        ++counters_.peers_left;
-        out.kind = Event::Kind::left;
-        if (p.expired) {
-            p.in_use = false;  // slot free for a new source
-        }
-        return true;
-    }
-    if (p.expired && p.left_reported) {
-        p.in_use = false;
-    }
-    return false;
+    return left_event(p, out);
 }
 
 }  // namespace prizma::protocol

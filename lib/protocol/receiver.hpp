@@ -132,6 +132,15 @@ private:
     void start(Peer& p, Sqn first, Sqn trail, bool has_trail) const noexcept;
     void mark_missing(Peer& p, Sqn last, std::int64_t now_ns) noexcept;
     static void note_trail(Peer& p, Sqn trail) noexcept;
+    enum class Assembly : std::uint8_t { delivered, waiting, broken };
+    bool loss_event(Peer& p, Sqn s, Event& out) noexcept;
+    Assembly reassemble(Peer& p, Sqn s, Event& out) noexcept;
+    bool left_event(Peer& p, Event& out) noexcept;
+    /// Counts `n` in a receiver total and in the source's own twin of it, together.
+    void bump(Peer& p,
+              std::uint64_t ReceiverCounters::*total,
+              std::uint64_t PeerCounters::*own,
+              std::uint64_t n = 1) noexcept;
     void apply_trail(Peer& p, std::int64_t now_ns) noexcept;
     void lose(Peer& p, Sqn s) noexcept;
     void lose_all_missing(Peer& p) noexcept;

@@ -312,6 +312,18 @@ struct UdpTransport::Impl {
     void read_back(UdpCounters& c) const noexcept;   // buffer sizes the kernel granted
     bool setup_gro() noexcept;                       // UDP_GRO per GroMode; true if merging
     void size_rings(bool gro_on);                    // receive slots and send scratch
+    // send_batch's pieces.
+    std::size_t gather_run(std::span<const TxPacket> packets,
+                           std::size_t& consumed,
+                           std::size_t& niov,
+                           mmsghdr& m,
+                           bool gso) noexcept;
+    int send_messages(std::size_t nmsg, bool lone_packet) noexcept;
+    // poll_rx's pieces.
+    static constexpr int kTruncated = -2;
+    int read_datagrams(int fd, std::size_t slot, std::size_t n, UdpCounters& counters) noexcept;
+    std::size_t segment_size(std::size_t i, std::size_t fi, bool single_read) noexcept;
+    bool ready_sockets(std::array<int, 2>& fds) noexcept;
 
     UdpConfig cfg;
     int fam = AF_INET;
@@ -662,6 +674,78 @@ Result<bool> UdpTransport::arm_wakeup() noexcept {
 
 // Batches into sendmmsg; a run of downstream packets of one size (the last may be shorter)
 // becomes a single GSO message (UDP_SEGMENT): one pass through the stack for up to 64.
+// Gathers packets[consumed] into message m, and with GSO the downstream packets of the same
+// size that follow it (a shorter one ends the run). Returns how many packets it took.
+std::size_t UdpTransport::Impl::gather_run(std::span<const TxPacket> packets,
+                                           std::size_t& consumed,
+                                           std::size_t& niov,
+                                           mmsghdr& m,
+                                           bool gso) noexcept {
+    const TxPacket& p = packets[consumed];
+    const std::size_t size = p.header.size() + p.payload.size();
+    std::size_t segs = 0;
+    std::size_t total = 0;
+    // Gather this packet and, with GSO, following downstream packets of the same size.
+    while (consumed < packets.size() && niov + 2 <= tx_iov.size()) {
+        const TxPacket& q = packets[consumed];
+        const std::size_t qs = q.header.size() + q.payload.size();
+        if (segs != 0) {
+            const bool same_run = gso && q.route == Route::downstream
+                                  && p.route == Route::downstream && qs <= size
+                                  && segs < kMaxGsoSegments && total + qs <= 65000;
+            if (!same_run) {
+                break;
+            }
+        }
+        // A piece that starts where the message's last one ends extends it: the
+        // Session packs its batch back to back, so a GSO run is one iovec and the
+        // kernel copies it in one pass instead of one short copy per packet.
+        for (const auto piece : {q.header, q.payload}) {
+            if (piece.empty()) {
+                continue;
+            }
+            auto* base = const_cast<std::byte*>(piece.data());
+            iovec* const end = tx_iov.data() + niov;
+            iovec* last = end != m.msg_hdr.msg_iov ? end - 1 : nullptr;
+            if (last != nullptr
+                && static_cast<std::byte*>(last->iov_base) + last->iov_len == base) {
+                last->iov_len += piece.size();
+            } else {
+                tx_iov[niov++] = iovec{base, piece.size()};
+            }
+        }
+        ++segs;
+        total += qs;
+        ++consumed;
+        if (qs < size) {
+            break;  // a shorter one can only end a GSO run
+        }
+    }
+    return segs;
+}
+
+// One system call for the first nmsg messages; how many went (-1: errno says why).
+int UdpTransport::Impl::send_messages(std::size_t nmsg, bool lone_packet) noexcept {
+    // One message (a lone packet, or one GSO run): sendmsg skips sendmmsg's per-call
+    // vector handling, which is on the latency path of every echo; a lone packet in one
+    // buffer (the Session's send batch copies each packet into one) goes by sendto(),
+    // which also skips the msghdr and iovec copy-in.
+    int rc = 0;
+    if (nmsg == 1 && lone_packet && tx_msgs[0].msg_hdr.msg_iovlen == 1) {
+        const msghdr& h = tx_msgs[0].msg_hdr;
+        rc = ::sendto(tx, h.msg_iov[0].iov_base, h.msg_iov[0].iov_len, MSG_DONTWAIT,
+                      static_cast<const sockaddr*>(h.msg_name), h.msg_namelen)
+                     < 0
+                 ? -1
+                 : 1;
+    } else if (nmsg == 1) {
+        rc = ::sendmsg(tx, &tx_msgs[0].msg_hdr, MSG_DONTWAIT) < 0 ? -1 : 1;
+    } else {
+        rc = ::sendmmsg(tx, tx_msgs.data(), static_cast<unsigned>(nmsg), MSG_DONTWAIT);
+    }
+    return rc;
+}
+
 Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) noexcept {
     Impl& im = *impl_;
     std::size_t done = 0;
@@ -692,44 +776,7 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
             m.msg_hdr.msg_namelen = dst.len;
             m.msg_hdr.msg_iov = &im.tx_iov[niov];
             const std::size_t size = p.header.size() + p.payload.size();
-            std::size_t segs = 0;
-            std::size_t total = 0;
-            // Gather this packet and, with GSO, following downstream packets of the same size.
-            while (consumed < packets.size() && niov + 2 <= im.tx_iov.size()) {
-                const TxPacket& q = packets[consumed];
-                const std::size_t qs = q.header.size() + q.payload.size();
-                if (segs != 0) {
-                    const bool same_run = gso_ && q.route == Route::downstream
-                                          && p.route == Route::downstream && qs <= size
-                                          && segs < kMaxGsoSegments && total + qs <= 65000;
-                    if (!same_run) {
-                        break;
-                    }
-                }
-                // A piece that starts where the message's last one ends extends it: the
-                // Session packs its batch back to back, so a GSO run is one iovec and the
-                // kernel copies it in one pass instead of one short copy per packet.
-                for (const auto piece : {q.header, q.payload}) {
-                    if (piece.empty()) {
-                        continue;
-                    }
-                    auto* base = const_cast<std::byte*>(piece.data());
-                    iovec* const end = im.tx_iov.data() + niov;
-                    iovec* last = end != m.msg_hdr.msg_iov ? end - 1 : nullptr;
-                    if (last != nullptr
-                        && static_cast<std::byte*>(last->iov_base) + last->iov_len == base) {
-                        last->iov_len += piece.size();
-                    } else {
-                        im.tx_iov[niov++] = iovec{base, piece.size()};
-                    }
-                }
-                ++segs;
-                total += qs;
-                ++consumed;
-                if (qs < size) {
-                    break;  // a shorter one can only end a GSO run
-                }
-            }
+            const std::size_t segs = im.gather_run(packets, consumed, niov, m, gso_);
             m.msg_hdr.msg_iovlen =
                 static_cast<std::size_t>(im.tx_iov.data() + niov - m.msg_hdr.msg_iov);
             if (segs > 1) {
@@ -751,23 +798,7 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
             done = consumed;
             continue;
         }
-        // One message (a lone packet, or one GSO run): sendmsg skips sendmmsg's per-call
-        // vector handling, which is on the latency path of every echo; a lone packet in one
-        // buffer (the Session's send batch copies each packet into one) goes by sendto(),
-        // which also skips the msghdr and iovec copy-in.
-        int rc = 0;
-        if (nmsg == 1 && per_msg[0] == 1 && im.tx_msgs[0].msg_hdr.msg_iovlen == 1) {
-            const msghdr& h = im.tx_msgs[0].msg_hdr;
-            rc = ::sendto(im.tx, h.msg_iov[0].iov_base, h.msg_iov[0].iov_len, MSG_DONTWAIT,
-                          static_cast<const sockaddr*>(h.msg_name), h.msg_namelen)
-                         < 0
-                     ? -1
-                     : 1;
-        } else if (nmsg == 1) {
-            rc = ::sendmsg(im.tx, &im.tx_msgs[0].msg_hdr, MSG_DONTWAIT) < 0 ? -1 : 1;
-        } else {
-            rc = ::sendmmsg(im.tx, im.tx_msgs.data(), static_cast<unsigned>(nmsg), MSG_DONTWAIT);
-        }
+        const int rc = im.send_messages(nmsg, per_msg[0] == 1);
         ++counters_.tx_syscalls;
         if (rc < 0) {
             if (errno == EAGAIN || errno == ENOBUFS) {
@@ -794,6 +825,97 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
     return done;
 }
 
+// Reads up to n datagrams from socket fd into the receive slots from `slot` on: one with
+// recvfrom(), more with recvmmsg(). Returns how many, -1 with errno set, or kTruncated when
+// the one datagram read was longer than its slot (dropped and counted).
+int UdpTransport::Impl::read_datagrams(int fd,
+                                       std::size_t slot,
+                                       std::size_t n,
+                                       UdpCounters& counters) noexcept {
+    int rc = 0;
+    if (n == 1) {
+        // One datagram: recvfrom() skips the msghdr and iovec copy-in that recvmsg and
+        // recvmmsg pay on every call, empty or not (about a third of an empty poll). It
+        // brings no UDP_GRO segment size: a merged datagram is split by the layer above's
+        // framing instead (gro_segment_size).
+        mmsghdr& m = rx_msgs[slot];
+        std::byte* buf = rx_buf.data() + slot * rx_slot;
+        socklen_t alen = sizeof(sockaddr_storage);
+        const ssize_t got = ::recvfrom(fd, buf, rx_slot,
+                                       MSG_DONTWAIT | MSG_TRUNC,  // the real length
+                                       reinterpret_cast<sockaddr*>(&rx_from[slot]), &alen);
+        if (got > static_cast<ssize_t>(rx_slot)) {
+            ++counters.rx_truncated;  // its tail is gone: nothing to hand up
+            return kTruncated;
+        }
+        rc = got < 0 ? -1 : 1;
+        if (got >= 0) {
+            ++counters.rx_single_reads;
+            m.msg_len = static_cast<unsigned>(got);
+            m.msg_hdr.msg_namelen = alen;
+            m.msg_hdr.msg_controllen = 0;  // no control message below
+        }
+    } else {
+        rc = ::recvmmsg(fd, &rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+    }
+    return rc;
+}
+
+// The segment size of received datagram i: from its UDP_GRO control message, or, when it
+// came without one but may be merged (GroPolicy::maybe_merged), from the layer above's
+// framing; otherwise its whole length (one datagram).
+std::size_t UdpTransport::Impl::segment_size(std::size_t i,
+                                             std::size_t fi,
+                                             bool single_read) noexcept {
+    const mmsghdr& m = rx_msgs[i];
+    std::size_t seg = 0;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c != nullptr;
+         c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+            int gs = 0;
+            std::memcpy(&gs, CMSG_DATA(c), sizeof gs);
+            if (gs > 0) {
+                seg = static_cast<std::size_t>(gs);
+            }
+        }
+    }
+    const std::byte* base = rx_buf.data() + i * rx_slot;
+    if (seg == 0) {
+        // No segment size: one datagram, or several merged ones when GRO is or was on
+        // and the read could not say so: a recvfrom() read (n == 1) has no control
+        // message, and after gro=auto switched GRO off, one merged before may still
+        // be queued, or even on its way to the queue, however many empty reads later.
+        // A merged datagram read by recvmmsg with GRO on always brings its size.
+        const bool maybe_merged = gro[fi].maybe_merged(single_read);
+        seg = maybe_merged ? gro_segment_size(cfg.frame_length, {base, m.msg_len}) : m.msg_len;
+    }
+    return seg;
+}
+
+// With two sockets that an epoll set watches: which have datagrams (the others become -1 in
+// fds); false when neither has.
+bool UdpTransport::Impl::ready_sockets(std::array<int, 2>& fds) noexcept {
+    // Two watched sockets: one epoll_wait(0) (~0.2 us) says which has datagrams, so
+    // an empty poll costs one cheap syscall instead of two recvmmsg (~0.3-1 us each).
+    // Unwatched (never armed, the busy-poll case) both are read. Only a channel that
+    // both joins and binds its unicast address has two; the Context's have one each
+    // (a publisher does not join, a subscriber does not bind).
+    std::array<epoll_event, 2> ev{};
+    const int ready = ::epoll_wait(ep.get(), ev.data(), 2, 0);
+    if (ready <= 0) {
+        return false;  // nothing, or EINTR: the next poll retries
+    }
+    bool in[2] = {false, false};
+    for (int i = 0; i < ready; ++i) {
+        const int fd = ev[static_cast<std::size_t>(i)].data.fd;
+        in[0] = in[0] || fd == fds[0];
+        in[1] = in[1] || fd == fds[1];
+    }
+    fds[0] = in[0] ? fds[0] : -1;
+    fds[1] = in[1] ? fds[1] : -1;
+    return true;
+}
+
 Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     Impl& im = *impl_;
     im.lent = 0;
@@ -810,28 +932,11 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
     im.pending.clear();
     im.pending_pos = 0;
     std::size_t k = 0;  // segments written straight into `out`
-    int fds[2] = {im.poll_uc_first ? im.uc.get() : im.rx.get(),
-                  im.poll_uc_first ? im.rx.get() : im.uc.get()};
+    std::array<int, 2> fds = {im.poll_uc_first ? im.uc.get() : im.rx.get(),
+                              im.poll_uc_first ? im.rx.get() : im.uc.get()};
     im.poll_uc_first = !im.poll_uc_first;
-    if (fds[0] >= 0 && fds[1] >= 0 && im.watched) {
-        // Two watched sockets: one epoll_wait(0) (~0.2 us) says which has datagrams, so
-        // an empty poll costs one cheap syscall instead of two recvmmsg (~0.3-1 us each).
-        // Unwatched (never armed, the busy-poll case) both are read. Only a channel that
-        // both joins and binds its unicast address has two; the Context's have one each
-        // (a publisher does not join, a subscriber does not bind).
-        std::array<epoll_event, 2> ev{};
-        const int ready = ::epoll_wait(im.ep.get(), ev.data(), 2, 0);
-        if (ready <= 0) {
-            return std::size_t{0};  // nothing, or EINTR: the next poll retries
-        }
-        bool in[2] = {false, false};
-        for (int i = 0; i < ready; ++i) {
-            const int fd = ev[static_cast<std::size_t>(i)].data.fd;
-            in[0] = in[0] || fd == fds[0];
-            in[1] = in[1] || fd == fds[1];
-        }
-        fds[0] = in[0] ? fds[0] : -1;
-        fds[1] = in[1] ? fds[1] : -1;
+    if (fds[0] >= 0 && fds[1] >= 0 && im.watched && !im.ready_sockets(fds)) {
+        return std::size_t{0};
     }
     std::size_t slot = 0;
     for (int fd : fds) {
@@ -845,32 +950,10 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
         // again for the next one; a burst gets the full batch from the next poll on.
         const std::size_t fi = fd == im.rx.get() ? 0 : 1;
         const std::size_t n = im.quiet[fi] ? 1 : im.rx_msgs.size() - slot;
-        int rc = 0;
-        if (n == 1) {
-            // One datagram: recvfrom() skips the msghdr and iovec copy-in that recvmsg and
-            // recvmmsg pay on every call, empty or not (about a third of an empty poll). It
-            // brings no UDP_GRO segment size: a merged datagram is split at its PGM packets'
-            // own lengths instead (gro_segment_size).
-            mmsghdr& m = im.rx_msgs[slot];
-            std::byte* buf = im.rx_buf.data() + slot * im.rx_slot;
-            socklen_t alen = sizeof(sockaddr_storage);
-            const ssize_t got = ::recvfrom(fd, buf, im.rx_slot,
-                                           MSG_DONTWAIT | MSG_TRUNC,  // the real length
-                                           reinterpret_cast<sockaddr*>(&im.rx_from[slot]), &alen);
-            if (got > static_cast<ssize_t>(im.rx_slot)) {
-                ++counters_.rx_truncated;  // its tail is gone: nothing to hand up
-                im.quiet[fi] = false;
-                continue;
-            }
-            rc = got < 0 ? -1 : 1;
-            if (got >= 0) {
-                ++counters_.rx_single_reads;
-                m.msg_len = static_cast<unsigned>(got);
-                m.msg_hdr.msg_namelen = alen;
-                m.msg_hdr.msg_controllen = 0;  // no control message below
-            }
-        } else {
-            rc = ::recvmmsg(fd, &im.rx_msgs[slot], static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+        const int rc = im.read_datagrams(fd, slot, n, counters_);
+        if (rc == Impl::kTruncated) {
+            im.quiet[fi] = false;
+            continue;
         }
         if (rc < 0) {
             if (errno == EAGAIN) {  // == EWOULDBLOCK on Linux
@@ -891,28 +974,8 @@ Result<std::size_t> UdpTransport::poll_rx(std::span<RxPacket> out) noexcept {
                 im.reset_rx(i);
                 continue;
             }
-            std::size_t seg = 0;
-            for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c != nullptr;
-                 c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
-                if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-                    int gs = 0;
-                    std::memcpy(&gs, CMSG_DATA(c), sizeof gs);
-                    if (gs > 0) {
-                        seg = static_cast<std::size_t>(gs);
-                    }
-                }
-            }
+            const std::size_t seg = im.segment_size(i, fi, n == 1);
             const std::byte* base = im.rx_buf.data() + i * im.rx_slot;
-            if (seg == 0) {
-                // No segment size: one datagram, or several merged ones when GRO is or was on
-                // and the read could not say so: a recvfrom() read (n == 1) has no control
-                // message, and after gro=auto switched GRO off, one merged before may still
-                // be queued, or even on its way to the queue, however many empty reads later.
-                // A merged datagram read by recvmmsg with GRO on always brings its size.
-                const bool maybe_merged = im.gro[fi].maybe_merged(n == 1);
-                seg = maybe_merged ? gro_segment_size(im.cfg.frame_length, {base, m.msg_len})
-                                   : m.msg_len;
-            }
             merged = merged || seg < m.msg_len;
             const socklen_t salen = m.msg_hdr.msg_namelen;
             if (salen != im.last_sa_len || std::memcmp(&im.last_sa, &im.rx_from[i], salen) != 0) {

@@ -389,10 +389,11 @@ struct CreateState {
 
 struct VerbsTransport::Impl {
     // create()'s steps, in order.
-    Result<void, Error> open_device(CreateState& st);       // by name/addr
-    Result<void, Error> query_port(CreateState& st);        // limits, group
-    Result<void, Error> choose_gid(CreateState& st);        // GID, MTU
-    Result<void, Error> create_resources();                 // PD, pool, MR, CQs, QP
+    Result<void, Error> open_device(CreateState& st);  // by name/addr
+    Result<void, Error> query_port(CreateState& st);   // limits, group
+    Result<void, Error> choose_gid(CreateState& st);   // GID, MTU
+    Result<void, Error> create_resources();            // PD, pool, MR, CQs, then create_qp()
+    Result<void, Error> create_qp();                   // the UD QP, its states, the receive ring
     Result<void, Error> join_group(const CreateState& st);  // + AH
 
     Impl() = default;
@@ -750,9 +751,10 @@ Result<void, Error> VerbsTransport::Impl::choose_gid(CreateState& st) {
             }
             Gid g{};
             std::memcpy(g.data(), e.gid.raw, 16);
-            if (info.infiniband) {
-                pick = gi;
-            } else if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && is_v4_mapped(g) == st.v4) {
+            // IB: index 0; RoCE: the first v2 entry of the group's family.
+            const bool fits =
+                info.infiniband || (e.gid_type == IBV_GID_TYPE_ROCE_V2 && is_v4_mapped(g) == st.v4);
+            if (fits) {
                 pick = gi;
             }
         }
@@ -795,7 +797,6 @@ Result<void, Error> VerbsTransport::Impl::choose_gid(CreateState& st) {
 
 Result<void, Error> VerbsTransport::Impl::create_resources() {
     ibv_context* ctx = context.get();
-    const auto port = static_cast<std::uint8_t>(info.port);
     // Resources: comp channel, PD, one registered pool, CQs, the UD QP.
     channel.reset(ibv_create_comp_channel(ctx));
     if (!channel) {
@@ -835,6 +836,13 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
     if (!send_cq || !recv_cq) {
         return fail<void>("ibv_create_cq failed: " + posix::errno_text(), std::errc::io_error);
     }
+    return create_qp();
+}
+
+// The UD QP (inline data stepped down to none if the device grants none) through INIT, RTR,
+// RTS; the work-request scratch; the receive ring filled.
+Result<void, Error> VerbsTransport::Impl::create_qp() {
+    const auto port = static_cast<std::uint8_t>(info.port);
     ibv_qp_init_attr qa{};
     qa.send_cq = send_cq.get();
     qa.recv_cq = recv_cq.get();

@@ -8,6 +8,7 @@
 
 #include "lib/pgm/checksum.hpp"
 #include "lib/protocol/packed_ring.hpp"
+#include "lib/protocol/timer_wheel.hpp"
 #include "lib/runtime/page_buffer.hpp"
 
 namespace prizma::protocol {
@@ -25,9 +26,6 @@ enum class SlotState : std::uint8_t {
     have,       // data stored
     lost,       // unrecoverable, to be reported
 };
-
-constexpr std::uint32_t kNil = 0xffffffffU;
-constexpr std::uint32_t kWheelBuckets = 512;
 
 // Wheel tick: a power of two near a sixteenth of the shortest NAK interval (at least 1 us),
 // so a bucket holds timers that are due together and the wheel spans ~32 intervals.
@@ -57,12 +55,7 @@ struct Receiver::Peer {
         std::uint16_t len = 0;
         std::uint32_t off = 0;    // payload offset in `buffers`
         std::uint32_t alloc = 0;  // index of its record in `allocs`
-        std::int64_t deadline = kNever;
         pgm::FragmentInfo fragment{};
-        // Timer wheel links (slot indices) while the sqn is missing.
-        std::uint32_t wnext = kNil;
-        std::uint32_t wprev = kNil;
-        std::uint32_t wbucket = kNil;
     };
     // Payloads are packed into `buffers` in arrival order; records in `allocs` (same order)
     // let the oldest space be reclaimed once delivered, even when repairs arrive late.
@@ -94,14 +87,8 @@ struct Receiver::Peer {
     bool left_reported = false;
     Sqn trail_done{};  // apply_trail has handled every sqn before this one
     std::vector<Slot> slots;
-    // NAK timers (§6.3) of the missing sqns in a hashed timer wheel: each missing slot is
-    // linked into the bucket of its deadline, so a timer run visits only the buckets whose
-    // time has come, never the whole window (a receiver far behind may miss tens of
-    // thousands of sqns at once).
-    std::array<std::uint32_t, kWheelBuckets> wheel{};
-    std::array<std::uint64_t, kWheelBuckets / 64> wheel_bits{};  // non-empty buckets
-    std::int64_t wheel_tick = 0;                                 // first tick not yet fully visited
-    unsigned wheel_shift = 0;                                    // tick = 2^shift ns
+    // NAK timers (§6.3) of the missing sqns, by slot index (TimerWheel).
+    TimerWheel wheel;
     // Not a vector: a peer allocated at its first packet must not zero ~100 MB then (a pause
     // of tens of ms on the owner thread); its pages come at their first use.
     runtime::PageBuffer buffers;
@@ -149,60 +136,6 @@ struct Receiver::Peer {
     }
 
     Slot& slot(Sqn s, std::uint32_t mask) noexcept { return slots[s.value & mask]; }
-    void reset_wheel(unsigned shift) noexcept {
-        wheel.fill(kNil);
-        wheel_bits.fill(0);
-        wheel_tick = 0;
-        wheel_shift = shift;
-    }
-    void unlink(std::uint32_t idx) noexcept {
-        Slot& sl = slots[idx];
-        if (sl.wbucket == kNil) {
-            return;
-        }
-        if (sl.wprev != kNil) {
-            slots[sl.wprev].wnext = sl.wnext;
-        } else {
-            wheel[sl.wbucket] = sl.wnext;
-            if (sl.wnext == kNil) {
-                wheel_bits[sl.wbucket >> 6U] &= ~(std::uint64_t{1} << (sl.wbucket & 63U));
-            }
-        }
-        if (sl.wnext != kNil) {
-            slots[sl.wnext].wprev = sl.wprev;
-        }
-        sl.wnext = sl.wprev = sl.wbucket = kNil;
-    }
-    /// (Re)arms the NAK timer of missing slot idx.
-    void arm(std::uint32_t idx, std::int64_t deadline) noexcept {
-        unlink(idx);
-        Slot& sl = slots[idx];
-        sl.deadline = deadline;
-        const std::int64_t tick = std::max(deadline >> wheel_shift, wheel_tick);
-        const auto b = static_cast<std::uint32_t>(tick) & (kWheelBuckets - 1);
-        sl.wbucket = b;
-        sl.wprev = kNil;
-        sl.wnext = wheel[b];
-        if (sl.wnext != kNil) {
-            slots[sl.wnext].wprev = idx;
-        }
-        wheel[b] = idx;
-        wheel_bits[b >> 6U] |= std::uint64_t{1} << (b & 63U);
-    }
-    /// Start of the first tick after `tick` whose bucket holds a timer (kNever: none).
-    [[nodiscard]] std::int64_t next_armed(std::int64_t tick) const noexcept {
-        for (std::uint32_t k = 1; k <= kWheelBuckets; ++k) {
-            const auto b = static_cast<std::uint32_t>(tick + k) & (kWheelBuckets - 1);
-            const std::uint64_t w = wheel_bits[b >> 6U] >> (b & 63U);
-            if (w == 0) {
-                k += 63U - (b & 63U);  // rest of this word is empty
-                continue;
-            }
-            k += static_cast<std::uint32_t>(std::countr_zero(w));
-            return std::min(tick + k, tick + kWheelBuckets) << wheel_shift;
-        }
-        return kNever;
-    }
     /// The sqn held by slot idx, for a slot inside [next, next + capacity).
     [[nodiscard]] Sqn sqn_of(std::uint32_t idx, std::uint32_t mask) const noexcept {
         return next + ((idx - (next.value & mask)) & mask);
@@ -283,6 +216,7 @@ Receiver::Peer* Receiver::find(const Gsi& gsi, std::uint16_t sport) noexcept {
 std::unique_ptr<Receiver::Peer> Receiver::new_peer(bool prefault) const {
     auto p = std::make_unique<Peer>();
     p->slots.resize(capacity_);
+    p->wheel.resize(capacity_);
     p->buffers = runtime::PageBuffer(rxw_ring_bytes(cfg_), prefault);
     // Live payloads are at most one per window slot; delivered ones not yet reclaimed (stored
     // after the oldest live one, i.e. repairs) at most as many again.
@@ -307,7 +241,9 @@ Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
             auto slots = std::move(p->slots);
             auto buffers = std::move(p->buffers);
             auto allocs = std::move(p->allocs);
-            if (p->used) {  // fresh storage is clear already: no pass over it at a join
+            auto wheel = std::move(p->wheel);
+            const bool used = p->used;
+            if (used) {  // fresh storage is clear already: no pass over it at a join
                 std::fill(slots.begin(), slots.end(), Peer::Slot{});
             }
             *p = Peer{};
@@ -315,7 +251,8 @@ Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
             p->slots = std::move(slots);
             p->buffers = std::move(buffers);
             p->allocs = std::move(allocs);
-            p->reset_wheel(wheel_shift_);
+            p->wheel = std::move(wheel);
+            p->wheel.reset(wheel_shift_, used);
             p->in_use = true;
             p->tsi = tsi;
             p->counters.tsi = tsi;
@@ -412,11 +349,11 @@ void Receiver::mark_missing(Peer& p, Sqn last, std::int64_t now_ns) noexcept {
     const std::int64_t deadline = backoff(now_ns);
     const std::uint32_t mask = capacity_ - 1;
     for (Sqn s = p.lead + 1; precedes_or_equal(s, last); ++s) {
-        p.unlink(s.value & mask);  // (beyond the lead: never linked; kept safe anyway)
+        p.wheel.cancel(s.value & mask);  // (beyond the lead: never linked; kept safe anyway)
         auto& sl = p.slot(s, mask);
         sl = Peer::Slot{};
         sl.state = SlotState::back_off;
-        p.arm(s.value & mask, deadline);
+        p.wheel.arm(s.value & mask, deadline);
         ++p.missing;
     }
     p.nak_deadline = std::min(p.nak_deadline, deadline);
@@ -427,7 +364,7 @@ void Receiver::lose(Peer& p, Sqn s) noexcept {
     auto& sl = p.slot(s, capacity_ - 1);
     if (is_missing(sl.state)) {
         --p.missing;
-        p.unlink(s.value & (capacity_ - 1));
+        p.wheel.cancel(s.value & (capacity_ - 1));
     }
     sl.state = SlotState::lost;
     bump(p, &ReceiverCounters::lost_sqns, &PeerCounters::lost_sqns);
@@ -438,16 +375,12 @@ void Receiver::lose_all_missing(Peer& p) noexcept {
         return;
     }
     const std::uint32_t mask = capacity_ - 1;
-    for (std::uint32_t b = 0; b < kWheelBuckets && p.missing != 0; ++b) {
-        while (p.wheel[b] != kNil) {
-            const std::uint32_t idx = p.wheel[b];
-            if (is_missing(p.slots[idx].state)) {
-                lose(p, p.sqn_of(idx, mask));  // unlinks it
-            } else {
-                p.unlink(idx);  // only missing slots are linked; never loop on a stray one
-            }
+    // Only missing slots are armed; a stray one is just cancelled by drain().
+    p.wheel.drain([&](std::uint32_t idx) {
+        if (is_missing(p.slots[idx].state)) {
+            lose(p, p.sqn_of(idx, mask));  // cancels it
         }
-    }
+    });
 }
 
 // The source's trail (SPM, ODATA, RDATA) is the oldest sqn it can still repair: anything
@@ -473,7 +406,7 @@ void Receiver::apply_trail(Peer& p, std::int64_t now_ns) noexcept {
     p.trail_done = last_gone + 1;
     for (; precedes_or_equal(s, last_gone); ++s) {
         if (precedes(p.lead, s)) {
-            p.unlink(s.value & mask);
+            p.wheel.cancel(s.value & mask);
             auto& sl = p.slot(s, mask);
             sl = Peer::Slot{};
             sl.state = SlotState::lost;
@@ -592,7 +525,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
     auto& sl = p.slot(s, mask);
     if (was_missing) {
         --p.missing;
-        p.unlink(s.value & mask);
+        p.wheel.cancel(s.value & mask);
         bump(p, &ReceiverCounters::repaired, &PeerCounters::repaired);
     }
     sl = fresh;
@@ -631,8 +564,8 @@ void Receiver::on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noex
         // §6.3: NCF moves BACK-OFF / WAIT_NCF to WAIT_DATA, and restarts WAIT_DATA.
         sl.state = SlotState::wait_data;
         sl.ncf_retries = 0;
-        p.arm(s.value & mask, now_ns + cfg_.timers.nak_rdata_ivl_ns);
-        p.nak_deadline = std::min(p.nak_deadline, sl.deadline);
+        p.wheel.arm(s.value & mask, now_ns + cfg_.timers.nak_rdata_ivl_ns);
+        p.nak_deadline = std::min(p.nak_deadline, p.wheel.deadline(s.value & mask));
     }
 }
 
@@ -651,12 +584,12 @@ void Receiver::on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns)
         auto& sl = p.slot(s, mask);
         if (sl.state == SlotState::back_off) {
             sl.state = SlotState::wait_ncf;
-            p.arm(s.value & mask, now_ns + cfg_.timers.nak_rpt_ivl_ns);
+            p.wheel.arm(s.value & mask, now_ns + cfg_.timers.nak_rpt_ivl_ns);
             ++counters_.nak_suppressed;
         } else if (sl.state == SlotState::wait_ncf) {
-            p.arm(s.value & mask, now_ns + cfg_.timers.nak_rpt_ivl_ns);
+            p.wheel.arm(s.value & mask, now_ns + cfg_.timers.nak_rpt_ivl_ns);
         }
-        p.nak_deadline = std::min(p.nak_deadline, sl.deadline);
+        p.nak_deadline = std::min(p.nak_deadline, p.wheel.deadline(s.value & mask));
     }
 }
 
@@ -691,24 +624,9 @@ void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
 void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept {
     const std::uint32_t mask = capacity_ - 1;
     const auto& t = cfg_.timers;
-    // Collect the due timers from the buckets whose ticks have passed (all buckets, once, if
-    // more than a whole turn of the wheel has).
-    const std::int64_t now_tick = now_ns >> p.wheel_shift;
-    std::int64_t tick = std::max(p.wheel_tick, now_tick - (kWheelBuckets - 1));
-    std::int64_t next_deadline = kNever;
+    // The due timers, from the buckets whose ticks have passed.
     due_.clear();
-    for (; tick <= now_tick; ++tick) {
-        const auto b = static_cast<std::uint32_t>(tick) & (kWheelBuckets - 1);
-        for (std::uint32_t i = p.wheel[b]; i != kNil; i = p.slots[i].wnext) {
-            const std::int64_t d = p.slots[i].deadline;
-            if (d <= now_ns) {
-                due_.push_back(i);  // capacity_ reserved: every missing slot fits
-            } else if ((d >> p.wheel_shift) <= now_tick) {
-                next_deadline = std::min(next_deadline, d);  // later in this tick
-            }
-        }
-    }
-    p.wheel_tick = now_tick;
+    std::int64_t next_deadline = p.wheel.collect_due(now_ns, due_);
     // §6.3: NAKs go out oldest sqn first, consecutive ones packed into OPT_NAK_LIST.
     const std::uint32_t base = p.next.value & mask;
     std::sort(due_.begin(), due_.end(), [&](std::uint32_t a, std::uint32_t b) {
@@ -724,9 +642,9 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
                 if (cfg_.passive) {
                     // A passive receiver never NAKs: it waits as if an NCF had come.
                     sl.state = SlotState::wait_data;
-                    p.arm(idx, now_ns + t.nak_rdata_ivl_ns);
+                    p.wheel.arm(idx, now_ns + t.nak_rdata_ivl_ns);
                 } else if (!p.has_nla) {
-                    p.arm(idx, backoff(now_ns));  // §6.2: no NAK before the first SPM
+                    p.wheel.arm(idx, backoff(now_ns));  // §6.2: no NAK before the first SPM
                     if (p.spmr_deadline == kNever) {
                         p.spmr_deadline = now_ns + t.spmr_expiry_ns;
                     }
@@ -734,7 +652,7 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
                     batch[nb++] = s;
                     sl.state = SlotState::wait_ncf;
                     ++sl.ncf_retries;
-                    p.arm(idx, now_ns + t.nak_rpt_ivl_ns);
+                    p.wheel.arm(idx, now_ns + t.nak_rpt_ivl_ns);
                 }
                 break;
             case SlotState::wait_ncf:
@@ -743,7 +661,7 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
                     continue;
                 }
                 sl.state = SlotState::back_off;
-                p.arm(idx, backoff(now_ns));
+                p.wheel.arm(idx, backoff(now_ns));
                 break;
             case SlotState::wait_data:
                 ++sl.data_retries;
@@ -753,11 +671,11 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
                 }
                 sl.state = SlotState::back_off;
                 sl.ncf_retries = 0;
-                p.arm(idx, backoff(now_ns));
+                p.wheel.arm(idx, backoff(now_ns));
                 break;
             default: break;
         }
-        next_deadline = std::min(next_deadline, sl.deadline);
+        next_deadline = std::min(next_deadline, p.wheel.deadline(idx));
         if (nb == batch.size()) {
             send_nak(p, batch, sink);
             nb = 0;
@@ -766,7 +684,7 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
     if (nb != 0) {
         send_nak(p, std::span<const Sqn>(batch.data(), nb), sink);
     }
-    p.nak_deadline = std::min(next_deadline, p.next_armed(now_tick));
+    p.nak_deadline = std::min(next_deadline, p.wheel.next_armed());
 }
 
 void Receiver::send_nak(Peer& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept {
@@ -931,7 +849,7 @@ Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
             if (p.slot(y, mask).state != SlotState::lost) {
                 if (is_missing(p.slot(y, mask).state)) {
                     --p.missing;
-                    p.unlink(y.value & mask);
+                    p.wheel.cancel(y.value & mask);
                 }
                 p.release(p.slot(y, mask));
                 p.slot(y, mask).state = SlotState::lost;

@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <fmt/core.h>
 
+#include "examples/tools/cli.hpp"
 #include "lib/protocol/config.hpp"
 #include "lib/pubsub/session.hpp"
 #include "transports/memory/lossy_transport.hpp"
@@ -33,36 +33,6 @@ struct Args {
     std::size_t size = 100;
 };
 
-bool parse_args(int argc, char** argv, Args& a) {
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view k = argv[i];
-        auto next = [&]() -> const char* {
-            return i + 1 < argc ? argv[++i] : nullptr;
-        };
-        const char* v = nullptr;
-        if (k == "--help" || k == "-h") {
-            return false;
-        }
-        if (k == "--messages" && (v = next())) {
-            a.messages = std::stoull(v);
-        } else if (k == "--loss" && (v = next())) {
-            a.loss = std::stod(v);
-        } else if (k == "--seed" && (v = next())) {
-            a.seed = std::stoull(v);
-        } else if (k == "--size" && (v = next())) {
-            a.size = std::stoull(v);
-        } else {
-            fmt::print(stderr, "unknown or incomplete argument: {}\n", k);
-            return false;
-        }
-    }
-    if (a.loss < 0 || a.loss >= 1 || a.size < 8 || a.size > 60000 || a.messages == 0) {
-        fmt::print(stderr, "out of range: need 0 <= loss < 1, 8 <= size <= 60000, messages > 0\n");
-        return false;
-    }
-    return true;
-}
-
 struct Subscriber {
     std::unique_ptr<memory::MemoryTransport> mem;
     std::unique_ptr<memory::LossyTransport> lossy;
@@ -76,24 +46,25 @@ struct Subscriber {
 
 int main(int argc, char** argv) {
     Args args;
-    for (int i = 1; i < argc; ++i) {
-        if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-            fmt::print(
-                "usage: prizma-demo [--messages N] [--loss P] [--size BYTES] [--seed S]\n"
-                "  1 publisher -> 2 subscribers on an in-memory network, each losing P of\n"
-                "  the packets; exits 0 when both got every message once, in order.\n");
-            return 0;
-        }
-    }
-    try {
-        if (!parse_args(argc, argv, args)) {
-            fmt::print(stderr,
-                       "usage: prizma-demo [--messages N] [--loss P] [--size BYTES] [--seed S]\n");
-            return 2;
-        }
-    } catch (const std::exception&) {
-        fmt::print(stderr, "bad number in arguments\n");
-        return 2;
+    CLI::App app{"", "prizma-demo"};
+    tools::init(app, "prizma-demo [--messages N] [--loss P] [--size BYTES] [--seed S]",
+                "1 publisher -> 2 subscribers on an in-memory network, each losing P of the\n"
+                "packets; exits 0 when both got every message once, in order.");
+    app.add_option("--messages", args.messages, "Messages to publish, > 0 (default 20000)")
+        ->type_name("N")
+        ->check(tools::whole(1));
+    app.add_option("--loss", args.loss,
+                   "Share of the packets each subscriber loses, 0 <= P < 1\n(default 0.05)")
+        ->type_name("P")
+        ->check(tools::real(tools::Interval{0, false, 1, true}));
+    app.add_option("--size", args.size, "Bytes per message, 8..60000 (default 100)")
+        ->type_name("BYTES")
+        ->check(tools::whole(8, 60000));
+    app.add_option("--seed", args.seed, "Seed of the packet loss (default 1)")
+        ->type_name("S")
+        ->check(tools::whole());
+    if (const int rc = tools::parse(app, argc, argv); rc >= 0) {
+        return rc;
     }
     memory::MemoryNetwork net(memory::MemoryNetwork::Config{1472, 16384, 64});
     const auto timers = protocol::preset(protocol::Preset::lan);

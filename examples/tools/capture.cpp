@@ -32,25 +32,13 @@
 
 #include <fmt/format.h>
 
-#include "examples/tools/tool_util.hpp"
+#include "examples/tools/cli.hpp"
 #include "lib/pgm/packet.hpp"
 #include "transports/udp/udp_transport.hpp"
 
 namespace {
 
 std::atomic<bool> g_stop{false};
-
-void usage(std::FILE* to) {
-    fmt::print(to,
-               "usage: prizma-capture URI --output FILE.pcap [--count N] [--timeout SECONDS]\n"
-               "       prizma-capture --replay FILE.pcap URI [--fast]\n"
-               "  URI: udp://GROUP:PORT?iface=ADDR. Capture writes every PGM packet heard on the\n"
-               "  channel (data, repairs, SPMs, NCFs) to a pcap file Wireshark decodes; --count "
-               "stops\n"
-               "  after N packets, --timeout after SECONDS without one. Replay sends a capture's "
-               "PGM\n"
-               "  packets to URI's group with their original spacing (--fast: back to back).\n");
-}
 
 constexpr std::uint32_t kPcapMagicUs = 0xa1b2c3d4U;
 constexpr std::uint32_t kPcapMagicNs = 0xa1b23c4dU;
@@ -327,45 +315,63 @@ int replay(const std::string& file, const std::string& uri, bool fast) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<std::string_view> args(argv + 1, argv + argc);
-    if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-        usage(stdout);
-        return 0;
-    }
-    if (args.size() >= 3 && args[0] == "--replay") {
-        const bool fast = args.size() == 4 && args[3] == "--fast";
-        if (args.size() > 4 || (args.size() == 4 && !fast)) {
-            usage(stderr);
-            return 2;
-        }
-        return replay(std::string(args[1]), std::string(args[2]), fast);
-    }
     std::string uri;
     std::string out;
+    std::string replay_file;
     std::uint64_t count = 0;
     double timeout = 0;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const bool has_value = i + 1 < args.size();
-        if (args[i] == "--output" && has_value) {
-            out = args[++i];
-        } else if (args[i] == "--count" && has_value
-                   && prizma::tools::parse_u64(args[i + 1], count)) {
-            ++i;
-        } else if (args[i] == "--timeout" && has_value
-                   && prizma::tools::parse_double(args[i + 1], timeout) && timeout >= 0) {
-            ++i;
-        } else if (uri.empty() && !args[i].starts_with("--")) {
-            uri = args[i];
-        } else {
-            fmt::print(stderr, "prizma-capture: bad or incomplete argument '{}'\n", args[i]);
-            usage(stderr);
-            return 2;
+    bool fast = false;
+    CLI::App app{"", "prizma-capture"};
+    prizma::tools::init(
+        app,
+        "prizma-capture URI --output FILE.pcap [--count N] [--timeout SECONDS]\n"
+        "       prizma-capture --replay FILE.pcap URI [--fast]",
+        "Capture writes every PGM packet heard on the channel URI (data, repairs, SPMs, NCFs)\n"
+        "to a pcap file Wireshark decodes (tshark -r FILE -d udp.port==PORT,pgm). Replay\n"
+        "sends a capture's PGM packets to URI's group with their original spacing.",
+        "Capture stops at SIGINT/SIGTERM, after --count packets or --timeout seconds without\n"
+        "one. Unicast NAKs go to the source, not to the group: they are not captured. Replay\n"
+        "reads raw IP, Ethernet and Linux cooked captures (not pcapng) and skips every record\n"
+        "that is not a well-formed downstream PGM packet (ODATA, RDATA, SPM, NCF).");
+    app.add_option("URI", uri, "udp://GROUP:PORT?iface=ADDR (every key: docs/URI.md)")
+        ->required()
+        ->type_name("");
+    auto* output = app.add_option("--output", out, "Capture into this pcap file")
+                       ->type_name("FILE.pcap")
+                       ->group("Capture");
+    auto* count_opt = app.add_option("--count", count, "Stop after N packets (default 0: no limit)")
+                          ->type_name("N")
+                          ->check(prizma::tools::whole())
+                          ->group("Capture");
+    auto* timeout_opt = app.add_option("--timeout", timeout,
+                                       "Stop after SECONDS without a packet (default 0: never)")
+                            ->type_name("SECONDS")
+                            ->check(prizma::tools::at_least(0))
+                            ->group("Capture");
+    auto* replay_opt = app.add_option("--replay", replay_file, "Replay this pcap file onto URI")
+                           ->type_name("FILE.pcap")
+                           ->group("Replay");
+    auto* fast_opt =
+        app.add_flag("--fast", fast, "Send back to back, not with the capture's timing")
+            ->group("Replay");
+    app.callback([&] {
+        if (replay_opt->count() != 0) {
+            for (const CLI::Option* o : {output, count_opt, timeout_opt}) {
+                if (o->count() != 0) {
+                    throw CLI::ExcludesError("--replay", o->get_name());
+                }
+            }
+        } else if (fast_opt->count() != 0) {
+            throw CLI::RequiresError("--fast", "--replay");
+        } else if (output->count() == 0) {
+            throw CLI::RequiredError("--output FILE.pcap (or --replay FILE.pcap)");
         }
+    });
+    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
+        return rc;
     }
-    if (uri.empty() || out.empty()) {
-        fmt::print(stderr, "prizma-capture: need URI and --output FILE\n");
-        usage(stderr);
-        return 2;
+    if (replay_opt->count() != 0) {
+        return replay(replay_file, uri, fast);
     }
     return capture(uri, out, count, timeout);
 }

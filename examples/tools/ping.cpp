@@ -7,33 +7,19 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <fmt/core.h>
 
 #include <prizma/prizma.hpp>
 
-#include "examples/tools/histogram.hpp"
-#include "examples/tools/tool_util.hpp"
+#include "cli.hpp"
+#include "histogram.hpp"
+#include "tool_util.hpp"
 
 namespace {
 
 constexpr std::uint64_t kProbe = ~std::uint64_t{0};  // handshake messages carry this seq
-
-void usage() {
-    fmt::print(
-        stderr,
-        "usage: prizma-ping PING_URI PONG_URI --count N --size BYTES [--warmup N] [--rate R]\n"
-        "                   [--wait spin|block] [--cpu N] [--preset wan|lan|rdma]\n"
-        "                   [--window PACKETS] [--timeout SECONDS] [--json]\n"
-        "  Sends N messages of BYTES (>= 16) on PING_URI; prizma-pong echoes them on PONG_URI.\n"
-        "  Closed loop (default): one message in flight. --rate R: open loop at R msgs/s, RTT\n"
-        "  measured from each message's scheduled send time (no coordinated omission).\n"
-        "  --warmup N round trips first, not recorded (default 1000 or N/10, the smaller).\n"
-        "  --wait spin (default) busy-polls; block sleeps on the transports' wakeup fds.\n"
-        "  Prints min/p50/p90/p99/p99.9/max RTT; --json prints one JSON object instead.\n");
-}
 
 std::uint64_t load_u64(const std::byte* p) noexcept {
     std::uint64_t v = 0;
@@ -46,7 +32,7 @@ struct Args {
     std::string pong_uri;
     std::uint64_t count = 0;
     std::uint64_t size = 0;
-    std::uint64_t warmup = ~std::uint64_t{0};
+    std::uint64_t warmup = 0;  // default: min(1000, count / 10)
     double rate = 0;
     bool spin = true;
     int cpu = -1;
@@ -56,57 +42,67 @@ struct Args {
 };
 
 int parse(int argc, char** argv, Args& a) {
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view k = argv[i];
-        const bool has = i + 1 < argc;
-        const std::string_view v = has ? std::string_view(argv[i + 1]) : std::string_view{};
-        std::uint64_t n = 0;
-        if (k == "--help" || k == "-h") {
-            usage();
-            return 0;
-        }
-        if (k == "--count" && has && prizma::tools::parse_u64(v, a.count)) {
-            ++i;
-        } else if (k == "--size" && has && prizma::tools::parse_u64(v, a.size)) {
-            ++i;
-        } else if (k == "--warmup" && has && prizma::tools::parse_u64(v, a.warmup)) {
-            ++i;
-        } else if (k == "--rate" && has && prizma::tools::parse_double(v, a.rate)) {
-            ++i;
-        } else if (k == "--timeout" && has && prizma::tools::parse_double(v, a.timeout)
-                   && a.timeout > 0) {
-            ++i;
-        } else if (k == "--wait" && has && (v == "spin" || v == "block")) {
-            a.spin = v == "spin";
-            ++i;
-        } else if (k == "--cpu" && has && prizma::tools::parse_u64(v, n) && n < 4096) {
-            a.cpu = static_cast<int>(n);
-            ++i;
-        } else if (k == "--preset" && has) {
-            a.opts.preset = std::string(v);
-            ++i;
-        } else if (k == "--window" && has && prizma::tools::parse_u64(v, n) && n >= 64
-                   && n <= (1U << 30U)) {
-            a.opts.window_sqns = static_cast<std::uint32_t>(n);
-            ++i;
-        } else if (k == "--json") {
-            a.json = true;
-        } else if (!k.starts_with("--") && a.ping_uri.empty()) {
-            a.ping_uri = std::string(k);
-        } else if (!k.starts_with("--") && a.pong_uri.empty()) {
-            a.pong_uri = std::string(k);
-        } else {
-            fmt::print(stderr, "prizma-ping: bad or incomplete argument '{}'\n", k);
-            usage();
-            return 2;
-        }
+    CLI::App app{"", "prizma-ping"};
+    prizma::tools::init(
+        app,
+        "prizma-ping PING_URI PONG_URI --count N --size BYTES [--warmup N] [--rate R]\n"
+        "                   [--wait spin|block] [--cpu N] [--preset wan|lan|rdma]\n"
+        "                   [--window PACKETS] [--timeout SECONDS] [--json]",
+        "Sends N messages of BYTES on PING_URI; prizma-pong echoes them on PONG_URI. Prints\n"
+        "min/p50/p90/p99/p99.9/max round-trip time (RTT).",
+        "Closed loop (default): one message in flight. --rate R: open loop at R msgs/s, RTT\n"
+        "measured from each message's scheduled send time (no coordinated omission).\n"
+        "Exits 1 when prizma-pong does not answer, a reply is lost or --timeout runs out.");
+    app.add_option("PING_URI", a.ping_uri,
+                   "Channel the messages go out on (prizma-pong's PING_URI)")
+        ->required()
+        ->type_name("");
+    app.add_option("PONG_URI", a.pong_uri,
+                   "Channel the echoes come back on (prizma-pong's PONG_URI)")
+        ->required()
+        ->type_name("");
+    app.add_option("--count", a.count, "Round trips measured (> 0)")
+        ->required()
+        ->type_name("N")
+        ->check(prizma::tools::whole(1));
+    app.add_option("--size", a.size, "Bytes per message (>= 16: sequence number and send time)")
+        ->required()
+        ->type_name("BYTES")
+        ->check(prizma::tools::whole(16));
+    app.add_option("--warmup", a.warmup,
+                   "Round trips first, not recorded (default 1000 or N/10, the smaller)")
+        ->type_name("N")
+        ->check(prizma::tools::whole());
+    app.add_option("--rate", a.rate, "Open loop at R messages/s (default 0: closed loop)")
+        ->type_name("R")
+        ->check(prizma::tools::at_least(0));
+    std::string wait = "spin";
+    app.add_option("--wait", wait,
+                   "spin busy-polls (default); block sleeps on the transports'\n"
+                   "wakeup fds")
+        ->type_name("spin|block")
+        ->check(prizma::tools::one_of({"spin", "block"}));
+    app.add_option("--cpu", a.cpu, "Pin the thread to this CPU (default: not pinned)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(0, 4095));
+    app.add_option("--preset", a.opts.preset, "Timer preset (default lan)")
+        ->type_name("wan|lan|rdma")
+        ->check(prizma::tools::one_of({"wan", "lan", "rdma"}));
+    app.add_option("--window", a.opts.window_sqns,
+                   "Transmit/receive window in packets, 64..2^30 (default 65536)")
+        ->type_name("PACKETS")
+        ->check(prizma::tools::whole(64, 1U << 30U));
+    app.add_option("--timeout", a.timeout,
+                   "Give up when no reply comes for this long, and on the handshake\n"
+                   "with prizma-pong (default 10)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_flag("--json", a.json, "Print one JSON object instead of the text summary");
+    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
+        return rc;
     }
-    if (a.ping_uri.empty() || a.pong_uri.empty() || a.count == 0 || a.size < 16) {
-        fmt::print(stderr, "prizma-ping: need PING_URI, PONG_URI, --count N > 0, --size S >= 16\n");
-        usage();
-        return 2;
-    }
-    if (a.warmup == ~std::uint64_t{0}) {
+    a.spin = wait == "spin";
+    if (app.count("--warmup") == 0) {
         a.warmup = std::min<std::uint64_t>(1000, a.count / 10);
     }
     return -1;
@@ -151,7 +147,7 @@ int main(int argc, char** argv) {
     for (std::size_t k = 16; k < size; ++k) {
         msg[k] = static_cast<std::byte>(k & 0xffU);
     }
-    const auto timeout_ns = static_cast<std::int64_t>(a.timeout * 1e9);
+    const auto timeout_ns = static_cast<std::int64_t>(std::min(a.timeout, 1e9) * 1e9);
     auto now = [] {
         return prizma::Context::now_ns();
     };

@@ -7,27 +7,18 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <fmt/core.h>
 
 #include <prizma/prizma.hpp>
 
-#include "examples/tools/tool_util.hpp"
+#include "cli.hpp"
+#include "tool_util.hpp"
 
 namespace {
 
 std::atomic<bool> g_stop{false};
-
-void usage() {
-    fmt::print(stderr,
-               "usage: prizma-pong PING_URI PONG_URI [--count N] [--wait spin|block] [--cpu N]\n"
-               "                   [--preset wan|lan|rdma] [--window PACKETS]\n"
-               "  Echoes each message from PING_URI onto PONG_URI until N messages were echoed\n"
-               "  (default: until SIGINT/SIGTERM). --wait spin (default) busy-polls; block sleeps\n"
-               "  on the transports' wakeup fds.\n");
-}
 
 }  // namespace
 
@@ -35,48 +26,48 @@ int main(int argc, char** argv) {
     std::string ping_uri;
     std::string pong_uri;
     std::uint64_t count = 0;  // 0 = forever
-    bool spin = true;
+    std::string wait = "spin";
     int cpu = -1;
     prizma::ChannelOptions opts;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view a = argv[i];
-        const bool has_value = i + 1 < argc;
-        std::uint64_t v = 0;
-        if (a == "--help" || a == "-h") {
-            usage();
-            return 0;
-        }
-        if (a == "--count" && has_value && prizma::tools::parse_u64(argv[i + 1], count)) {
-            ++i;
-        } else if (a == "--wait" && has_value
-                   && (std::string_view(argv[i + 1]) == "spin"
-                       || std::string_view(argv[i + 1]) == "block")) {
-            spin = std::string_view(argv[++i]) == "spin";
-        } else if (a == "--cpu" && has_value && prizma::tools::parse_u64(argv[i + 1], v)
-                   && v < 4096) {
-            cpu = static_cast<int>(v);
-            ++i;
-        } else if (a == "--preset" && has_value) {
-            opts.preset = argv[++i];
-        } else if (a == "--window" && has_value && prizma::tools::parse_u64(argv[i + 1], v)
-                   && v >= 64 && v <= (1U << 30U)) {
-            opts.window_sqns = static_cast<std::uint32_t>(v);
-            ++i;
-        } else if (!a.starts_with("--") && ping_uri.empty()) {
-            ping_uri = a;
-        } else if (!a.starts_with("--") && pong_uri.empty()) {
-            pong_uri = a;
-        } else {
-            fmt::print(stderr, "prizma-pong: bad or incomplete argument '{}'\n", a);
-            usage();
-            return 2;
-        }
+    CLI::App app{"", "prizma-pong"};
+    prizma::tools::init(
+        app,
+        "prizma-pong PING_URI PONG_URI [--count N] [--wait spin|block] [--cpu N]\n"
+        "                   [--preset wan|lan|rdma] [--window PACKETS]",
+        "Echoes each message from PING_URI onto PONG_URI, unchanged, for prizma-ping.",
+        "Prints \"echoing\" on stderr once both channels are open (scripts wait for it), and a\n"
+        "summary line at the end. Exits 1 after an unrecoverable loss on PING_URI or a failed\n"
+        "echo.");
+    app.add_option("PING_URI", ping_uri, "Channel the messages come in on (prizma-ping's PING_URI)")
+        ->required()
+        ->type_name("");
+    app.add_option("PONG_URI", pong_uri, "Channel the echoes go out on (prizma-ping's PONG_URI)")
+        ->required()
+        ->type_name("");
+    app.add_option("--count", count,
+                   "Stop after echoing N messages; prizma-ping's handshake probes do\n"
+                   "not count (default 0: until SIGINT/SIGTERM)")
+        ->type_name("N")
+        ->check(prizma::tools::whole());
+    app.add_option("--wait", wait,
+                   "spin busy-polls (default); block sleeps on the transports'\n"
+                   "wakeup fds")
+        ->type_name("spin|block")
+        ->check(prizma::tools::one_of({"spin", "block"}));
+    app.add_option("--cpu", cpu, "Pin the thread to this CPU (default: not pinned)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(0, 4095));
+    app.add_option("--preset", opts.preset, "Timer preset (default lan)")
+        ->type_name("wan|lan|rdma")
+        ->check(prizma::tools::one_of({"wan", "lan", "rdma"}));
+    app.add_option("--window", opts.window_sqns,
+                   "Transmit/receive window in packets, 64..2^30 (default 65536)")
+        ->type_name("PACKETS")
+        ->check(prizma::tools::whole(64, 1U << 30U));
+    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
+        return rc;
     }
-    if (ping_uri.empty() || pong_uri.empty()) {
-        fmt::print(stderr, "prizma-pong: need PING_URI and PONG_URI\n");
-        usage();
-        return 2;
-    }
+    const bool spin = wait == "spin";
     if (cpu >= 0) {
         if (const std::string e = prizma::tools::pin_to_cpu(cpu); !e.empty()) {
             fmt::print(stderr, "prizma-pong: {}\n", e);

@@ -1,73 +1,69 @@
 // SPDX-License-Identifier: Apache-2.0
-// prizma-recv URI --count N [--timeout SECONDS] [--preset P] [--recover] [--spin] [--verbose]
+// prizma-recv URI --count N [--timeout SECONDS] [--deadline SECONDS] [--preset P] [--recover]
+//             [--spin] [--verbose]
 // Checks that messages 0..N-1 (64-bit little-endian counter in the first 8 bytes) arrive once
 // each; exits 0 only then.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <fmt/core.h>
 
 #include <prizma/prizma.hpp>
 
-namespace {
-
-void usage() {
-    fmt::print(
-        stderr,
-        "usage: prizma-recv URI --count N [--timeout SECONDS] [--preset wan|lan|rdma] [--recover]\n"
-        "                   [--spin] [--verbose]\n"
-        "  --spin: busy-poll (never sleep between polls), as a latency-critical consumer does.\n"
-        "  Exits 0 only when messages 0..N-1 all arrived exactly once.\n");
-}
-
-}  // namespace
+#include "cli.hpp"
 
 int main(int argc, char** argv) {
     std::string uri;
-    long long count = -1;
+    std::uint64_t n = 0;
     double timeout = 30;
+    double deadline_s = 0;  // 0: none
     bool verbose = false;
     bool spin = false;
     prizma::ChannelOptions opts;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view a = argv[i];
-        const bool has_value = i + 1 < argc;
-        try {
-            if (a == "--help" || a == "-h") {
-                usage();
-                return 0;
-            }
-            if (a == "--count" && has_value) {
-                count = std::stoll(argv[++i]);
-            } else if (a == "--timeout" && has_value) {
-                timeout = std::stod(argv[++i]);
-            } else if (a == "--preset" && has_value) {
-                opts.preset = argv[++i];
-            } else if (a == "--recover") {
-                opts.recover_history = true;
-            } else if (a == "--verbose") {
-                verbose = true;
-            } else if (a == "--spin") {
-                spin = true;
-            } else if (uri.empty() && !a.starts_with("--")) {
-                uri = a;
-            } else {
-                throw std::invalid_argument("bad argument");
-            }
-        } catch (const std::exception&) {
-            fmt::print(stderr, "prizma-recv: bad or incomplete argument '{}'\n", a);
-            usage();
-            return 2;
-        }
-    }
-    if (uri.empty() || count < 0 || timeout <= 0) {
-        fmt::print(stderr, "prizma-recv: need URI and --count N\n");
-        usage();
-        return 2;
+    CLI::App app{"", "prizma-recv"};
+    prizma::tools::init(
+        app,
+        "prizma-recv URI --count N [--timeout SECONDS] [--deadline SECONDS]\n"
+        "                   [--preset wan|lan|rdma] [--recover] [--spin] [--verbose]",
+        "Subscribes to URI and checks that messages 0..N-1 from prizma-send (a 64-bit\n"
+        "little-endian index in the first 8 bytes) all arrive exactly once.",
+        "Exits 0 only when messages 0..N-1 all arrived exactly once; 1 when a message is\n"
+        "missing, duplicated or out of range, or --timeout / --deadline ran out first.\n"
+        "Prints \"listening on URI\" on stderr once the channel is open (scripts wait for it).");
+    app.add_option("URI", uri,
+                   "udp://GROUP:PORT?iface=ADDR[&loss=P&seed=N...], verbs://...\n"
+                   "or mem://NAME:DPORT (every key: docs/URI.md)")
+        ->required()
+        ->type_name("");
+    app.add_option("--count", n, "Messages expected (indexes 0..N-1)")
+        ->required()
+        ->type_name("N")
+        ->check(prizma::tools::whole());
+    app.add_option("--timeout", timeout,
+                   "Idle timeout: give up when no message has arrived for this long\n"
+                   "(from the start until the first one; default 30)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_option("--deadline", deadline_s,
+                   "Give up this long after the start, whatever arrives (default: none)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_option("--preset", opts.preset, "Timer preset (default lan)")
+        ->type_name("wan|lan|rdma")
+        ->check(prizma::tools::one_of({"wan", "lan", "rdma"}));
+    app.add_flag("--recover", opts.recover_history,
+                 "Late join: recover the source's history back to its trail\n"
+                 "(default: start at the first packet heard)");
+    app.add_flag("--spin", spin,
+                 "Busy-poll (never sleep between polls), as a latency-critical\n"
+                 "consumer does (default: sleep on the transport's wakeup)");
+    app.add_flag("--verbose", verbose, "Print every message and source event");
+    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
+        return rc;
     }
     auto ctx = prizma::Context::create();
     if (!ctx) {
@@ -84,7 +80,6 @@ int main(int argc, char** argv) {
     const std::string local = sub->local_address();
     fmt::print(stderr, "prizma-recv: listening on {}{}{}\n", uri, local.empty() ? "" : " at ",
                local);
-    const auto n = static_cast<std::uint64_t>(count);
     std::vector<std::uint8_t> seen(n, 0);
     std::uint64_t received = 0;
     std::uint64_t unique = 0;
@@ -94,13 +89,28 @@ int main(int argc, char** argv) {
     std::uint64_t loss_events = 0;
     std::uint64_t bytes = 0;
     std::uint64_t expect = 0;
-    std::chrono::steady_clock::time_point first{};
-    std::chrono::steady_clock::time_point last{};
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-    auto now = std::chrono::steady_clock::now();
-    while (unique < n && now < deadline) {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point first{};
+    Clock::time_point last{};
+    auto seconds = [](double s) {  // (at most ~30 years: no overflow)
+        return std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(std::min(s, 1e9)));
+    };
+    const auto idle_limit = seconds(timeout);
+    const auto start = Clock::now();
+    const auto deadline = deadline_s > 0 ? start + seconds(deadline_s) : Clock::time_point::max();
+    auto now = start;
+    auto last_arrival = start;  // the idle timeout counts from here
+    bool idle_out = false;
+    bool deadline_out = false;
+    while (unique < n) {
+        idle_out = now - last_arrival >= idle_limit;
+        deadline_out = now >= deadline;
+        if (idle_out || deadline_out) {
+            break;
+        }
         const int work = ctx->poll();
-        now = std::chrono::steady_clock::now();  // one clock read per batch, not per message
+        now = Clock::now();  // one clock read per batch, not per message
         const std::size_t got = sub->poll(256, [&](const prizma::Message& m) {
             if (m.kind == prizma::MessageKind::loss) {
                 ++loss_events;
@@ -118,6 +128,7 @@ int main(int argc, char** argv) {
                 first = now;
             }
             last = now;
+            last_arrival = now;
             ++received;
             bytes += m.payload.size();
             std::uint64_t idx = UINT64_MAX;
@@ -145,6 +156,11 @@ int main(int argc, char** argv) {
         if (work == 0 && got == 0 && !spin) {
             ctx->wait(std::chrono::milliseconds(1));
         }
+    }
+    if (idle_out) {
+        fmt::print(stderr, "prizma-recv: no message for {} s (--timeout)\n", timeout);
+    } else if (deadline_out) {
+        fmt::print(stderr, "prizma-recv: --deadline of {} s reached\n", deadline_s);
     }
     const double secs = std::chrono::duration<double>(last - first).count();
     const auto c = sub->counters();

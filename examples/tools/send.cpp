@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// prizma-send URI --count N --size S [--rate MSGS_PER_S] [--preset P] [--linger SECONDS]
+// prizma-send URI --count N --size BYTES [--rate MSGS_PER_S] [--preset P] [--linger SECONDS]
 // Message i carries i as a 64-bit little-endian counter in its first 8 bytes, then filler.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -14,67 +13,49 @@
 
 #include <prizma/prizma.hpp>
 
-namespace {
-
-void usage() {
-    fmt::print(
-        stderr,
-        "usage: prizma-send URI --count N --size BYTES [--rate MSGS_PER_S] [--preset "
-        "wan|lan|rdma]\n"
-        "                   [--linger SECONDS]\n"
-        "  URI: udp://GROUP:PORT?iface=ADDR[&dport=N&ttl=N...] or mem://NAME:DPORT\n"
-        "  Each message starts with its index as a 64-bit little-endian counter.\n"
-        "  After the last message the sender keeps answering NAKs for --linger seconds (2).\n");
-}
-
-bool num(std::string_view s, double& out) {
-    try {
-        std::size_t pos = 0;
-        out = std::stod(std::string(s), &pos);
-        return pos == s.size() && out >= 0;
-    } catch (const std::exception&) {
-        return false;
-    }
-}
-
-}  // namespace
+#include "cli.hpp"
 
 int main(int argc, char** argv) {
     std::string uri;
-    double count = -1;
-    double size = -1;
+    std::uint64_t n = 0;
+    std::size_t bytes = 0;
     double rate = 0;
     double linger = 2;
     prizma::ChannelOptions opts;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view a = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (a == "--help" || a == "-h") {
-            usage();
-            return 0;
-        }
-        if (a == "--count" && has_value && num(argv[i + 1], count)) {
-            ++i;
-        } else if (a == "--size" && has_value && num(argv[i + 1], size)) {
-            ++i;
-        } else if (a == "--rate" && has_value && num(argv[i + 1], rate)) {
-            ++i;
-        } else if (a == "--linger" && has_value && num(argv[i + 1], linger)) {
-            ++i;
-        } else if (a == "--preset" && has_value) {
-            opts.preset = argv[++i];
-        } else if (uri.empty() && !a.starts_with("--")) {
-            uri = a;
-        } else {
-            fmt::print(stderr, "prizma-send: bad or incomplete argument '{}'\n", a);
-            usage();
-            return 2;
-        }
-    }
-    if (uri.empty() || count < 0 || size < 8) {
-        fmt::print(stderr, "prizma-send: need URI, --count N and --size S (S >= 8)\n");
-        usage();
-        return 2;
+    CLI::App app{"", "prizma-send"};
+    prizma::tools::init(
+        app,
+        "prizma-send URI --count N --size BYTES [--rate MSGS_PER_S] [--preset wan|lan|rdma]\n"
+        "                   [--linger SECONDS]",
+        "Publishes N messages of BYTES on URI. Each message starts with its index as a 64-bit\n"
+        "little-endian counter (prizma-recv checks them).",
+        "After the last message the sender keeps answering NAKs for --linger seconds, then\n"
+        "closes the channel (FIN). Prints the rate and the publisher's counters.");
+    app.add_option("URI", uri,
+                   "udp://GROUP:PORT?iface=ADDR[&dport=N&ttl=N...], verbs://...\n"
+                   "or mem://NAME:DPORT (every key: docs/URI.md)")
+        ->required()
+        ->type_name("");
+    app.add_option("--count", n, "Messages to send")
+        ->required()
+        ->type_name("N")
+        ->check(prizma::tools::whole());
+    app.add_option("--size", bytes, "Bytes per message (>= 8, at most the channel's maximum)")
+        ->required()
+        ->type_name("BYTES")
+        ->check(prizma::tools::whole(8));
+    app.add_option("--rate", rate, "Messages per second (default 0: as fast as possible)")
+        ->type_name("MSGS_PER_S")
+        ->check(prizma::tools::at_least(0));
+    app.add_option("--preset", opts.preset, "Timer preset (default lan)")
+        ->type_name("wan|lan|rdma")
+        ->check(prizma::tools::one_of({"wan", "lan", "rdma"}));
+    app.add_option("--linger", linger,
+                   "Keep answering NAKs this long after the last message\n(default 2)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::at_least(0));
+    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
+        return rc;
     }
     auto ctx = prizma::Context::create();
     if (!ctx) {
@@ -86,8 +67,6 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "prizma-send: {}: {}\n", uri, pub.error().message());
         return 1;
     }
-    const auto n = static_cast<std::uint64_t>(count);
-    const auto bytes = static_cast<std::size_t>(size);
     if (bytes > pub->max_message_size()) {
         fmt::print(stderr,
                    "prizma-send: --size {} exceeds the maximum message size {} on this channel\n",

@@ -1,48 +1,43 @@
 // SPDX-License-Identifier: Apache-2.0
 // prizma-stat: the counters of running prizma processes, read from outside through the
-// shared-memory file each Context keeps (see Context::stats_file()), like AeronStat.
+// shared-memory file each Context keeps (see Context::stats_file()), like AeronStat. Uses the
+// public reader, <prizma/stats.hpp>, only.
 //
 //   prizma-stat [--once] [--interval SECONDS] [--dir DIR] [--pid PID] [--all] [--clean]
+//               [--json]
 //
 // Live (default): redraws every --interval (1 s) with per-second rates; --once prints one
 // snapshot. Per channel (publisher or subscriber, its URI): NAK, NCF, RDATA, loss,
 // back-pressure and every other non-zero counter, the transport's own counters included.
 // Files of processes that have exited are skipped (--all shows them, --clean removes them).
-#include <unistd.h>
-
-#include <algorithm>
+// --json: the same as one JSON document (live: one document per line and interval).
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
-#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "examples/tools/tool_util.hpp"
-#include "lib/pubsub/stats_file.hpp"
+#include <prizma/stats.hpp>
+
+#include "cli.hpp"
+#include "tool_util.hpp"
 
 namespace {
 
 std::atomic<bool> g_stop{false};
 
-void usage(std::FILE* to) {
-    fmt::print(to,
-               "usage: prizma-stat [--once] [--interval SECONDS] [--dir DIR] [--pid PID] [--all]\n"
-               "                   [--clean]\n"
-               "  Prints the counters of running prizma processes from their stats files\n"
-               "  (default dir: $PRIZMA_STATS_DIR or /dev/shm/prizma). Live unless --once;\n"
-               "  --all includes exited processes' files, --clean deletes those files.\n");
-}
-
 bool alive(std::uint64_t pid) {
-    return std::filesystem::exists("/proc/" + std::to_string(pid));
+    std::error_code ec;
+    return std::filesystem::exists("/proc/" + std::to_string(pid), ec);
 }
 
 std::string comm_of(std::uint64_t pid) {
@@ -52,6 +47,12 @@ std::string comm_of(std::uint64_t pid) {
     return s.empty() ? "?" : s;
 }
 
+std::int64_t unix_now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
 struct Options {
     bool once = false;
     double interval = 1.0;
@@ -59,54 +60,80 @@ struct Options {
     std::uint64_t pid = 0;
     bool all = false;
     bool clean = false;
+    bool json = false;
 };
 
-using Previous = std::map<std::string, std::uint64_t>;  // file/channel/counter -> value
+/// One stats file to show.
+struct Process {
+    std::string file;
+    prizma::stats::Snapshot snap;
+    bool running = false;
+    std::string command;  ///< /proc/PID/comm while running
+};
 
-/// Prints every matching file once; returns how many processes were shown.
-int show(const Options& o, Previous& prev, double since_last_s) {
-    std::error_code ec;
-    std::vector<std::filesystem::path> files;
-    for (const auto& e : std::filesystem::directory_iterator(o.dir, ec)) {
-        if (e.path().extension() == ".stats") {
-            files.push_back(e.path());
-        }
+/// What one look at the directory found.
+struct Scan {
+    std::vector<Process> shown;
+    std::vector<std::pair<std::string, std::string>> errors;  ///< file, what is wrong
+    std::vector<std::string> removed;                         ///< by --clean
+};
+
+/// Reads every stats file of the directory that --pid/--all select; --clean removes the files
+/// of processes that have exited.
+Scan scan(const Options& o) {
+    Scan out;
+    auto files = prizma::stats::list_files(o.dir);
+    if (!files) {
+        out.errors.emplace_back(o.dir, files.error().message());
+        return out;
     }
-    std::sort(files.begin(), files.end());
-    int shown = 0;
-    for (const auto& path : files) {
-        std::string err;
-        auto snap = prizma::stats::read(path.string(), &err);
+    for (const auto& path : *files) {
+        auto snap = prizma::stats::read(path);
         if (!snap) {
-            fmt::print("{}\n", err);
+            out.errors.emplace_back(path, snap.error().message());
             continue;
         }
         if (o.pid != 0 && snap->pid != o.pid) {
             continue;
         }
-        const bool live = alive(snap->pid);
-        if (!live) {
+        const bool running = alive(snap->pid);
+        if (!running) {
             if (o.clean) {
+                std::error_code ec;
                 std::filesystem::remove(path, ec);
-                fmt::print("removed {} (pid {} has exited)\n", path.string(), snap->pid);
+                out.removed.push_back(
+                    fmt::format("removed {} (pid {} has exited)", path, snap->pid));
                 continue;
             }
             if (!o.all) {
                 continue;
             }
         }
-        ++shown;
-        const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-        fmt::print("pid {} ({}){}  {}  updated {:.2f} s ago\n", snap->pid,
-                   live ? comm_of(snap->pid) : "exited", live ? "" : " [stale]", path.string(),
-                   static_cast<double>(now - snap->updated_unix_ns) / 1e9);
-        for (const auto& ch : snap->channels) {
+        std::string command = running ? comm_of(snap->pid) : "";
+        out.shown.push_back(Process{path, std::move(*snap), running, std::move(command)});
+    }
+    return out;
+}
+
+using Previous = std::map<std::string, std::uint64_t>;  // file/channel/counter -> value
+
+void print_text(const Scan& s, Previous& prev, double since_last_s) {
+    for (const auto& [file, error] : s.errors) {
+        fmt::print("{}\n", error);
+    }
+    for (const auto& line : s.removed) {
+        fmt::print("{}\n", line);
+    }
+    const std::int64_t now = unix_now_ns();
+    for (const auto& p : s.shown) {
+        fmt::print("pid {} ({}){}  {}  updated {:.2f} s ago\n", p.snap.pid,
+                   p.running ? p.command : "exited", p.running ? "" : " [stale]", p.file,
+                   static_cast<double>(now - p.snap.updated_unix_ns) / 1e9);
+        for (const auto& ch : p.snap.channels) {
             fmt::print("  {} {}\n", ch.publisher ? "publisher " : "subscriber", ch.uri);
             int col = 0;
             for (const auto& [name, value] : ch.counters) {
-                const std::string key = path.string() + "|" + ch.uri + "|" + name;
+                const std::string key = p.file + "|" + ch.uri + "|" + name;
                 std::string rate;
                 if (auto it = prev.find(key); it != prev.end() && since_last_s > 0) {
                     const auto d = static_cast<double>(value - it->second) / since_last_s;
@@ -141,11 +168,61 @@ int show(const Options& o, Previous& prev, double since_last_s) {
                 fmt::print("    ... and {} more sources\n", ch.sources_not_shown);
             }
         }
-        if (snap->channels_not_shown != 0) {
-            fmt::print("  ... and {} more channels not in the file\n", snap->channels_not_shown);
+        if (p.snap.channels_not_shown != 0) {
+            fmt::print("  ... and {} more channels not in the file\n", p.snap.channels_not_shown);
         }
     }
-    return shown;
+}
+
+/// {"name": value, ...}, zeros included.
+std::string json_counters(const std::vector<std::pair<std::string, std::uint64_t>>& counters) {
+    std::string out = "{";
+    for (const auto& [name, value] : counters) {
+        out += fmt::format("{}{}:{}", out.size() > 1 ? "," : "", prizma::tools::json_string(name),
+                           value);
+    }
+    return out + "}";
+}
+
+/// The scan as one JSON document on one line.
+void print_json(const Options& o, const Scan& s) {
+    using prizma::tools::json_string;
+    const std::int64_t now = unix_now_ns();
+    std::string out = fmt::format("{{\"dir\":{},\"processes\":[", json_string(o.dir));
+    for (std::size_t i = 0; i < s.shown.size(); ++i) {
+        const Process& p = s.shown[i];
+        out += fmt::format(
+            "{}{{\"pid\":{},\"command\":{},\"running\":{},\"file\":{},\"updated_unix_ns\":{},"
+            "\"updated_s_ago\":{:.3f},\"updates\":{},\"channels\":[",
+            i == 0 ? "" : ",", p.snap.pid, p.running ? json_string(p.command) : "null",
+            p.running ? "true" : "false", json_string(p.file), p.snap.updated_unix_ns,
+            static_cast<double>(now - p.snap.updated_unix_ns) / 1e9, p.snap.updates);
+        for (std::size_t c = 0; c < p.snap.channels.size(); ++c) {
+            const auto& ch = p.snap.channels[c];
+            out +=
+                fmt::format("{}{{\"uri\":{},\"role\":\"{}\",\"counters\":{},\"sources\":[",
+                            c == 0 ? "" : ",", json_string(ch.uri),
+                            ch.publisher ? "publisher" : "subscriber", json_counters(ch.counters));
+            for (std::size_t k = 0; k < ch.sources.size(); ++k) {
+                out += fmt::format("{}{{\"tsi\":{},\"counters\":{}}}", k == 0 ? "" : ",",
+                                   json_string(ch.sources[k].tsi),
+                                   json_counters(ch.sources[k].counters));
+            }
+            out += fmt::format("],\"sources_not_shown\":{}}}", ch.sources_not_shown);
+        }
+        out += fmt::format("],\"channels_not_shown\":{}}}", p.snap.channels_not_shown);
+    }
+    out += "],\"removed\":[";
+    for (std::size_t i = 0; i < s.removed.size(); ++i) {
+        out += (i == 0 ? "" : ",") + json_string(s.removed[i]);
+    }
+    out += "],\"errors\":[";
+    for (std::size_t i = 0; i < s.errors.size(); ++i) {
+        out += fmt::format("{}{{\"file\":{},\"error\":{}}}", i == 0 ? "" : ",",
+                           json_string(s.errors[i].first), json_string(s.errors[i].second));
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
 }
 
 }  // namespace
@@ -153,45 +230,65 @@ int show(const Options& o, Previous& prev, double since_last_s) {
 int main(int argc, char** argv) {
     Options o;
     o.dir = prizma::stats::default_dir();
-    const std::vector<std::string_view> args(argv + 1, argv + argc);
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const bool has_value = i + 1 < args.size();
-        if (args[i] == "--help" || args[i] == "-h") {
-            usage(stdout);
-            return 0;
-        }
-        if (args[i] == "--once") {
-            o.once = true;
-        } else if (args[i] == "--all") {
-            o.all = true;
-        } else if (args[i] == "--clean") {
-            o.clean = true;
-        } else if (args[i] == "--dir" && has_value) {
-            o.dir = args[++i];
-        } else if (args[i] == "--pid" && has_value && prizma::tools::parse_u64(args[i + 1], o.pid)
-                   && o.pid != 0) {
-            ++i;
-        } else if (args[i] == "--interval" && has_value
-                   && prizma::tools::parse_double(args[i + 1], o.interval) && o.interval >= 0.05) {
-            ++i;
-        } else {
-            fmt::print(stderr, "prizma-stat: bad or incomplete argument '{}'\n", args[i]);
-            usage(stderr);
-            return 2;
-        }
+    CLI::App app{"", "prizma-stat"};
+    prizma::tools::init(
+        app,
+        "prizma-stat [--once] [--interval SECONDS] [--dir DIR] [--pid PID] [--all]\n"
+        "                   [--clean] [--json]",
+        "Prints the counters of running prizma processes from their stats files (every\n"
+        "Context keeps one; PRIZMA_STATS=0 turns it off). Live unless --once.",
+        "Per process: its channels (publisher or subscriber, URI), every non-zero counter\n"
+        "(live: with its rate per second), the transport's own counters and each source's.\n"
+        "--json prints one JSON object on one line instead (live: one per --interval):\n"
+        "  {\"dir\", \"processes\": [{\"pid\", \"command\", \"running\", \"file\",\n"
+        "   \"updated_unix_ns\", \"updated_s_ago\", \"updates\", \"channels\": [{\"uri\", "
+        "\"role\",\n"
+        "   \"counters\": {NAME: VALUE}, \"sources\": [{\"tsi\", \"counters\"}],\n"
+        "   \"sources_not_shown\"}], \"channels_not_shown\"}], \"removed\": [TEXT],\n"
+        "   \"errors\": [{\"file\", \"error\"}]}\n"
+        "with every counter, zeros included. --once exits 1 when no process is found.");
+    app.add_flag("--once", o.once,
+                 "Print one snapshot and exit (default: redraw every --interval)");
+    app.add_option("--interval", o.interval,
+                   "Seconds between two updates (redraws or JSON lines), >= 0.05\n(default 1)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::at_least(0.05));
+    app.add_option("--dir", o.dir,
+                   "Directory of the stats files (default: $PRIZMA_STATS_DIR, or\n"
+                   "/dev/shm/prizma; now "
+                       + o.dir + ")")
+        ->type_name("DIR");
+    app.add_option("--pid", o.pid, "Only this process (default: every one)")
+        ->type_name("PID")
+        ->check(prizma::tools::whole(1));
+    app.add_flag("--all", o.all, "Include the files of processes that have exited (stale)");
+    app.add_flag("--clean", o.clean,
+                 "Delete the files of processes that have exited, print the others\n"
+                 "once and exit");
+    app.add_flag("--json", o.json, "Print JSON (the layout below) instead of text");
+    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
+        return rc;
     }
-    std::error_code ec;
-    if (!std::filesystem::is_directory(o.dir, ec)) {
-        fmt::print(stderr,
-                   "prizma-stat: no stats directory {} (no prizma process has run with "
-                   "stats here; see PRIZMA_STATS_DIR)\n",
-                   o.dir);
+    if (auto files = prizma::stats::list_files(o.dir); !files) {
+        if (files.error() == std::errc::no_such_file_or_directory) {
+            fmt::print(stderr,
+                       "prizma-stat: no stats directory {} (no prizma process has run with "
+                       "stats here; see PRIZMA_STATS_DIR)\n",
+                       o.dir);
+        } else {
+            fmt::print(stderr, "prizma-stat: {}\n", files.error().message());
+        }
         return 1;
     }
     Previous prev;
     if (o.once || o.clean) {
-        const int n = show(o, prev, 0);
-        if (n == 0 && !o.clean) {
+        const Scan s = scan(o);
+        if (o.json) {
+            print_json(o, s);
+        } else {
+            print_text(s, prev, 0);
+        }
+        if (s.shown.empty() && !o.clean) {
             fmt::print(stderr, "prizma-stat: no {}prizma process found in {}\n",
                        o.pid != 0 ? fmt::format("running pid {} ", o.pid) : "running ", o.dir);
             return 1;
@@ -204,11 +301,15 @@ int main(int argc, char** argv) {
     bool first = true;
     while (!g_stop) {
         const auto now = std::chrono::steady_clock::now();
-        fmt::print("\033[H\033[2J");
-        const int n =
-            show(o, prev, first ? 0.0 : std::chrono::duration<double>(now - last).count());
-        if (n == 0) {
-            fmt::print("no running prizma process in {}\n", o.dir);
+        const Scan s = scan(o);
+        if (o.json) {
+            print_json(o, s);
+        } else {
+            fmt::print("\033[H\033[2J");
+            print_text(s, prev, first ? 0.0 : std::chrono::duration<double>(now - last).count());
+            if (s.shown.empty()) {
+                fmt::print("no running prizma process in {}\n", o.dir);
+            }
         }
         std::fflush(stdout);
         first = false;

@@ -1,34 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Small helpers shared by the command-line tools (argument parsing, CPU pinning, JSON text).
+// Small helpers shared by the command-line tools (CPU pinning, JSON text). Command lines:
+// cli.hpp.
 #pragma once
 
 #include <sched.h>
 
-#include <charconv>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <system_error>
 
 namespace prizma::tools {
-
-/// Whole-string unsigned integer; false on anything else (sign, junk, overflow).
-inline bool parse_u64(std::string_view s, std::uint64_t& out) noexcept {
-    if (s.empty()) {
-        return false;
-    }
-    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return ec == std::errc{} && p == s.data() + s.size();
-}
-
-/// Whole-string non-negative decimal number.
-inline bool parse_double(std::string_view s, double& out) noexcept {
-    if (s.empty()) {
-        return false;
-    }
-    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return ec == std::errc{} && p == s.data() + s.size() && out >= 0;
-}
 
 /// Pins the calling thread to one CPU; returns an error text, empty on success.
 inline std::string pin_to_cpu(int cpu) {
@@ -45,21 +28,70 @@ inline std::string pin_to_cpu(int cpu) {
     return {};
 }
 
-/// A JSON string literal for s.
+/// Length of the well-formed UTF-8 sequence at the start of s (1 to 4), 0 when there is none
+/// (a stray continuation byte, an overlong form, a surrogate, beyond U+10FFFF, cut short).
+inline std::size_t utf8_length(std::string_view s) noexcept {
+    const auto b = [&](std::size_t i) {
+        return static_cast<unsigned>(static_cast<unsigned char>(s[i]));
+    };
+    const unsigned c = b(0);
+    std::size_t n = 0;
+    unsigned lo = 0x80;  // bounds of the second byte (RFC 3629 table)
+    unsigned hi = 0xbf;
+    if (c < 0x80) {
+        return 1;
+    }
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        lo = c == 0xe0 ? 0xa0 : 0x80;
+        hi = c == 0xed ? 0x9f : 0xbf;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        lo = c == 0xf0 ? 0x90 : 0x80;
+        hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else {
+        return 0;
+    }
+    if (s.size() < n || b(1) < lo || b(1) > hi) {
+        return 0;
+    }
+    for (std::size_t i = 2; i < n; ++i) {
+        if (b(i) < 0x80 || b(i) > 0xbf) {
+            return 0;
+        }
+    }
+    return n;
+}
+
+/// A JSON string literal for s (RFC 8259): quote, backslash and control characters escaped,
+/// UTF-8 kept, every byte that is not well-formed UTF-8 replaced by U+FFFD (text read from a
+/// file can be cut in the middle of a character).
 inline std::string json_string(std::string_view s) {
     std::string out = "\"";
-    for (const char c : s) {
+    while (!s.empty()) {
+        const auto c = static_cast<unsigned char>(s[0]);
+        std::size_t used = 1;
         if (c == '"' || c == '\\') {
             out += '\\';
-            out += c;
-        } else if (static_cast<unsigned char>(c) < 0x20) {
+            out += s[0];
+        } else if (c == '\n') {
+            out += "\\n";
+        } else if (c == '\t') {
+            out += "\\t";
+        } else if (c < 0x20) {
             constexpr char hex[] = "0123456789abcdef";
             out += "\\u00";
-            out += hex[(static_cast<unsigned char>(c) >> 4U) & 0xfU];
-            out += hex[static_cast<unsigned char>(c) & 0xfU];
+            out += hex[(c >> 4U) & 0xfU];
+            out += hex[c & 0xfU];
+        } else if (const std::size_t n = utf8_length(s); n == 0) {
+            out += "\\ufffd";
         } else {
-            out += c;
+            out.append(s.substr(0, n));
+            used = n;
         }
+        s.remove_prefix(used);
     }
     out += '"';
     return out;

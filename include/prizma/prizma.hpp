@@ -11,6 +11,7 @@
 #include <prizma/options.hpp>
 #include <prizma/publish_queue.hpp>
 #include <prizma/result.hpp>
+#include <prizma/stats.hpp>
 #include <prizma/transport.hpp>
 #include <prizma/transport_registry.hpp>
 #include <prizma/types.hpp>

@@ -13,8 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 namespace prizma::stats {
 
@@ -198,12 +200,9 @@ void Writer::end() noexcept {
     seq_of(h).fetch_add(1, std::memory_order_release);
 }
 
-Result<Snapshot> read(const std::string& path, std::string* error) {
-    auto fail = [&](const std::string& why, std::error_code ec) -> Result<Snapshot> {
-        if (error != nullptr) {
-            *error = path + ": " + why;
-        }
-        return ec;
+Result<Snapshot, Error> read(const std::string& path) {
+    auto fail = [&](const std::string& why, std::error_code ec) -> Result<Snapshot, Error> {
+        return Error(ec, path + ": " + why);
     };
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -281,6 +280,35 @@ Result<Snapshot> read(const std::string& path, std::string* error) {
         out.channels.push_back(std::move(c));
     }
     return out;
+}
+
+Result<std::vector<std::string>, Error> list_files(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::file_status st = fs::status(dir, ec);
+    if (st.type() == fs::file_type::none) {
+        return Error(ec, "cannot read " + dir + ": " + ec.message());
+    }
+    if (st.type() == fs::file_type::not_found) {
+        return Error(std::make_error_code(std::errc::no_such_file_or_directory),
+                     "no stats directory " + dir);
+    }
+    if (!fs::is_directory(st)) {
+        return Error(std::make_error_code(std::errc::not_a_directory), dir + " is not a directory");
+    }
+    std::vector<std::string> files;
+    fs::directory_iterator it(dir, ec);
+    for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+        std::error_code type_ec;
+        if (it->path().extension() == ".stats" && !it->is_directory(type_ec)) {
+            files.push_back(it->path().string());
+        }
+    }
+    if (ec) {
+        return Error(ec, "cannot read " + dir + ": " + ec.message());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
 }
 
 }  // namespace prizma::stats

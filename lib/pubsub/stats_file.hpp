@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A Context's counters in a shared-memory file that prizma-stat reads from outside, like
 // AeronStat's CnC file. Fixed layout, sized at open: updating it never allocates or locks.
+// This header is the writer side and the layout; the reader (read, list_files, default_dir
+// and Snapshot) is public: <prizma/stats.hpp>.
 // Consistency: a sequence lock in the header (odd while the owner thread writes; readers copy,
 // then retry if the sequence moved).
 //
@@ -13,10 +15,9 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include <prizma/counters.hpp>
-#include <prizma/result.hpp>
+#include <prizma/stats.hpp>
 
 #include "lib/protocol/receiver.hpp"
 
@@ -103,31 +104,5 @@ private:
     void* base_ = nullptr;
     std::string path_;
 };
-
-/// What a reader gets: one consistent copy.
-struct Snapshot {
-    std::uint64_t pid = 0;
-    std::int64_t updated_unix_ns = 0;
-    std::uint64_t updates = 0;
-    std::uint32_t channels_not_shown = 0;
-    struct Channel {
-        std::string uri;
-        bool publisher = false;
-        std::vector<std::pair<std::string, std::uint64_t>> counters;
-        struct Source {
-            std::string tsi;  ///< GSI in hex "." source port
-            std::vector<std::pair<std::string, std::uint64_t>> counters;
-        };
-        std::vector<Source> sources;
-        std::uint32_t sources_not_shown = 0;
-    };
-    std::vector<Channel> channels;
-};
-
-/// Reads a stats file; an error names what is wrong (not a stats file, torn for too long...).
-Result<Snapshot> read(const std::string& path, std::string* error = nullptr);
-
-/// The directory in use: $PRIZMA_STATS_DIR or /dev/shm/prizma.
-std::string default_dir();
 
 }  // namespace prizma::stats

@@ -1,7 +1,8 @@
 #!/bin/bash
 # stat_test.sh STAT SEND RECV - prizma-stat reads a running prizma-recv's counters from outside
-# (its shared-memory stats file): the channel, delivered messages and NAKs under 5% loss; the
-# file goes when the process ends; stale and junk files are handled; bad arguments refused.
+# (its shared-memory stats file): the channel, delivered messages and NAKs under 5% loss, as
+# text and as JSON (--json: parses, the same counters; strings escaped); the file goes when
+# the process ends; stale and junk files are handled; bad arguments refused.
 set -u
 STAT=$1
 SEND=$2
@@ -31,6 +32,26 @@ grep -q "subscriber udp://239.192.80.1:$base" "$tmp/stat.log" || fail "no channe
 grep -q "fault_dropped" "$tmp/stat.log" || fail "no transport counters"
 grep -E "^    source [0-9a-f]{12}\.[0-9]+:.*odata_received [0-9]+.*naks_sent [0-9]+" "$tmp/stat.log" >/dev/null ||
 	fail "no per-source line with ODATA and NAKs: $(cat "$tmp/stat.log")"
+# The same as JSON: one document that parses, with the receiver's channel and its counters.
+"$STAT" --once --json --pid $rpid >"$tmp/stat.json" 2>"$tmp/statjson.log" || fail "prizma-stat --json exited $?"
+/usr/bin/python3 -c 'import json,sys; json.load(sys.stdin)' <"$tmp/stat.json" ||
+	fail "prizma-stat --json printed no JSON: $(cat "$tmp/stat.json")"
+/usr/bin/python3 - "$tmp/stat.json" "$rpid" "udp://239.192.80.1:$base?" <<'PY' || fail "--json: $(cat "$tmp/stat.json")"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+procs = doc["processes"]
+assert len(procs) == 1, procs
+p = procs[0]
+assert p["pid"] == int(sys.argv[2]) and p["running"] and p["command"] == "prizma-recv", p
+assert p["updates"] > 0 and p["updated_unix_ns"] > 0 and doc["errors"] == [], p
+chans = [c for c in p["channels"] if c["uri"].startswith(sys.argv[3])]
+assert len(chans) == 1 and chans[0]["role"] == "subscriber", p["channels"]
+c = chans[0]["counters"]
+assert c["messages_delivered"] > 1000 and c["naks_sent"] > 0 and "fault_dropped" in c, c
+src = chans[0]["sources"]
+assert len(src) == 1 and src[0]["counters"]["odata_received"] > 0, src
+print("prizma-stat --json: messages_delivered", c["messages_delivered"], "naks_sent", c["naks_sent"])
+PY
 # The sender's file shows it as a publisher with RDATA sent (repairs) once NAKs arrive.
 for _ in $(seq 1 30); do
 	"$STAT" --once --pid $spid >"$tmp/stat2.log" 2>&1 && grep -q "rdata_sent" "$tmp/stat2.log" && break
@@ -47,15 +68,36 @@ wait $spid
 # A stale file (a crashed process) is skipped, listed with --all, removed with --clean.
 "$RECV" "$A" --count 1 --timeout 5 >"$tmp/recv2.log" 2>&1 &
 rpid=$!
-for _ in $(seq 1 100); do ls "$PRIZMA_STATS_DIR"/*.stats >/dev/null 2>&1 && break; sleep 0.05; done
+# (Copied once the channel is in the file: the subscriber's storage is paged in first.)
+for _ in $(seq 1 200); do grep -q listening "$tmp/recv2.log" && break; sleep 0.05; done
 sleep 0.3
 f=$(ls "$PRIZMA_STATS_DIR"/*.stats | head -1)
+grep -qa "udp://239.192.80.1" "$f" || fail "no channel in $f"
 cp "$f" "$tmp/copy"
 kill $rpid
 wait $rpid 2>/dev/null
+# Its URI made awkward for JSON: a quote, a backslash, a control character, UTF-8 and a byte
+# that is not UTF-8 (a URI cut in the middle of a character).
+/usr/bin/python3 - "$tmp/copy" <<'PY' || fail "cannot patch the copy"
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+at = data.find(b"udp://239.192.80.1")
+assert at > 0
+uri = b'udp://q"b\\s\x01t\xc3\xa9\xff\x00'
+data[at:at + len(uri)] = uri
+open(sys.argv[1], "wb").write(data)
+PY
 cp "$tmp/copy" "$PRIZMA_STATS_DIR/999999-0.stats"
 "$STAT" --once >/dev/null 2>&1 && fail "a stale file counted as a running process"
 "$STAT" --once --all | grep -q "stale" || fail "--all does not list the stale file"
+"$STAT" --once --all --json >"$tmp/stale.json" || fail "--all --json exited $?"
+/usr/bin/python3 - "$tmp/stale.json" <<'PY' || fail "JSON escaping: $(cat "$tmp/stale.json")"
+import json, sys
+procs = json.load(open(sys.argv[1], encoding="utf-8"))["processes"]
+assert procs and all(not p["running"] and p["command"] is None for p in procs), procs
+uris = [c["uri"] for p in procs for c in p["channels"]]
+assert 'udp://q"b\\s\x01t\u00e9\ufffd' in uris, uris
+PY
 "$STAT" --clean | grep -q "removed" || fail "--clean removed nothing"
 [ -z "$(ls "$PRIZMA_STATS_DIR")" ] || fail "--clean left $(ls "$PRIZMA_STATS_DIR")"
 # Junk in the directory: a clear line, no crash.
@@ -63,4 +105,10 @@ echo junk >"$PRIZMA_STATS_DIR/1-0.stats"
 "$STAT" --once --all >"$tmp/junk.log" 2>&1
 grep -q "not a prizma stats file" "$tmp/junk.log" || fail "junk file: $(cat "$tmp/junk.log")"
 "$STAT" --dir "$tmp/none" --once >/dev/null 2>&1 && fail "missing directory accepted"
+# Usage errors exit 2; --version prints the name and the version.
+"$STAT" --interval 0.01 >/dev/null 2>&1
+[ $? = 2 ] || fail "--interval 0.01 accepted"
+"$STAT" --pid -1 --once >/dev/null 2>&1
+[ $? = 2 ] || fail "--pid -1 accepted"
+"$STAT" --version | grep -Eq "^prizma-stat [0-9]+\.[0-9]+\.[0-9]+$" || fail "--version: $("$STAT" --version)"
 echo "PASS: prizma-stat"

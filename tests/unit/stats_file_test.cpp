@@ -55,8 +55,7 @@ TEST_CASE("stats file: round trip, names, roles, removal", "[unit][stats]") {
         w.sources(1, sc, 11);
         w.end();
 
-        std::string err;
-        auto s = stats::read(path, &err);
+        auto s = stats::read(path);
         REQUIRE(s.has_value());
         CHECK(s->pid == static_cast<std::uint64_t>(::getpid()));
         CHECK(s->updates == 3);  // two set_channel + one update
@@ -105,21 +104,24 @@ TEST_CASE("stats file: junk and a writer stuck mid-update are refused", "[unit][
     const std::string dir = temp_dir();
     {
         std::ofstream(dir + "/junk.stats") << "not a stats file";
-        std::string err;
-        CHECK_FALSE(stats::read(dir + "/junk.stats", &err).has_value());
-        CHECK(err.find("not a prizma stats file") != std::string::npos);
-        CHECK_FALSE(stats::read(dir + "/missing.stats", &err).has_value());
+        auto junk = stats::read(dir + "/junk.stats");
+        REQUIRE_FALSE(junk.has_value());
+        CHECK(junk.error().message().find("not a prizma stats file") != std::string::npos);
+        CHECK(junk.error() == Errc::invalid_argument);
+        auto missing = stats::read(dir + "/missing.stats");
+        REQUIRE_FALSE(missing.has_value());
+        CHECK(missing.error() == std::errc::no_such_file_or_directory);
     }
     {
         stats::Writer w;
         REQUIRE(w.open(dir));
         w.set_channel(0, "mem://a:1", true);
         w.begin();  // never ended: the sequence stays odd
-        std::string err;
-        CHECK_FALSE(stats::read(w.path(), &err).has_value());
-        CHECK(err.find("busy") != std::string::npos);
+        auto busy = stats::read(w.path());
+        REQUIRE_FALSE(busy.has_value());
+        CHECK(busy.error().message().find("busy") != std::string::npos);
         w.end();
-        CHECK(stats::read(w.path(), &err).has_value());
+        CHECK(stats::read(w.path()).has_value());
     }
     std::filesystem::remove_all(dir);
 }

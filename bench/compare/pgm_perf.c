@@ -8,7 +8,7 @@
  *   pgm_perf ping NET_A PORT_A NET_B PORT_B COUNT SIZE WARMUP [spin|block]
  *
  * NETWORK is OpenPGM's "IFADDR;GROUP", e.g. "127.0.0.1;239.192.88.1" (never "lo;..." or ";GROUP":
- * openpgm.md §8.7). PORT is the UDP encapsulation port (unicast and multicast). Results are one
+ * docs/PROTOCOL.md §8.7). PORT is the UDP encapsulation port (unicast and multicast). Results are one
  * JSON line on stdout; OpenPGM's own log goes to stderr.
  * send  COUNT messages of SIZE bytes, message i starting with i (64-bit LE); unpaced unless RATE;
  *       lingers 1 s afterwards to answer NAKs. Start the receivers first (no late join in PGM).
@@ -45,7 +45,7 @@
 #define MAX_SINGLE 1444 /* largest unfragmented message at MTU 1496 (1448 at 1500) */
 
 static atomic_int g_stop; /* SIGINT/SIGTERM, or the end of a run for service threads */
-/* OpenPGM's checksum-copy faults on some alignments (openpgm.md §8.2): an unfragmented message
+/* OpenPGM's checksum-copy faults on some alignments (docs/PROTOCOL.md §8.2): an unfragmented message
  * is sent from a 16-aligned buffer, a fragmented one with MTU 1496 from a buffer at 4 mod 16. */
 static _Alignas(16) unsigned char g_tx[BUF_BYTES + 16], g_rx[BUF_BYTES];
 
@@ -82,7 +82,7 @@ static void set_int(pgm_sock_t* s, int level, int opt, int value) {
     pgm_setsockopt(s, level, opt, &value, sizeof value);
 }
 
-/* Same-host quirks (openpgm.md §8.5, §8.9), fixed on a source's UDP receive socket:
+/* Same-host quirks (docs/PROTOCOL.md §8.5, §8.9), fixed on a source's UDP receive socket:
  * - it shares 0.0.0.0:PORT with local receivers through SO_REUSEPORT, so the kernel hashes unicast
  *   NAKs/SPMRs to any of them; a reuseport program picks the source (index = bind order);
  * - it hears its own multicast, which a send-only socket discards anyway; a socket filter drops all
@@ -141,7 +141,7 @@ static int recv_one(chan_t* c, void* buf, size_t* len, int spin, int cap_ms) {
     return 0;
 }
 
-/* A source answers NAKs and sends SPMs only inside pgm_recv (openpgm.md §8.8). A non-blocking call
+/* A source answers NAKs and sends SPMs only inside pgm_recv (docs/PROTOCOL.md §8.8). A non-blocking call
  * sends at most ONE queued RDATA, and nothing signals the rest (the repair fd fires only when rate
  * limited), so after any upstream input keep calling without waiting for 2 ms. */
 static void* service_thread(void* arg) {

@@ -1,8 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <concepts>
+#include <optional>
 #include <stop_token>
+#include <string>
+#include <system_error>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include <prizma/context.hpp>
@@ -10,16 +18,26 @@
 
 namespace prizma {
 
+/// Where and under which name an AgentRunner's thread runs.
+struct RunnerOptions {
+    /// Pin the thread to this CPU (sched_setaffinity); nullopt leaves it to the scheduler.
+    std::optional<int> cpu;
+    /// The thread's name as `top -H`, `ps -L` and debuggers show it (at most 15 characters;
+    /// longer names are cut).
+    std::string name = "prizma-agent";
+};
+
 /// Runs a Context on its own thread: `duty()` (your subscriber polling, returning the work it
 /// did) after every Context::poll(), then `idle.idle(work)`. That thread becomes the Context's
 /// owner thread: while the runner lives, touch the Context, its Publishers and Subscribers only
 /// from `duty`. Publish from other threads through a PublishQueue. The destructor stops and
 /// joins the thread. An exception escaping `duty` terminates the program (std::thread rules):
 /// catch inside it.
-template <typename Idle, typename Duty>
-class AgentRunner {
+template <IdleStrategy Idle, typename Duty>
+requires std::invocable<Duty&> && std::convertible_to < std::invoke_result_t<Duty&>,
+int > class AgentRunner {
 public:
-    AgentRunner(Context& ctx, Idle idle, Duty duty)
+    AgentRunner(Context& ctx, Idle idle, Duty duty, RunnerOptions options = {})
         : thread_(
             [&ctx, idle = std::move(idle), duty = std::move(duty)](std::stop_token st) mutable {
                 ctx.adopt_owner_thread();
@@ -28,7 +46,26 @@ public:
                     idle.idle(work);
                 }
                 ctx.release_owner_thread();  // joined: the Context is the caller's again
-            }) {}
+            }) {
+        // Applied from here to the new thread: the errors are the constructor's to report.
+        const pthread_t handle = thread_.native_handle();
+        std::string name = options.name.substr(0, 15);
+        if (!name.empty()) {
+            name_error_ =
+                std::error_code(::pthread_setname_np(handle, name.c_str()), std::system_category());
+        }
+        if (options.cpu) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            if (*options.cpu < 0 || *options.cpu >= CPU_SETSIZE) {
+                cpu_error_ = std::make_error_code(std::errc::invalid_argument);
+            } else {
+                CPU_SET(static_cast<std::size_t>(*options.cpu), &set);
+                cpu_error_ = std::error_code(::pthread_setaffinity_np(handle, sizeof set, &set),
+                                             std::system_category());
+            }
+        }
+    }
     AgentRunner(const AgentRunner&) = delete;
     AgentRunner& operator=(const AgentRunner&) = delete;
     AgentRunner(AgentRunner&&) = delete;
@@ -40,9 +77,16 @@ public:
             thread_.join();
         }
     }
+    /// Why RunnerOptions::cpu could not be applied (EINVAL: no such CPU); empty when it was,
+    /// or when none was asked for. The thread runs either way.
+    [[nodiscard]] std::error_code cpu_error() const noexcept { return cpu_error_; }
+    /// Why the thread name could not be set; empty when it was.
+    [[nodiscard]] std::error_code name_error() const noexcept { return name_error_; }
 
 private:
     std::jthread thread_;
+    std::error_code cpu_error_;
+    std::error_code name_error_;
 };
 
 }  // namespace prizma

@@ -2,10 +2,20 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <thread>
 
 namespace prizma {
+
+/// What AgentRunner (or any polling loop) calls after each duty cycle: `idle(work)` with the
+/// work that cycle did, never throwing. BusySpin, Yielding, Backoff and Sleeping model it; so
+/// can a strategy of your own.
+template <typename T>
+concept IdleStrategy = requires(T& strategy, int work) {
+    { strategy.idle(work) }
+    noexcept;
+};
 
 /// What a polling loop does after a duty cycle that did `work` units (0 = idle). Each has
 /// `void idle(int work) noexcept`. Market data: BusySpin; CPU-frugal consumers: Backoff, or
@@ -75,4 +85,10 @@ struct Sleeping {
     }
 };
 
+}  // namespace prizma
+
+namespace prizma {
+static_assert(
+    IdleStrategy<
+        BusySpin> && IdleStrategy<Yielding> && IdleStrategy<Backoff> && IdleStrategy<Sleeping>);
 }  // namespace prizma

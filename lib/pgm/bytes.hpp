@@ -7,7 +7,8 @@
 #include <cstring>
 
 // Big-endian loads and stores through memcpy: no casts of packed structs, no alignment or
-// aliasing assumptions (STYLE §2.7). C++20 has std::endian but not std::byteswap.
+// aliasing assumptions (docs/ARCHITECTURE.md, hot-path rules). C++20 has std::endian but
+// not std::byteswap.
 namespace prizma::pgm {
 
 inline std::uint16_t bswap16(std::uint16_t v) noexcept {

@@ -89,7 +89,7 @@ ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options
         saw_end = (type_byte & kOptEnd) != 0;
         const std::byte* body = d.data() + p;
         // The OPX/U byte (body[2]) is ignored on known options: OpenPGM leaves it
-        // uninitialised on OPT_FRAGMENT (openpgm.md §6).
+        // uninitialised on OPT_FRAGMENT (docs/PROTOCOL.md §6).
         switch (static_cast<OptionType>(type_byte & 0x7fU)) {
             case OptionType::length: return ParseStatus::bad_options;  // only once, first
             case OptionType::fragment:

@@ -168,7 +168,7 @@ struct ParseConfig {
 /// packet boundaries in a GRO-merged datagram read without its segment size, and every piece
 /// is still parsed. For any datagram that parse() accepts it returns the datagram's size.
 /// Never reads out of bounds.
-std::size_t wire_length(std::span<const std::byte> bytes) noexcept;
+std::size_t wire_length(std::span<const std::byte> d) noexcept;
 
 /// Validates and parses one PGM packet (the whole datagram). Never reads out of bounds.
 ParseStatus parse(std::span<const std::byte> datagram,

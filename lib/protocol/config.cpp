@@ -153,7 +153,7 @@ Result<void> validate(const SourceConfig& c, std::string_view* why) noexcept {
     if (bad_afi(c.group)) {
         return refuse(why, "group: an IPv4 or IPv6 address");
     }
-    if (c.tsi.sport == c.dport) {  // OpenPGM refuses sport == dport (openpgm.md §8.13)
+    if (c.tsi.sport == c.dport) {  // OpenPGM refuses sport == dport (docs/PROTOCOL.md §8.13)
         return refuse(why, "tsi.sport: not equal to dport");
     }
     if (c.txw_retention_ns < 0) {

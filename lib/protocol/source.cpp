@@ -379,7 +379,8 @@ void Source::answer_with_spm(std::int64_t now_ns, PacketSink& sink) noexcept {
 }
 
 void Source::handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept {
-    // OpenPGM drops NAKs whose ports, source NLA or group NLA are not its own (openpgm.md §6).
+    // OpenPGM drops NAKs whose ports, source NLA or group NLA are not its own
+    // (docs/PROTOCOL.md §6).
     if (p.sport != cfg_.dport || p.dport != cfg_.tsi.sport || p.nla != cfg_.nla
         || p.group != cfg_.group) {
         ++counters_.nak_invalid;

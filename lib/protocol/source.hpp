@@ -27,7 +27,7 @@ struct SourceCounters {
     std::uint64_t ncf_sent = 0;
     std::uint64_t nak_received = 0;       ///< NAK packets accepted
     std::uint64_t nak_sqns_received = 0;  ///< sequence numbers asked for
-    std::uint64_t nak_invalid = 0;        ///< wrong NLA/group/ports: dropped (openpgm.md §6)
+    std::uint64_t nak_invalid = 0;        ///< wrong NLA/group/ports: dropped (docs/PROTOCOL.md §6)
     std::uint64_t nak_out_of_window = 0;  ///< sqns no longer (or not yet) in the window
     std::uint64_t nak_eliminated = 0;     ///< §5.3 repeat NAKs inside the elimination interval
     std::uint64_t nnak_received = 0;

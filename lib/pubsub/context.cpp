@@ -31,7 +31,8 @@
 namespace prizma {
 namespace detail {
 
-/// The thread that owns a Context (STYLE §2.6). Checked, when PRIZMA_OWNER_CHECKS is defined
+/// The thread that owns a Context (docs/ARCHITECTURE.md, threading). Checked, when
+/// PRIZMA_OWNER_CHECKS is defined
 /// (debug builds; the CI's sanitizer build), at every owner-only entry point: the first caller
 /// binds it, adopt() hands it over, a call from any other thread aborts with the entry point's
 /// name. Compiled out otherwise: nothing on the hot path.
@@ -46,11 +47,12 @@ struct OwnerThread {
                 && id.compare_exchange_strong(cur, me, std::memory_order_relaxed))) {
             return;
         }
-        std::fprintf(stderr,
-                     "prizma: %s called from a thread that does not own its Context (one owner "
-                     "thread; publish from others through a PublishQueue, hand over with "
-                     "Context::adopt_owner_thread())\n",
-                     what);
+        (void)std::fprintf(
+            stderr,
+            "prizma: %s called from a thread that does not own its Context (one owner "
+            "thread; publish from others through a PublishQueue, hand over with "
+            "Context::adopt_owner_thread())\n",
+            what);
         std::abort();
 #else
         (void)what;
@@ -107,7 +109,8 @@ std::string explain_refusal(std::string_view why, const ChannelOptions& o) {
             text.replace(at, n.field.size(), n.option);
         }
     }
-    const std::string_view name = std::string_view(text).substr(0, text.find(": "));
+    const std::string_view whole = text;
+    const std::string_view name = whole.substr(0, text.find(": "));
     for (const auto& n : names) {
         if (name == n.option) {
             text.insert(name.size(), " = " + n.value);
@@ -141,8 +144,9 @@ Result<Faults, Error> take_fault_keys(ChannelUri& uri) {
         } else if (k == "loss" || k == "tx_loss") {
             const auto p = runtime::parse_probability(v);
             if (!p) {
-                return Error(Errc::invalid_argument,
-                             "bad " + k + " '" + v + "' in '" + uri.text + "' (0 <= p < 1)");
+                std::string msg = "bad " + k;
+                msg += " '" + v + "' in '" + uri.text + "' (0 <= p < 1)";
+                return Error(Errc::invalid_argument, std::move(msg));
             }
             f.config.drop = *p;
             f.config.on_send = k == "tx_loss";
@@ -398,8 +402,7 @@ Result<Context, Error> Context::create(TransportRegistry transports) {
         return Error(std::error_code(errno, std::system_category()),
                      "cannot create the Context's epoll fd");
     }
-    if (const char* on = posix::env("PRIZMA_STATS");
-        on == nullptr || std::string_view(on) != "0") {
+    if (const char* on = posix::env("PRIZMA_STATS"); on == nullptr || std::string_view(on) != "0") {
         (void)impl->stats.open(stats::default_dir());  // no file: prizma-stat cannot see us
     }
     return Context(std::move(impl));

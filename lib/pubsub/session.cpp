@@ -155,7 +155,7 @@ void Session::dispatch(const RxPacket& rx, std::int64_t now_ns) noexcept {
         return;
     }
     if (ours) {
-        ++counters_.own_dropped;  // multicast loops back to the sender (DESIGN: drop own TSI)
+        ++counters_.own_dropped;  // multicast loops back to the sender (docs/ARCHITECTURE.md)
         return;
     }
     if (receiver_) {

@@ -86,7 +86,7 @@ static pgm_sock_t* open_socket(const char* network, int port, int sender, int mt
 
 static double now_s(void);
 
-/* A source must keep calling pgm_recv for NAKs and SPM timers (openpgm.md §8.8). A
+/* A source must keep calling pgm_recv for NAKs and SPM timers (docs/PROTOCOL.md §8.8). A
  * non-blocking call sends at most one queued repair, and the repair queue does not wake
  * poll(): after upstream input, keep calling for 2 ms before sleeping again, or repairs trickle
  * out one per poll timeout and a lossy receiver runs out of NAK retries. */
@@ -119,7 +119,7 @@ static double now_s(void) {
 
 static int do_send(const char* network, int port, uint64_t count, size_t size, double rate, int linger_ms) {
     /* OpenPGM's checksum-copy crashes on some buffer alignments and on fragments at MTU 1500
-     * (openpgm.md §8.2): 16-aligned buffers for single packets, MTU 1496 and offset 4 else. */
+     * (docs/PROTOCOL.md §8.2): 16-aligned buffers for single packets, MTU 1496 and offset 4 else. */
     const int fragmented = size > 1444;
     const int mtu = fragmented ? 1496 : 1500;
     char* raw = aligned_alloc(16, size + 32);

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // AgentRunner + PublishQueue: four producer threads publish through the lock-free queue while a
 // runner thread owns the Context; every message arrives once, FIFO per producer.
+#include <pthread.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -141,4 +144,63 @@ TEST_CASE("a Context touched from a thread that does not own it aborts, naming t
     CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT));
     CHECK(text.find("Context::poll called from a thread that does not own its Context")
           != std::string::npos);
+}
+
+namespace {
+// A user's idle strategy: counts idle cycles.
+struct CountingIdle {
+    std::atomic<int>* idles;
+    void idle(int work) noexcept {
+        if (work == 0) {
+            idles->fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+};
+struct ThrowingIdle {
+    void idle(int work) {  // not noexcept: not an IdleStrategy
+        (void)work;
+    }
+};
+}  // namespace
+
+static_assert(prizma::IdleStrategy<CountingIdle>);
+static_assert(!prizma::IdleStrategy<ThrowingIdle>);
+static_assert(!prizma::IdleStrategy<int>);
+
+TEST_CASE("AgentRunner pins its thread, names it, takes a strategy of the user's own",
+          "[unit][runner]") {
+    auto ctx = prizma::Context::create().value();
+    std::atomic<int> idles{0};
+    std::atomic<int> cpu{-1};
+    std::array<char, 16> name{};
+    std::atomic<bool> seen{false};
+    {
+        prizma::RunnerOptions opts;
+        opts.cpu = 0;
+        opts.name = "md-runner-with-a-long-name";  // cut to 15 characters
+        prizma::AgentRunner runner(
+            ctx, CountingIdle{&idles},
+            [&] {
+                if (!seen.load()) {
+                    cpu.store(::sched_getcpu());
+                    (void)::pthread_getname_np(::pthread_self(), name.data(), name.size());
+                    seen.store(true);
+                }
+                return 0;
+            },
+            opts);
+        CHECK_FALSE(runner.cpu_error());
+        CHECK_FALSE(runner.name_error());
+        while (!seen.load() || idles.load() < 10) {
+            std::this_thread::yield();
+        }
+    }
+    CHECK(cpu.load() == 0);
+    CHECK(std::string(name.data()) == "md-runner-with-");
+    CHECK(idles.load() >= 10);
+    prizma::RunnerOptions bad;
+    bad.cpu = 100000;  // no such CPU: the runner runs unpinned and says so
+    prizma::AgentRunner unpinned(
+        ctx, prizma::BusySpin{}, [] { return 0; }, bad);
+    CHECK(unpinned.cpu_error() == std::errc::invalid_argument);
 }

@@ -30,9 +30,10 @@ std::shared_ptr<MemoryNetwork> network_named(const std::string& name) {
 Result<TransportChannel, Error> make(const TransportRequest& req) {
     const std::string& rest = req.uri.address;
     const auto colon = rest.rfind(':');
+    const std::string_view text = rest;
     const auto port = colon == std::string::npos
                           ? std::nullopt
-                          : runtime::parse_uint(std::string_view(rest).substr(colon + 1), 65535);
+                          : runtime::parse_uint(text.substr(colon + 1), 65535);
     if (colon == std::string::npos || colon == 0 || !port || *port == 0) {
         return Error(Errc::invalid_argument,
                      "expected mem://NAME:DPORT (DPORT 1-65535), got '" + req.uri.text + "'");

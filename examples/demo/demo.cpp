@@ -1,30 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// prizma demo: one publisher and two subscribers on the in-memory multicast network, each
-// subscriber losing packets at random. PGM repairs the loss (NAK -> NCF -> RDATA) and every
-// subscriber receives every message exactly once, in order. Runs on the real clock.
+// prizma demo, on the public API only: one publisher and two subscribers on the in-memory
+// multicast network (mem://), each subscriber losing packets at random. PGM repairs the loss
+// (NAK -> NCF -> RDATA) and every subscriber receives every message exactly once, in order.
+// Runs on the real clock.
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/core.h>
 
-#include "examples/tools/cli.hpp"
-#include "lib/protocol/config.hpp"
-#include "lib/pubsub/session.hpp"
-#include "transports/memory/lossy_transport.hpp"
-#include "transports/memory/memory_transport.hpp"
+#include <prizma/prizma.hpp>
 
-using namespace prizma;  // NOLINT(google-build-using-namespace): example program
+#include "../tools/cli.hpp"
 
 namespace {
-
-std::int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 struct Args {
     std::uint64_t messages = 20000;
@@ -33,79 +25,72 @@ struct Args {
     std::size_t size = 100;
 };
 
-struct Subscriber {
-    std::unique_ptr<memory::MemoryTransport> mem;
-    std::unique_ptr<memory::LossyTransport> lossy;
-    std::unique_ptr<pubsub::Session> session;
+struct Sub {
+    prizma::Subscriber sub;
     std::uint64_t expected = 0;
+    std::uint64_t delivered = 0;
     std::uint64_t out_of_order = 0;
     std::uint64_t losses = 0;
 };
+
+std::uint64_t counter(const std::vector<prizma::NamedCounter>& named, std::string_view name) {
+    for (const auto& k : named) {
+        if (k.name == name) {
+            return k.value;
+        }
+    }
+    return 0;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
     Args args;
     CLI::App app{"", "prizma-demo"};
-    tools::init(app, "prizma-demo [--messages N] [--loss P] [--size BYTES] [--seed S]",
+    prizma::tools::init(app, "prizma-demo [--messages N] [--loss P] [--size BYTES] [--seed S]",
                 "1 publisher -> 2 subscribers on an in-memory network, each losing P of the\n"
                 "packets; exits 0 when both got every message once, in order.");
     app.add_option("--messages", args.messages, "Messages to publish, > 0 (default 20000)")
         ->type_name("N")
-        ->check(tools::whole(1));
+        ->check(prizma::tools::whole(1));
     app.add_option("--loss", args.loss,
                    "Share of the packets each subscriber loses, 0 <= P < 1\n(default 0.05)")
         ->type_name("P")
-        ->check(tools::real(tools::Interval{0, false, 1, true}));
+        ->check(prizma::tools::real(prizma::tools::Interval{0, false, 1, true}));
     app.add_option("--size", args.size, "Bytes per message, 8..60000 (default 100)")
         ->type_name("BYTES")
-        ->check(tools::whole(8, 60000));
+        ->check(prizma::tools::whole(8, 60000));
     app.add_option("--seed", args.seed, "Seed of the packet loss (default 1)")
         ->type_name("S")
-        ->check(tools::whole());
-    if (const int rc = tools::parse(app, argc, argv); rc >= 0) {
+        ->check(prizma::tools::whole());
+    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
         return rc;
     }
-    memory::MemoryNetwork net(memory::MemoryNetwork::Config{1472, 16384, 64});
-    const auto timers = protocol::preset(protocol::Preset::lan);
-
-    protocol::SourceConfig sc;
-    sc.tsi.gsi = Gsi{{0xde, 0xad, 0xbe, 0xef, 0x00, 0x01}};
-    sc.tsi.sport = 4660;
-    sc.nla = pgm::Nla::ipv4(127, 0, 0, 1);
-    sc.group = pgm::Nla::ipv4(239, 192, 0, 1);
-    sc.txw_sqns = 1U << 16U;
-    sc.timers = timers;
-    auto pub_mem = net.attach();
-    pubsub::SessionConfig pc;
-    pc.source = sc;
-    auto pub = pubsub::Session::create(*pub_mem, pc);
-    if (!pub) {
-        fmt::print(stderr, "publisher: {}\n", pub.error().message());
+    auto ctx = prizma::Context::create();
+    if (!ctx) {
+        fmt::print(stderr, "prizma-demo: {}\n", ctx.error().message());
         return 1;
     }
-
-    std::vector<Subscriber> subs(2);
-    for (std::size_t i = 0; i < subs.size(); ++i) {
-        auto& s = subs[i];
-        s.mem = net.attach();
-        memory::LossyTransport::Config lc;
-        lc.seed = args.seed * 100 + i;
-        lc.drop = args.loss;
-        s.lossy = std::make_unique<memory::LossyTransport>(*s.mem, lc, now_ns);
-        protocol::ReceiverConfig rc;
-        rc.group = sc.group;
-        rc.rxw_sqns = 1U << 15U;
-        rc.seed = args.seed * 7 + i;
-        rc.timers = timers;
-        pubsub::SessionConfig cfg;
-        cfg.receiver = rc;
-        auto sess = pubsub::Session::create(*s.lossy, cfg);
-        if (!sess) {
-            fmt::print(stderr, "subscriber: {}\n", sess.error().message());
+    prizma::ChannelOptions opts;
+    opts.window_sqns = 1U << 15U;
+    // Two subscribers on the in-process network "demo", each dropping `loss` of what reaches
+    // it (seeded), then the publisher.
+    std::vector<Sub> subs;
+    for (std::uint64_t i = 0; i < 2; ++i) {
+        const std::string uri = fmt::format("mem://demo:7500?loss={}&seed={}", args.loss,
+                                            args.seed * 100 + i);
+        auto s = ctx->add_subscriber(args.loss > 0 ? uri : "mem://demo:7500", opts);
+        if (!s) {
+            fmt::print(stderr, "prizma-demo: subscriber: {}\n", s.error().message());
             return 1;
         }
-        s.session = std::move(*sess);
+        subs.push_back(Sub{*s});
+    }
+    opts.window_sqns = 1U << 16U;
+    auto pub = ctx->add_publisher("mem://demo:7500", opts);
+    if (!pub) {
+        fmt::print(stderr, "prizma-demo: publisher: {}\n", pub.error().message());
+        return 1;
     }
 
     fmt::print(
@@ -114,12 +99,11 @@ int main(int argc, char** argv) {
         args.loss * 100);
     fmt::print("publishing {} messages of {} bytes (seed {})\n", args.messages, args.size,
                args.seed);
-    (*pub)->source()->open(now_ns(), **pub);
-    const std::int64_t start = now_ns();
+    const auto start = std::chrono::steady_clock::now();
     std::vector<std::byte> msg(args.size);
     std::uint64_t sent = 0;
     bool bad_payload = false;
-    const std::int64_t deadline = start + 30LL * 1'000'000'000;
+    const auto deadline = start + std::chrono::seconds(30);
     auto all_done = [&] {
         for (const auto& s : subs) {
             if (s.expected + s.losses < args.messages) {
@@ -128,59 +112,58 @@ int main(int argc, char** argv) {
         }
         return true;
     };
-    while (!all_done() && now_ns() < deadline) {
-        const std::int64_t t = now_ns();
+    while (!all_done() && std::chrono::steady_clock::now() < deadline) {
         for (int burst = 0; burst < 16 && sent < args.messages; ++burst) {
             std::memcpy(msg.data(), &sent, 8);
             for (std::size_t k = 8; k < msg.size(); ++k) {
                 msg[k] = static_cast<std::byte>((sent + k) & 0xffU);
             }
-            auto r = (*pub)->publish(msg, t);
-            if (!r) {
+            if (!pub->offer(msg)) {
                 break;  // back-pressure: try again next cycle
             }
             ++sent;
         }
-        (void)(*pub)->do_work(t);
+        (void)ctx->poll();
         for (auto& s : subs) {
-            (void)s.session->do_work(t);
-            (void)s.session->receiver()->poll(256, [&](const protocol::Event& e) {
-                if (e.kind == protocol::Event::Kind::loss) {
+            s.sub.poll(256, [&](const prizma::Message& m) {
+                if (m.kind == prizma::MessageKind::loss) {
                     ++s.losses;
-                    fmt::print("  subscriber lost {} sequence numbers at {}\n", e.count,
-                               e.sqn.value);
+                    fmt::print("  subscriber lost {} sequence numbers at {}\n", m.count,
+                               m.sqn.value);
                     return;
                 }
-                if (e.kind != protocol::Event::Kind::data) {
+                if (m.kind != prizma::MessageKind::data) {
                     return;
                 }
                 std::uint64_t idx = 0;
-                std::memcpy(&idx, e.payload.data(), 8);
+                std::memcpy(&idx, m.payload.data(), 8);
                 if (idx != s.expected) {
                     ++s.out_of_order;
                 }
-                for (std::size_t k = 8; k < e.payload.size(); ++k) {
-                    bad_payload |= e.payload[k] != static_cast<std::byte>((idx + k) & 0xffU);
+                for (std::size_t k = 8; k < m.payload.size(); ++k) {
+                    bad_payload |= m.payload[k] != static_cast<std::byte>((idx + k) & 0xffU);
                 }
                 s.expected = idx + 1;
+                ++s.delivered;
             });
         }
     }
-    const double secs = static_cast<double>(now_ns() - start) / 1e9;
-    const auto& sctr = (*pub)->source()->counters();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto pc = pub->counters();
     fmt::print("publisher: {} ODATA, {} NAKs received, {} NCFs and {} RDATA (repairs) sent\n",
-               sctr.odata_sent, sctr.nak_received, sctr.ncf_sent, sctr.rdata_sent);
+               pc.odata_sent, pc.naks_received, pc.ncf_sent, pc.rdata_sent);
     bool ok = !bad_payload;
     for (std::size_t i = 0; i < subs.size(); ++i) {
         const auto& s = subs[i];
-        const auto& c = s.session->receiver()->counters();
+        const auto c = s.sub.counters();
         fmt::print(
             "subscriber {}: delivered {}/{} in order, {} dropped by the network, {} repaired, "
             "{} NAKs sent, {} duplicates, {} loss events\n",
-            i + 1, c.apdus_delivered, args.messages, s.lossy->stats().dropped, c.repaired,
-            c.nak_sent, c.duplicates, c.loss_events);
+            i + 1, s.delivered, args.messages, counter(s.sub.transport_counters(), "fault_dropped"),
+            c.repaired, c.naks_sent, c.duplicates, c.loss_events);
         ok = ok && s.expected == args.messages && s.out_of_order == 0
-             && c.apdus_delivered == args.messages;
+             && s.delivered == args.messages;
     }
     fmt::print("{} in {:.2f} s\n",
                ok ? "OK: every message delivered exactly once, in order" : "FAILED", secs);

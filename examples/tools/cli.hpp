@@ -24,6 +24,7 @@
 #pragma GCC diagnostic pop
 #include <fmt/core.h>
 
+#include <prizma/options.hpp>
 #include <prizma/version.hpp>
 
 namespace prizma::tools {
@@ -159,6 +160,19 @@ inline CLI::Validator above(double min) {
 /// One of the words listed (the help shows them as the option's value: "spin|block").
 inline CLI::Validator one_of(std::vector<std::string> words) {
     return CLI::IsMember(std::move(words)).description("");
+}
+
+/// --preset wan|lan|rdma into ChannelOptions::preset.
+inline CLI::Option* add_preset(CLI::App& app, ChannelOptions& opts) {
+    return app
+        .add_option_function<std::string>(
+            "--preset",
+            [&opts](const std::string& v) {
+                opts.preset = parse_timer_preset(v).value_or(TimerPreset::lan);
+            },
+            "Timer preset (default lan)")
+        ->type_name("wan|lan|rdma")
+        ->check(one_of({"wan", "lan", "rdma"}));
 }
 
 }  // namespace prizma::tools

@@ -85,9 +85,7 @@ int parse(int argc, char** argv, Args& a) {
     app.add_option("--cpu", a.cpu, "Pin the thread to this CPU (default: not pinned)")
         ->type_name("N")
         ->check(prizma::tools::whole(0, 4095));
-    app.add_option("--preset", a.opts.preset, "Timer preset (default lan)")
-        ->type_name("wan|lan|rdma")
-        ->check(prizma::tools::one_of({"wan", "lan", "rdma"}));
+    prizma::tools::add_preset(app, a.opts);
     app.add_option("--window", a.opts.window_sqns,
                    "Transmit/receive window in packets, 64..2^30 (default 65536)")
         ->type_name("PACKETS")
@@ -318,7 +316,7 @@ int main(int argc, char** argv) {
             "\"timed_out\":{}}}\n",
             prizma::tools::json_string(a.ping_uri), prizma::tools::json_string(a.pong_uri), a.count,
             a.size, a.warmup, mode, a.rate, a.spin ? "spin" : "block", a.cpu,
-            prizma::tools::json_string(a.opts.preset), hist.count(), hist.min(),
+            prizma::tools::json_string(std::string(prizma::to_string(a.opts.preset))), hist.count(), hist.min(),
             hist.percentile(50), hist.percentile(90), hist.percentile(99), hist.percentile(99.9),
             hist.max(), hist.mean(), per_sec, losses, c.repaired, timed_out ? "true" : "false");
     } else {
@@ -326,7 +324,7 @@ int main(int argc, char** argv) {
         fmt::print("  {} x {} B, warmup {}, {} loop{}, wait {}, cpu {}, preset {}\n", a.count,
                    a.size, a.warmup, mode,
                    a.rate > 0 ? fmt::format(" at {:.0f} msgs/s", a.rate) : "",
-                   a.spin ? "spin" : "block", cpu, a.opts.preset);
+                   a.spin ? "spin" : "block", cpu, prizma::to_string(a.opts.preset));
         auto us = [](std::uint64_t ns) {
             return static_cast<double>(ns) / 1e3;
         };

@@ -57,9 +57,7 @@ int main(int argc, char** argv) {
     app.add_option("--cpu", cpu, "Pin the thread to this CPU (default: not pinned)")
         ->type_name("N")
         ->check(prizma::tools::whole(0, 4095));
-    app.add_option("--preset", opts.preset, "Timer preset (default lan)")
-        ->type_name("wan|lan|rdma")
-        ->check(prizma::tools::one_of({"wan", "lan", "rdma"}));
+    prizma::tools::add_preset(app, opts);
     app.add_option("--window", opts.window_sqns,
                    "Transmit/receive window in packets, 64..2^30 (default 65536)")
         ->type_name("PACKETS")

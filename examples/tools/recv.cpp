@@ -52,9 +52,7 @@ int main(int argc, char** argv) {
                    "Give up this long after the start, whatever arrives (default: none)")
         ->type_name("SECONDS")
         ->check(prizma::tools::above(0));
-    app.add_option("--preset", opts.preset, "Timer preset (default lan)")
-        ->type_name("wan|lan|rdma")
-        ->check(prizma::tools::one_of({"wan", "lan", "rdma"}));
+    prizma::tools::add_preset(app, opts);
     app.add_flag("--recover", opts.recover_history,
                  "Late join: recover the source's history back to its trail\n"
                  "(default: start at the first packet heard)");
@@ -114,7 +112,7 @@ int main(int argc, char** argv) {
         const std::size_t got = sub->poll(256, [&](const prizma::Message& m) {
             if (m.kind == prizma::MessageKind::loss) {
                 ++loss_events;
-                fmt::print("loss: {} sequence numbers from sqn {}\n", m.count, m.sqn);
+                fmt::print("loss: {} sequence numbers from sqn {}\n", m.count, m.sqn.value);
                 return;
             }
             if (m.kind != prizma::MessageKind::data) {

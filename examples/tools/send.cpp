@@ -47,9 +47,7 @@ int main(int argc, char** argv) {
     app.add_option("--rate", rate, "Messages per second (default 0: as fast as possible)")
         ->type_name("MSGS_PER_S")
         ->check(prizma::tools::at_least(0));
-    app.add_option("--preset", opts.preset, "Timer preset (default lan)")
-        ->type_name("wan|lan|rdma")
-        ->check(prizma::tools::one_of({"wan", "lan", "rdma"}));
+    prizma::tools::add_preset(app, opts);
     app.add_option("--linger", linger,
                    "Keep answering NAKs this long after the last message\n(default 2)")
         ->type_name("SECONDS")

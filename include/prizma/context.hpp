@@ -38,7 +38,7 @@ public:
     /// The claimed bytes (size = the n given to try_claim).
     [[nodiscard]] std::span<std::byte> data() const noexcept { return buf_; }
     /// Sends the first `used` bytes; returns the message's sequence number.
-    Result<std::uint32_t> commit(std::size_t used) noexcept;
+    Result<Sqn> commit(std::size_t used) noexcept;
 
 private:
     friend class Publisher;
@@ -58,7 +58,7 @@ public:
     /// @code
     ///   while (auto r = pub.offer(bytes); !r && prizma::is_transient(r.error())) ctx->poll();
     /// @endcode
-    Result<std::uint32_t> offer(std::span<const std::byte> message) noexcept;
+    Result<Sqn> offer(std::span<const std::byte> message) noexcept;
     /// Zero-copy: reserves n ≤ max_packet_payload() bytes in the window.
     Result<Claim> try_claim(std::size_t n) noexcept;
     /// Sends what offer()/commit() queued now, without polling any channel (Context::poll()

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
+#include <prizma/sqn.hpp>
 #include <prizma/types.hpp>
 
 namespace prizma {
@@ -20,9 +22,13 @@ enum class MessageKind : std::uint8_t {
 struct Message {
     MessageKind kind = MessageKind::data;
     Tsi tsi{};                ///< the source
-    std::uint32_t sqn = 0;    ///< data: first PGM sequence number of the APDU; loss: first lost
+    Sqn sqn{};                ///< data: first PGM sequence number of the APDU; loss: first lost
     std::uint32_t count = 0;  ///< loss: how many sequence numbers
     std::span<const std::byte> payload;
+    /// data: when the message was received (its last packet, for a fragmented one), on the
+    /// steady clock Context::now_ns() reads: the transport's receive timestamp when it gives
+    /// one, else the time of the Context::poll() that read it. Default for other events.
+    std::chrono::steady_clock::time_point received{};
 };
 
 }  // namespace prizma

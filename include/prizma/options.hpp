@@ -1,22 +1,59 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <string>
+#include <optional>
+#include <string_view>
 
 namespace prizma {
 
+/// The PGM timer presets: `wan` = the RFC-era values OpenPGM applications use (50 ms NAK
+/// back-off), `lan` = one switch hop (2 ms), `rdma` = microsecond repair on kernel-bypass
+/// fabrics (20 us).
+enum class TimerPreset : std::uint8_t { wan, lan, rdma };
+
+/// "wan", "lan", "rdma".
+std::string_view to_string(TimerPreset preset) noexcept;
+/// The preset named `name` ("wan", "lan", "rdma"), or nullopt.
+std::optional<TimerPreset> parse_timer_preset(std::string_view name) noexcept;
+
+/// Every PGM timer and retry limit of a channel (RFC 3208 §5, §6.3). Start from a preset and
+/// change what you need: `auto t = Timers::of(TimerPreset::lan); t.nak_backoff = 500us;`.
+/// Each value is checked when the channel is added; a bad one is refused by its name.
+struct Timers {
+    using ns = std::chrono::nanoseconds;
+    ns nak_backoff{};                   ///< §6.3 NAK back-off, random in (0, this]; > 0, ≤ 1 h
+    ns nak_repeat{};                    ///< §6.3 wait for an NCF before NAKing again; > 0, ≤ 1 h
+    ns nak_rdata{};                     ///< §6.3 wait for RDATA after an NCF; > 0, ≤ 1 h
+    std::uint32_t nak_ncf_retries = 0;  ///< NAKs without an NCF before loss; 1-255
+    std::uint32_t nak_data_retries = 0;  ///< NCFs without RDATA before loss; 1-255
+    ns spmr_expiry{};  ///< §13.5 wait for an SPM before asking with an SPMR; > 0, ≤ 1 h
+    ns peer_expiry{};  ///< silence after which a source is dropped; > ambient_spm
+    ns ambient_spm{};  ///< §5.1.4 ambient SPM interval; > 0, ≤ 1 h
+    /// §5.1.5 heartbeat SPM intervals after the last data packet; a zero ends the list.
+    std::array<ns, 10> heartbeat_spm{};
+    ns nak_elimination{};  ///< §5.3 one RDATA per sequence number per this interval; ≤ 1 h
+    ns spmr_answer{};      ///< §13.6 SPMRs answered at most this often; ≤ 1 h
+
+    /// The values of a preset.
+    static Timers of(TimerPreset preset) noexcept;
+};
+
 /// Per-channel settings. Channel URIs carry the addressing; these carry the protocol.
 struct ChannelOptions {
-    /// Timer preset: "wan" (OpenPGM's usual values), "lan" (default) or "rdma".
-    std::string preset = "lan";
+    /// Timer preset (default lan), unless `timers` is set.
+    TimerPreset preset = TimerPreset::lan;
+    /// Every timer, overriding the preset (start from Timers::of(preset)).
+    std::optional<Timers> timers;
     /// Transmit / receive window, packets. A publisher's message spans at most 16 of them
     /// (OpenPGM's fragment limit), or window_sqns when that is smaller.
     std::uint32_t window_sqns = 1U << 16U;
     /// Publisher: keep each packet repairable at least this long; a full window then returns
     /// Errc::back_pressured instead of dropping history. 0 = always advance.
-    std::int64_t retention_ns = 0;
+    std::chrono::nanoseconds retention{0};
     std::uint64_t rate_bytes_per_sec = 0;         ///< ODATA budget, 0 = unlimited
     std::uint64_t repair_rate_bytes_per_sec = 0;  ///< RDATA budget, 0 = unlimited
     /// Subscriber late join: false = start at the first packet seen (OpenPGM), true = recover

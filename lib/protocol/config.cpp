@@ -67,42 +67,42 @@ Result<void> validate(const Timers& t, std::string_view* bad) noexcept {
         return v <= 0 || v > kMaxIvl;
     };
     if (bad_ivl(t.nak_bo_ivl_ns)) {
-        return fail("nak_bo_ivl");
+        return fail("timers.nak_backoff: more than 0, at most 1 h");
     }
     if (bad_ivl(t.nak_rpt_ivl_ns)) {
-        return fail("nak_rpt_ivl");
+        return fail("timers.nak_repeat: more than 0, at most 1 h");
     }
     if (bad_ivl(t.nak_rdata_ivl_ns)) {
-        return fail("nak_rdata_ivl");
+        return fail("timers.nak_rdata: more than 0, at most 1 h");
     }
     if (t.nak_ncf_retries == 0 || t.nak_ncf_retries > 255) {
-        return fail("nak_ncf_retries");
+        return fail("timers.nak_ncf_retries: 1 to 255");
     }
     if (t.nak_data_retries == 0 || t.nak_data_retries > 255) {
-        return fail("nak_data_retries");
+        return fail("timers.nak_data_retries: 1 to 255");
     }
     if (bad_ivl(t.spmr_expiry_ns)) {
-        return fail("spmr_expiry");
+        return fail("timers.spmr_expiry: more than 0, at most 1 h");
     }
     if (bad_ivl(t.peer_expiry_ns) || t.peer_expiry_ns <= t.nak_bo_ivl_ns) {
-        return fail("peer_expiry");
+        return fail("timers.peer_expiry: more than nak_backoff, at most 1 h");
     }
     if (bad_ivl(t.ambient_spm_ns)) {
-        return fail("ambient_spm");
+        return fail("timers.ambient_spm: more than 0, at most 1 h");
     }
     if (t.peer_expiry_ns <= t.ambient_spm_ns) {
-        return fail("peer_expiry (must exceed ambient_spm)");
+        return fail("timers.peer_expiry: more than ambient_spm");
     }
     for (auto v : t.heartbeat_spm_ns) {
         if (v < 0 || v > kMaxIvl) {
-            return fail("heartbeat_spm");
+            return fail("timers.heartbeat_spm: each 0 to 1 h");
         }
     }
     if (t.nak_elimination_ns < 0 || t.nak_elimination_ns > kMaxIvl) {
-        return fail("nak_elimination");
+        return fail("timers.nak_elimination: 0 to 1 h");
     }
     if (t.spmr_answer_ivl_ns < 0 || t.spmr_answer_ivl_ns > kMaxIvl) {
-        return fail("spmr_answer_ivl");
+        return fail("timers.spmr_answer: 0 to 1 h");
     }
     return {};
 }

@@ -56,6 +56,7 @@ struct Receiver::Peer {
         std::uint32_t off = 0;    // payload offset in `buffers`
         std::uint32_t alloc = 0;  // index of its record in `allocs`
         pgm::FragmentInfo fragment{};
+        std::int64_t rx_ns = 0;  // when it was received
     };
     // Payloads are packed into `buffers` in arrival order; records in `allocs` (same order)
     // let the oldest space be reclaimed once delivered, even when repairs arrive late.
@@ -270,7 +271,8 @@ Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
 void Receiver::on_packet(const pgm::Packet& pkt,
                          const Endpoint& from,
                          std::int64_t now_ns,
-                         PacketSink& sink) noexcept {
+                         PacketSink& sink,
+                         std::int64_t rx_ns) noexcept {
     const bool upstream = pkt.is_upstream();
     // Downstream packets carry our data-destination port as dport; upstream ones as sport.
     if ((upstream ? pkt.sport : pkt.dport) != cfg_.dport) {
@@ -313,7 +315,7 @@ void Receiver::on_packet(const pgm::Packet& pkt,
             if (!p->has_nla) {
                 p->from = from;
             }
-            on_data(*p, pkt, now_ns);
+            on_data(*p, pkt, now_ns, rx_ns != 0 ? rx_ns : now_ns);
             break;
         case PacketType::ncf: on_ncf(*p, pkt, now_ns); break;
         default: break;
@@ -459,7 +461,10 @@ void Receiver::on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noex
     }
 }
 
-void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
+void Receiver::on_data(Peer& p,
+                       const pgm::Packet& pkt,
+                       std::int64_t now_ns,
+                       std::int64_t rx_ns) noexcept {
     const bool is_rdata = pkt.type == PacketType::rdata;
     if (is_rdata) {
         bump(p, &ReceiverCounters::rdata_received, &PeerCounters::rdata_received);
@@ -530,6 +535,7 @@ void Receiver::on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noe
     }
     sl = fresh;
     sl.state = SlotState::have;
+    sl.rx_ns = rx_ns;
     sl.len = static_cast<std::uint16_t>(pkt.payload.size());
     sl.has_fragment = pkt.opts.has_fragment;
     sl.fragment = pkt.opts.fragment;
@@ -862,8 +868,10 @@ Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
         return Assembly::waiting;
     }
     std::size_t pos = 0;
+    std::int64_t last_rx = 0;  // the APDU was complete when its last fragment came
     for (Sqn y = s; precedes(y, x); ++y) {
         auto& fy = p.slot(y, mask);
+        last_rx = std::max(last_rx, fy.rx_ns);
         std::memcpy(reassembly_.data() + pos, base + fy.off, fy.len);
         pos += fy.len;
         p.release(fy);
@@ -875,6 +883,7 @@ Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
     out.kind = Event::Kind::data;
     out.sqn = s;
     out.payload = std::span<const std::byte>(reassembly_.data(), apdu_len);
+    out.rx_ns = last_rx;
     return Assembly::delivered;
 }
 
@@ -936,6 +945,7 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
             out.kind = Event::Kind::data;
             out.sqn = s;
             out.payload = std::span<const std::byte>(base + sl.off, sl.len);
+            out.rx_ns = sl.rx_ns;
             return true;
         }
         const Assembly a = reassemble(p, s, out);

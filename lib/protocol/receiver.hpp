@@ -71,6 +71,7 @@ struct Event {
     Sqn sqn{};
     std::uint32_t count = 0;
     std::span<const std::byte> payload;
+    std::int64_t rx_ns = 0;  ///< data: when its (last) packet was received; 0 otherwise
 };
 
 /// The receiving half of PGM (RFC 3208 §6): a receive window per source (TSI), gap detection,
@@ -89,10 +90,13 @@ public:
     Receiver& operator=(Receiver&&) = delete;
 
     /// Any downstream packet (SPM, ODATA, RDATA, NCF) or another receiver's NAK/SPMR.
+    /// `rx_ns`: when the packet was received (the transport's timestamp), 0 = now_ns; data
+    /// events carry it.
     void on_packet(const pgm::Packet& p,
                    const Endpoint& from,
                    std::int64_t now_ns,
-                   PacketSink& sink) noexcept;
+                   PacketSink& sink,
+                   std::int64_t rx_ns = 0) noexcept;
     void on_timer(std::int64_t now_ns, PacketSink& sink) noexcept;
     [[nodiscard]] std::int64_t next_deadline() const noexcept;
 
@@ -125,7 +129,7 @@ private:
     [[nodiscard]] std::unique_ptr<Peer> new_peer(bool prefault) const;
     Peer* find_or_add(const Gsi& gsi, std::uint16_t sport, std::int64_t now_ns) noexcept;
     Peer* find(const Gsi& gsi, std::uint16_t sport) noexcept;
-    void on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
+    void on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns, std::int64_t rx_ns) noexcept;
     void on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
     void on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
     void on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;

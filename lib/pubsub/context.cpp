@@ -23,6 +23,7 @@
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/protocol/config.hpp"
+#include "lib/pubsub/options_convert.hpp"
 #include "lib/pubsub/session.hpp"
 #include "lib/pubsub/stats_file.hpp"
 #include "lib/runtime/parse.hpp"
@@ -99,7 +100,7 @@ std::string explain_refusal(std::string_view why, const ChannelOptions& o) {
         {"rxw_sqns", "window_sqns", std::to_string(o.window_sqns)},
         {"max_peers", "max_sources", std::to_string(o.max_sources)},
         {"preallocated_peers", "preallocated_sources", std::to_string(o.preallocated_sources)},
-        {"txw_retention_ns", "retention_ns", std::to_string(o.retention_ns)},
+        {"txw_retention_ns", "retention", std::to_string(o.retention.count()) + " ns"},
         {"max_recover_sqns", "max_recover_sqns", std::to_string(o.max_recover_sqns)},
     };
     std::string text(why);
@@ -252,7 +253,7 @@ Result<protocol::SourceConfig, Error> Context::Impl::source_config(const Transpo
     // An APDU's fragments must all fit in the window: a window of fewer than 16 packets
     // (OpenPGM's fragment limit) sends smaller APDUs instead of being refused.
     c.max_fragments = std::min<std::size_t>(c.max_fragments, std::max(1U, o.window_sqns));
-    c.txw_retention_ns = o.retention_ns;
+    c.txw_retention_ns = o.retention.count();
     c.max_tpdu = t.caps().max_datagram;
     c.odata_rate_bytes_per_sec = o.rate_bytes_per_sec;
     c.rdata_rate_bytes_per_sec = o.repair_rate_bytes_per_sec;
@@ -289,10 +290,7 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
     if (!tc.transport) {
         return Error(Errc::invalid_argument, "no transport given for channel '" + name + "'");
     }
-    auto timers = protocol::preset(o.preset);
-    if (!timers) {
-        return Error(Errc::invalid_argument, "unknown preset '" + o.preset + "' (wan, lan, rdma)");
-    }
+    const protocol::Timers timers = pubsub::timers_of(o);
     auto ch = std::make_unique<detail::Channel>();
     ch->owner = &owner;
     ch->name = std::move(name);
@@ -305,16 +303,16 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
     Transport& t = ch->lossy ? static_cast<Transport&>(*ch->lossy) : *ch->base;
     pubsub::SessionConfig sc;
     if (publisher) {
-        auto c = source_config(tc, t, o, *timers);
+        auto c = source_config(tc, t, o, timers);
         sc.source = *c;
         if (ch->base->caps().poll_is_syscall) {
             // A publisher only hears NAKs and SPMRs: it polls its transport at most every
             // 10 us (a quarter of the NAK back-off, if shorter) while it is quiet, so that a
             // busy-polling party spends its syscalls on the channels it waits for data on.
-            sc.upstream_poll_ns = std::min<std::int64_t>(10'000, timers->nak_bo_ivl_ns / 4);
+            sc.upstream_poll_ns = std::min<std::int64_t>(10'000, timers.nak_bo_ivl_ns / 4);
         }
     } else {
-        auto c = receiver_config(tc, t, o, *timers);
+        auto c = receiver_config(tc, t, o, timers);
         sc.receiver = *c;
     }
     // The windows' storage is made here (a subscriber's preallocated sources included): too
@@ -678,7 +676,7 @@ std::int64_t offer_stamp(detail::Channel& ch) noexcept {
 
 }  // namespace
 
-Result<std::uint32_t> Publisher::offer(std::span<const std::byte> message) noexcept {
+Result<Sqn> Publisher::offer(std::span<const std::byte> message) noexcept {
     // Queued in the channel's batch: it leaves at the next Context::poll() or when the batch
     // is full, so bursts go out in one sendmmsg / GSO send.
     ch_->owner->check("Publisher::offer");
@@ -686,7 +684,7 @@ Result<std::uint32_t> Publisher::offer(std::span<const std::byte> message) noexc
     if (!r) {
         return r.error();
     }
-    return r->value;
+    return *r;
 }
 
 Result<Claim> Publisher::try_claim(std::size_t n) noexcept {
@@ -742,7 +740,7 @@ Claim::~Claim() {
     }
 }
 
-Result<std::uint32_t> Claim::commit(std::size_t used) noexcept {
+Result<Sqn> Claim::commit(std::size_t used) noexcept {
     if (ch_ == nullptr) {
         return Errc::invalid_argument;
     }
@@ -753,7 +751,7 @@ Result<std::uint32_t> Claim::commit(std::size_t used) noexcept {
     if (!r) {
         return r.error();
     }
-    return r->value;
+    return *r;
 }
 
 bool Subscriber::next(Message& out) noexcept {
@@ -774,9 +772,12 @@ bool Subscriber::next(Message& out) noexcept {
     asm("" : "+r"(data), "+r"(size), "+r"(sqn), "+r"(count));
     out.kind = static_cast<MessageKind>(ev.kind);
     out.tsi = ev.tsi;
-    out.sqn = sqn;
+    out.sqn = Sqn{sqn};
     out.count = count;
     out.payload = std::span<const std::byte>(data, size);
+    out.received = std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::nanoseconds(ev.rx_ns)));
     return true;
 }
 

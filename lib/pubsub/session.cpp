@@ -159,7 +159,7 @@ void Session::dispatch(const RxPacket& rx, std::int64_t now_ns) noexcept {
         return;
     }
     if (receiver_) {
-        receiver_->on_packet(pkt, rx.from, now_ns, *this);
+        receiver_->on_packet(pkt, rx.from, now_ns, *this, rx.rx_time_ns);
     }
 }
 

@@ -223,8 +223,10 @@ TEST_CASE("API: bad channel URIs and options give clear errors", "[unit][api]") 
     CHECK_THAT(why(ctx.add_subscriber("udp://239.1.1.1:7600")), Catch::Contains("iface"));
     CHECK_THAT(why(ctx.add_subscriber("no-scheme-here")), Catch::Contains("SCHEME://"));
     prizma::ChannelOptions o;
-    o.preset = "warp";
-    CHECK_THAT(why(ctx.add_publisher("mem://b:7500", o)), Catch::Contains("warp"));
+    o.timers = prizma::Timers::of(prizma::TimerPreset::lan);
+    o.timers->nak_backoff = std::chrono::nanoseconds(0);
+    CHECK_THAT(why(ctx.add_publisher("mem://b:7500", o)),
+               Catch::Contains("timers.nak_backoff: more than 0, at most 1 h"));
     // Options the protocol layer refuses come back under the option's name, with its value.
     auto refused = [&](bool publisher, const prizma::ChannelOptions& opts) {
         const std::string err = publisher ? why(ctx.add_publisher("mem://b:7500", opts))
@@ -248,8 +250,8 @@ TEST_CASE("API: bad channel URIs and options give clear errors", "[unit][api]") 
     o.max_recover_sqns = 0;
     CHECK_THAT(refused(false, o), Catch::Contains("max_recover_sqns = 0: 1 to window_sqns - 1"));
     o = {};
-    o.retention_ns = -1;
-    CHECK_THAT(refused(true, o), Catch::Contains("retention_ns = -1: not negative"));
+    o.retention = std::chrono::nanoseconds(-1);
+    CHECK_THAT(refused(true, o), Catch::Contains("retention = -1 ns: not negative"));
     o = {};
     o.window_sqns = 1U << 22U;  // x 1472-byte packets: past what 32-bit ring offsets reach
     CHECK_THAT(refused(true, o),
@@ -319,4 +321,34 @@ TEST_CASE("API: window storage the kernel refuses is an error naming the channel
     REQUIRE(WIFEXITED(status));  // not killed by std::terminate's abort
     CHECK(WEXITSTATUS(status) == 0);
 #endif
+}
+
+TEST_CASE("API: delivered messages carry when they were received", "[unit][api]") {
+    auto ctx = prizma::Context::create().value();
+    auto sub = ctx.add_subscriber("mem://ts-bus:7505").value();
+    auto pub = ctx.add_publisher("mem://ts-bus:7505").value();
+    const std::vector<std::byte> small(100);
+    const std::vector<std::byte> big(5000);  // fragmented: stamped by its last fragment
+    std::vector<std::chrono::steady_clock::time_point> stamps;
+    std::chrono::steady_clock::time_point before{};
+    for (const auto* m : {&small, &big}) {
+        before = std::chrono::steady_clock::now();
+        REQUIRE(pub.offer(*m).has_value());
+        const auto deadline = before + std::chrono::seconds(2);
+        const std::size_t want = stamps.size() + 1;
+        while (stamps.size() < want && std::chrono::steady_clock::now() < deadline) {
+            (void)ctx.poll();
+            sub.poll(8, [&](const prizma::Message& msg) {
+                if (msg.kind == prizma::MessageKind::data) {
+                    stamps.push_back(msg.received);
+                } else {
+                    CHECK(msg.received == std::chrono::steady_clock::time_point{});
+                }
+            });
+        }
+        REQUIRE(stamps.size() == want);
+        CHECK(stamps.back() >= before);
+        CHECK(stamps.back() <= std::chrono::steady_clock::now());
+    }
+    CHECK(stamps[1] > stamps[0]);
 }

@@ -26,11 +26,11 @@ TEST_CASE("a bad timer value is refused and named", "[unit][config]") {
     std::string_view bad;
     t.nak_rpt_ivl_ns = 0;
     CHECK(validate(t, &bad).error() == Errc::invalid_argument);
-    CHECK(bad == "nak_rpt_ivl");
+    CHECK(bad == "timers.nak_repeat: more than 0, at most 1 h");
     t = preset(Preset::lan);
     t.nak_data_retries = 0;
     CHECK_FALSE(validate(t, &bad).has_value());
-    CHECK(bad == "nak_data_retries");
+    CHECK(bad == "timers.nak_data_retries: 1 to 255");
     t = preset(Preset::lan);
     t.peer_expiry_ns = t.ambient_spm_ns;
     CHECK_FALSE(validate(t, &bad).has_value());
@@ -69,7 +69,7 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     bad = sc;
     bad.timers.nak_rpt_ivl_ns = 0;
     CHECK_FALSE(validate(bad, &why).has_value());
-    CHECK(why == "nak_rpt_ivl");
+    CHECK(why == "timers.nak_repeat: more than 0, at most 1 h");
 
     ReceiverConfig rc;
     rc.group = sc.group;

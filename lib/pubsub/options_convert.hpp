@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <prizma/options.hpp>
+
+#include "lib/protocol/config.hpp"
+
+namespace prizma::pubsub {
+
+/// The public timer types to and from the protocol core's (nanosecond integers).
+protocol::Preset to_protocol(TimerPreset p) noexcept;
+protocol::Timers to_protocol(const Timers& t) noexcept;
+Timers from_protocol(const protocol::Timers& p) noexcept;
+/// A channel's timers: ChannelOptions::timers, or its preset's.
+protocol::Timers timers_of(const ChannelOptions& o) noexcept;
+
+}  // namespace prizma::pubsub

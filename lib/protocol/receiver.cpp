@@ -57,6 +57,7 @@ struct Receiver::Peer {
         std::uint32_t alloc = 0;  // index of its record in `allocs`
         pgm::FragmentInfo fragment{};
         std::int64_t rx_ns = 0;  // when it was received
+        TimerLink timer{};       // its NAK timer's place in the wheel while missing
     };
     // Payloads are packed into `buffers` in arrival order; records in `allocs` (same order)
     // let the oldest space be reclaimed once delivered, even when repairs arrive late.
@@ -88,8 +89,12 @@ struct Receiver::Peer {
     bool left_reported = false;
     Sqn trail_done{};  // apply_trail has handled every sqn before this one
     std::vector<Slot> slots;
-    // NAK timers (§6.3) of the missing sqns, by slot index (TimerWheel).
-    TimerWheel wheel;
+    // NAK timers (§6.3) of the missing sqns, by slot index; the links are in the slots.
+    struct SlotLinks {
+        Slot* slots = nullptr;
+        TimerLink& operator[](std::uint32_t i) const noexcept { return slots[i].timer; }
+    };
+    TimerWheel<SlotLinks> wheel;
     // Not a vector: a peer allocated at its first packet must not zero ~100 MB then (a pause
     // of tens of ms on the owner thread); its pages come at their first use.
     runtime::PageBuffer buffers;
@@ -217,7 +222,7 @@ Receiver::Peer* Receiver::find(const Gsi& gsi, std::uint16_t sport) noexcept {
 std::unique_ptr<Receiver::Peer> Receiver::new_peer(bool prefault) const {
     auto p = std::make_unique<Peer>();
     p->slots.resize(capacity_);
-    p->wheel.resize(capacity_);
+    p->wheel.bind(Peer::SlotLinks{p->slots.data()});
     p->buffers = runtime::PageBuffer(rxw_ring_bytes(cfg_), prefault);
     // Live payloads are at most one per window slot; delivered ones not yet reclaimed (stored
     // after the oldest live one, i.e. repairs) at most as many again.
@@ -242,9 +247,7 @@ Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
             auto slots = std::move(p->slots);
             auto buffers = std::move(p->buffers);
             auto allocs = std::move(p->allocs);
-            auto wheel = std::move(p->wheel);
-            const bool used = p->used;
-            if (used) {  // fresh storage is clear already: no pass over it at a join
+            if (p->used) {  // fresh storage is clear already: no pass over it at a join
                 std::fill(slots.begin(), slots.end(), Peer::Slot{});
             }
             *p = Peer{};
@@ -252,8 +255,8 @@ Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
             p->slots = std::move(slots);
             p->buffers = std::move(buffers);
             p->allocs = std::move(allocs);
-            p->wheel = std::move(wheel);
-            p->wheel.reset(wheel_shift_, used);
+            p->wheel.bind(Peer::SlotLinks{p->slots.data()});
+            p->wheel.reset(wheel_shift_);
             p->in_use = true;
             p->tsi = tsi;
             p->counters.tsi = tsi;

@@ -10,41 +10,52 @@
 
 namespace prizma::protocol {
 
+/// One entry's place in a TimerWheel: kept by the caller next to the entry's own data (a
+/// receive slot), so that a timer run touches one cache line per entry, not two.
+struct TimerLink {
+    static constexpr std::uint32_t kNil = 0xffffffffU;
+    std::uint32_t next = kNil;
+    std::uint32_t prev = kNil;
+    std::uint32_t bucket = kNil;
+    std::int64_t deadline = INT64_MAX;
+};
+
+/// The links of entries kept in a plain vector (tests, or callers without entries of their own).
+struct VectorLinks {
+    std::vector<TimerLink>* links = nullptr;
+    TimerLink& operator[](std::uint32_t i) const noexcept { return (*links)[i]; }
+};
+
 /// A hashed timer wheel over entries 0 .. capacity-1 (a receiver's window slots: the NAK
 /// timers of missing sequence numbers, RFC 3208 §6.3). Each armed entry is linked into the
 /// bucket of its deadline's tick, so a timer run visits only the buckets whose time has come,
-/// never the whole window (a receiver far behind may miss tens of thousands at once). Sans-I/O
-/// and allocation-free after resize(); unit-tested on its own.
+/// never the whole window (a receiver far behind may miss tens of thousands at once). The
+/// links live where `Links` (an accessor: `TimerLink& operator[](idx)`) says; the entries must
+/// start unlinked (TimerLink{}). Sans-I/O and allocation-free; unit-tested on its own.
+template <typename Links>
 class TimerWheel {
 public:
     static constexpr std::uint32_t kBuckets = 512;
-    static constexpr std::uint32_t kNil = 0xffffffffU;
+    static constexpr std::uint32_t kNil = TimerLink::kNil;
     static constexpr std::int64_t kNever = INT64_MAX;
 
-    /// Makes room for `capacity` entries (allocates: set-up only) and clears everything.
-    void resize(std::size_t capacity) {
-        links_.assign(capacity, Link{});
-        reset(shift_);
-    }
-    /// Disarms everything; ticks are 2^shift ns from now on. `used`: entries may be linked
-    /// (a reused wheel), so their links are cleared too (a pass over them).
-    void reset(unsigned shift, bool used = true) noexcept {
-        if (used) {
-            std::fill(links_.begin(), links_.end(), Link{});
-        }
+    /// Where the links are (again, after the entries' storage moved).
+    void bind(Links links) noexcept { links_ = links; }
+    /// Disarms everything (the caller clears the entries' links); ticks are 2^shift ns from
+    /// now on.
+    void reset(unsigned shift) noexcept {
         buckets_.fill(kNil);
         bits_.fill(0);
         tick_ = 0;
         shift_ = shift;
     }
     [[nodiscard]] unsigned shift() const noexcept { return shift_; }
-    [[nodiscard]] std::size_t capacity() const noexcept { return links_.size(); }
 
     /// (Re)arms entry idx for `deadline_ns`. A deadline in a tick already visited lands in
     /// the current tick's bucket (it is due at the next run).
     void arm(std::uint32_t idx, std::int64_t deadline_ns) noexcept {
         cancel(idx);
-        Link& l = links_[idx];
+        TimerLink& l = links_[idx];
         l.deadline = deadline_ns;
         const std::int64_t tick = std::max(deadline_ns >> shift_, tick_);
         const auto b = static_cast<std::uint32_t>(tick) & (kBuckets - 1);
@@ -59,7 +70,7 @@ public:
     }
     /// Disarms entry idx (nothing when it is not armed).
     void cancel(std::uint32_t idx) noexcept {
-        Link& l = links_[idx];
+        TimerLink& l = links_[idx];
         if (l.bucket == kNil) {
             return;
         }
@@ -98,7 +109,7 @@ public:
             for (std::uint32_t i = buckets_[b]; i != kNil; i = links_[i].next) {
                 const std::int64_t d = links_[i].deadline;
                 if (d <= now_ns) {
-                    due.push_back(i);  // the caller reserves capacity(): no allocation
+                    due.push_back(i);  // the caller reserves room for every entry
                 } else if ((d >> shift_) <= now_tick) {
                     later = std::min(later, d);
                 }
@@ -135,13 +146,7 @@ public:
     }
 
 private:
-    struct Link {
-        std::uint32_t next = kNil;
-        std::uint32_t prev = kNil;
-        std::uint32_t bucket = kNil;
-        std::int64_t deadline = kNever;
-    };
-    std::vector<Link> links_;
+    Links links_{};
     std::array<std::uint32_t, kBuckets> buckets_{};
     std::array<std::uint64_t, kBuckets / 64> bits_{};  // non-empty buckets
     std::int64_t tick_ = 0;                            // first tick not yet fully visited

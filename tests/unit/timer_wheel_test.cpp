@@ -7,12 +7,14 @@
 
 #include "tests/support/catch.hpp"
 
-using prizma::protocol::TimerWheel;
+using prizma::protocol::TimerLink;
+using prizma::protocol::VectorLinks;
+using TimerWheel = prizma::protocol::TimerWheel<VectorLinks>;
 
 namespace {
 std::vector<std::uint32_t> due_at(TimerWheel& w, std::int64_t now) {
     std::vector<std::uint32_t> due;
-    due.reserve(w.capacity());
+    due.reserve(50'000);
     (void)w.collect_due(now, due);
     std::sort(due.begin(), due.end());
     return due;
@@ -20,8 +22,9 @@ std::vector<std::uint32_t> due_at(TimerWheel& w, std::int64_t now) {
 }  // namespace
 
 TEST_CASE("timer wheel: due exactly at the deadline, not before; cancel; re-arm", "[unit][wheel]") {
+    std::vector<TimerLink> links(64);
     TimerWheel w;
-    w.resize(64);
+    w.bind(VectorLinks{&links});
     w.reset(10);  // 1024 ns ticks
     w.arm(3, 5'000);
     w.arm(7, 5'000);
@@ -44,8 +47,9 @@ TEST_CASE("timer wheel: due exactly at the deadline, not before; cancel; re-arm"
 
 TEST_CASE("timer wheel: a deadline in the past fires at the next run; whole turns",
           "[unit][wheel]") {
+    std::vector<TimerLink> links(1024);
     TimerWheel w;
-    w.resize(1024);
+    w.bind(VectorLinks{&links});
     w.reset(10);
     (void)due_at(w, 1'000'000);  // the cursor is now at tick 976
     w.arm(1, 10);                // long past: lands in the current tick
@@ -63,16 +67,16 @@ TEST_CASE("timer wheel: a deadline in the past fires at the next run; whole turn
     CHECK(w.next_armed() == TimerWheel::kNever);
 }
 
-TEST_CASE("timer wheel: a run visits buckets, not entries; drain; reset of a used wheel",
-          "[unit][wheel]") {
+TEST_CASE("timer wheel: a run visits buckets, not entries; drain; reset", "[unit][wheel]") {
+    std::vector<TimerLink> links(50'000);
     TimerWheel w;
-    w.resize(50'000);
+    w.bind(VectorLinks{&links});
     w.reset(10);
     for (std::uint32_t i = 0; i < 50'000; ++i) {
         w.arm(i, 1'000'000 + i);  // tens of thousands missing at once
     }
     std::vector<std::uint32_t> due;
-    due.reserve(w.capacity());
+    due.reserve(links.size());
     // Before any is due, a run finds nothing and reports the earliest one in this tick.
     const std::int64_t later = w.collect_due(999'999, due);
     CHECK(due.empty());
@@ -94,7 +98,8 @@ TEST_CASE("timer wheel: a run visits buckets, not entries; drain; reset of a use
     for (std::uint32_t i = 0; i < 10; ++i) {
         w.arm(i, 5);
     }
-    w.reset(12);  // reused: links cleared, nothing armed
+    std::fill(links.begin(), links.end(), TimerLink{});  // the caller clears the links
+    w.reset(12);                                         // reused: nothing armed
     CHECK_FALSE(w.armed(0));
     CHECK(w.shift() == 12U);
     CHECK(due_at(w, 1'000'000'000).empty());

@@ -38,15 +38,15 @@ requires std::invocable<Duty&> && std::convertible_to < std::invoke_result_t<Dut
 int > class AgentRunner {
 public:
     AgentRunner(Context& ctx, Idle idle, Duty duty, RunnerOptions options = {})
-        : thread_(
-            [&ctx, idle = std::move(idle), duty = std::move(duty)](std::stop_token st) mutable {
-                ctx.adopt_owner_thread();
-                while (!st.stop_requested()) {
-                    const int work = ctx.poll() + duty();
-                    idle.idle(work);
-                }
-                ctx.release_owner_thread();  // joined: the Context is the caller's again
-            }) {
+        : thread_([&ctx, idle = std::move(idle), duty = std::move(duty)](
+                      const std::stop_token& st) mutable {
+              ctx.adopt_owner_thread();
+              while (!st.stop_requested()) {
+                  const int work = ctx.poll() + duty();
+                  idle.idle(work);
+              }
+              ctx.release_owner_thread();  // joined: the Context is the caller's again
+          }) {
         // Applied from here to the new thread: the errors are the constructor's to report.
         const pthread_t handle = thread_.native_handle();
         std::string name = options.name.substr(0, 15);

@@ -23,11 +23,13 @@ concept IdleStrategy = requires(T& strategy, int work) {
 
 /// Never gives the core away: lowest latency, one core per loop.
 struct BusySpin {
+    // NOLINTNEXTLINE(readability-convert-member-functions-to-static): the concept's member
     void idle(int /*work*/) noexcept {}
 };
 
 /// Yields the core when there was nothing to do.
 struct Yielding {
+    // NOLINTNEXTLINE(readability-convert-member-functions-to-static): the concept's member
     void idle(int work) noexcept {
         if (work == 0) {
             std::this_thread::yield();

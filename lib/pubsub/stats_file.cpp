@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "lib/posix/errors.hpp"
+
 namespace prizma::stats {
 
 namespace {
@@ -49,7 +51,7 @@ std::size_t flatten(const ChannelCounters& c, std::span<NamedCounter> out) noexc
 }
 
 std::string default_dir() {
-    const char* d = std::getenv("PRIZMA_STATS_DIR");
+    const char* d = posix::env("PRIZMA_STATS_DIR");
     return d != nullptr && *d != '\0' ? std::string(d) : std::string("/dev/shm/prizma");
 }
 
@@ -86,7 +88,7 @@ bool Writer::open(const std::string& dir, std::string* error) {
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         if (error != nullptr) {
-            *error = "cannot create " + path + ": " + std::strerror(errno);
+            *error = "cannot create " + path + ": " + posix::errno_text();
         }
         return false;
     }
@@ -99,7 +101,7 @@ bool Writer::open(const std::string& dir, std::string* error) {
     if (p == nullptr || p == MAP_FAILED) {
         (void)::unlink(path.c_str());
         if (error != nullptr) {
-            *error = "cannot map " + path + ": " + std::strerror(saved);
+            *error = "cannot map " + path + ": " + posix::errno_text(saved);
         }
         return false;
     }
@@ -206,7 +208,7 @@ Result<Snapshot, Error> read(const std::string& path) {
     };
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        return fail(std::strerror(errno), std::error_code(errno, std::generic_category()));
+        return fail(posix::errno_text(), std::error_code(errno, std::generic_category()));
     }
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != kFileSize) {
@@ -216,7 +218,7 @@ Result<Snapshot, Error> read(const std::string& path) {
     void* p = ::mmap(nullptr, kFileSize, PROT_READ, MAP_SHARED, fd, 0);
     (void)::close(fd);
     if (p == MAP_FAILED) {
-        return fail(std::strerror(errno), std::error_code(errno, std::generic_category()));
+        return fail(posix::errno_text(), std::error_code(errno, std::generic_category()));
     }
     auto* h = static_cast<FileHeader*>(p);
     if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0 || h->version != kVersion) {

@@ -78,6 +78,8 @@ public:
     Writer() = default;
     Writer(const Writer&) = delete;
     Writer& operator=(const Writer&) = delete;
+    Writer(Writer&&) = delete;
+    Writer& operator=(Writer&&) = delete;
     ~Writer();
 
     /// Creates the file; returns false (and leaves the writer disabled) when it cannot.

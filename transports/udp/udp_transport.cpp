@@ -323,7 +323,7 @@ struct UdpTransport::Impl {
     static constexpr int kTruncated = -2;
     int read_datagrams(int fd, std::size_t slot, std::size_t n, UdpCounters& counters) noexcept;
     std::size_t segment_size(std::size_t i, std::size_t fi, bool single_read) noexcept;
-    bool ready_sockets(std::array<int, 2>& fds) noexcept;
+    bool ready_sockets(std::array<int, 2>& fds) const noexcept;
 
     UdpConfig cfg;
     int fam = AF_INET;
@@ -894,7 +894,7 @@ std::size_t UdpTransport::Impl::segment_size(std::size_t i,
 
 // With two sockets that an epoll set watches: which have datagrams (the others become -1 in
 // fds); false when neither has.
-bool UdpTransport::Impl::ready_sockets(std::array<int, 2>& fds) noexcept {
+bool UdpTransport::Impl::ready_sockets(std::array<int, 2>& fds) const noexcept {
     // Two watched sockets: one epoll_wait(0) (~0.2 us) says which has datagrams, so
     // an empty poll costs one cheap syscall instead of two recvmmsg (~0.3-1 us each).
     // Unwatched (never armed, the busy-poll case) both are read. Only a channel that

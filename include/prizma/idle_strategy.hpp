@@ -68,6 +68,11 @@ public:
         }
     }
 
+    /// What the next idle(0) does: zero = spin or yield, else park this long.
+    [[nodiscard]] std::chrono::nanoseconds next_park() const noexcept {
+        return state_ < spins_ + yields_ ? std::chrono::nanoseconds(0) : park_;
+    }
+
 private:
     std::uint32_t spins_ = 10;
     std::uint32_t yields_ = 20;

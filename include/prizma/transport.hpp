@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include <prizma/counters.hpp>
@@ -84,6 +85,9 @@ public:
     /// This transport's own address (verbs: GID + QP number), for tools and for unicast
     /// set-ups where the peer must be told where to send; family 0 when not meaningful.
     [[nodiscard]] virtual Endpoint local_endpoint() const noexcept { return {}; }
+    /// local_endpoint() as text for people and for the peer who must be told where to send
+    /// (verbs: "GID qpn=N"); empty when not meaningful. Allocates: not for the hot path.
+    [[nodiscard]] virtual std::string local_address_text() const { return {}; }
     /// Writes up to out.size() transport-specific counters into `out` and returns how many
     /// this transport has (which may be more than out.size()). Names are static strings.
     virtual std::size_t named_counters(std::span<NamedCounter> out) const noexcept {

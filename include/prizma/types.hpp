@@ -36,8 +36,8 @@ struct Tsi {
 /// bytes mean (UDP: IPv4/IPv6 + port; verbs: GID + QPN; memory: endpoint id).
 struct Endpoint {
     std::uint16_t family = 0;  ///< transport-defined; 0 = none
-    std::uint16_t port = 0;    ///< UDP port, or 0
-    std::uint32_t qpn = 0;     ///< verbs QP number, or 0
+    std::uint16_t port = 0;    ///< a port within the address (UDP), or 0
+    std::uint32_t id = 0;      ///< a transport-defined identifier beside it (verbs: QP number)
     std::array<std::uint8_t, 16> addr{};
     friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };

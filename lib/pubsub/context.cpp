@@ -782,13 +782,7 @@ bool Subscriber::next(Message& out) noexcept {
 }
 
 std::string Subscriber::local_address() const {
-    const Endpoint e = ch_->base->local_endpoint();
-    if (e.family == 0) {
-        return {};
-    }
-    char text[INET6_ADDRSTRLEN] = {};
-    (void)::inet_ntop(AF_INET6, e.addr.data(), text, sizeof text);
-    return std::string(text) + " qpn=" + std::to_string(e.qpn);
+    return ch_->base->local_address_text();
 }
 
 ChannelCounters Subscriber::counters() const noexcept {

@@ -93,19 +93,25 @@ TEST_CASE("publishing from 4 threads through a PublishQueue to a runner-owned Co
 
 TEST_CASE("Backoff spins, yields, then parks with a doubling period; work resets it",
           "[unit][runner]") {
-    prizma::Backoff b(2, 2, std::chrono::microseconds(50), std::chrono::microseconds(200));
-    const auto t0 = std::chrono::steady_clock::now();
+    using us = std::chrono::microseconds;
+    prizma::Backoff b(2, 2, us(50), us(200));
     for (int i = 0; i < 4; ++i) {
-        b.idle(0);  // 2 spins + 2 yields: no sleeping
+        CHECK(b.next_park() == us(0));  // 2 spins + 2 yields: no sleeping
+        b.idle(0);
     }
-    const auto fast = std::chrono::steady_clock::now() - t0;
+    // Then it parks 50, 100, 200, 200 µs (doubling, capped); sleep_for sleeps at least that.
     const auto t1 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 4; ++i) {
-        b.idle(0);  // parks 50 + 100 + 200 + 200 µs at least
+    for (const auto want : {us(50), us(100), us(200), us(200)}) {
+        CHECK(b.next_park() == want);
+        b.idle(0);
     }
-    const auto slow = std::chrono::steady_clock::now() - t1;
-    CHECK(slow >= std::chrono::microseconds(550));
-    CHECK(fast < slow);
+    CHECK(std::chrono::steady_clock::now() - t1 >= us(550));
+    b.idle(1);  // work resets it: spinning again, from the shortest park
+    CHECK(b.next_park() == us(0));
+    for (int i = 0; i < 4; ++i) {
+        b.idle(0);
+    }
+    CHECK(b.next_park() == us(50));
 }
 
 TEST_CASE("a Context touched from a thread that does not own it aborts, naming the call",

@@ -285,7 +285,7 @@ TEST_CASE("verbs unicast: publisher sends to the subscriber's GID + QPN", "[verb
     Node sub = make_node(cfg(sub_dev, addr, true), false, 21);
     CHECK_FALSE(sub.t->info().multicast);
     auto pc = cfg(dev1(), addr, false);
-    pc.dest_qpn = sub.t->local_endpoint().qpn;
+    pc.dest_qpn = sub.t->local_endpoint().id;
     Node pub = make_node(pc, true, 2);
     constexpr std::uint64_t kCount = 500;
     REQUIRE(run(pub, {&sub}, kCount, 100, 60));

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "transports/verbs/ib_sa.hpp"
-#include "lib/posix/errors.hpp"
 
 #include <infiniband/umad.h>
 #include <unistd.h>
@@ -9,6 +8,8 @@
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include "lib/posix/errors.hpp"
 
 namespace prizma::verbs {
 namespace {

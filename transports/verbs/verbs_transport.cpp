@@ -519,7 +519,7 @@ void VerbsTransport::Impl::post_receives(const std::uint32_t* slots, std::size_t
 ibv_ah* VerbsTransport::Impl::ah_for(const Endpoint& peer) noexcept {
     ++ah_clock;
     for (auto& e : ahs) {
-        if (e.peer.addr == peer.addr && e.peer.qpn == peer.qpn) {
+        if (e.peer.addr == peer.addr && e.peer.id == peer.id) {
             e.last_use = ah_clock;
             return e.ah.get();
         }
@@ -1064,15 +1064,19 @@ void VerbsTransport::forget(const Endpoint& peer) noexcept {
     auto& v = impl_->ahs;
     v.erase(std::remove_if(
                 v.begin(), v.end(),
-                [&](const auto& e) { return e.peer.addr == peer.addr && e.peer.qpn == peer.qpn; }),
+                [&](const auto& e) { return e.peer.addr == peer.addr && e.peer.id == peer.id; }),
             v.end());
     impl_->counters.ah_cache_size = v.size();
+}
+
+std::string VerbsTransport::local_address_text() const {
+    return gid_text(impl_->local_gid) + " qpn=" + std::to_string(impl_->info.qpn);
 }
 
 Endpoint VerbsTransport::local_endpoint() const noexcept {
     Endpoint e;
     e.family = kFamilyVerbs;
-    e.qpn = impl_->info.qpn;
+    e.id = impl_->info.qpn;
     e.addr = impl_->local_gid;
     return e;
 }
@@ -1136,7 +1140,7 @@ Result<std::size_t> VerbsTransport::send_batch(std::span<const TxPacket> packets
             std::uint32_t qpn = m.dest_qpn;
             if (p.route == Route::unicast) {
                 ah = m.ah_for(p.to);
-                qpn = p.to.qpn;
+                qpn = p.to.id;
             }
             if (len > m.mtu) {
                 ++m.counters.tx_oversize;
@@ -1242,7 +1246,7 @@ Result<std::size_t> VerbsTransport::poll_rx(std::span<RxPacket> out) noexcept {
         r.data = std::span<const std::byte>(grh + kGrhBytes, w.byte_len - kGrhBytes);
         r.from.family = kFamilyVerbs;
         r.from.port = 0;
-        r.from.qpn = w.src_qp;
+        r.from.id = w.src_qp;
         if ((w.wc_flags & IBV_WC_GRH) != 0) {
             r.from.addr = source_gid_from_grh(reinterpret_cast<const std::uint8_t*>(grh));
         } else {

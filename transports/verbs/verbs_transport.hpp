@@ -124,6 +124,7 @@ public:
     [[nodiscard]] Result<bool> arm_wakeup() noexcept override;
     void forget(const Endpoint& peer) noexcept override;
     [[nodiscard]] Endpoint local_endpoint() const noexcept override;
+    [[nodiscard]] std::string local_address_text() const override;
     std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
 
     [[nodiscard]] const VerbsCounters& counters() const noexcept;

@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <string>
 
 namespace prizma::protocol {
 
@@ -55,12 +56,9 @@ Result<Timers> preset(std::string_view name) noexcept {
     return Errc::invalid_argument;
 }
 
-Result<void> validate(const Timers& t, std::string_view* bad) noexcept {
-    auto fail = [&](std::string_view f) -> Result<void> {
-        if (bad != nullptr) {
-            *bad = f;
-        }
-        return Errc::invalid_argument;
+Result<void, Error> validate(const Timers& t) {
+    auto fail = [](std::string_view f) -> Result<void, Error> {
+        return Error(Errc::invalid_argument, std::string(f));
     };
     constexpr std::int64_t kMaxIvl = 3600 * kSec;
     auto bad_ivl = [](std::int64_t v) {
@@ -109,11 +107,8 @@ Result<void> validate(const Timers& t, std::string_view* bad) noexcept {
 
 namespace {
 
-Result<void> refuse(std::string_view* why, std::string_view text) noexcept {
-    if (why != nullptr) {
-        *why = text;
-    }
-    return Errc::invalid_argument;
+Result<void, Error> refuse(std::string_view text) {
+    return Error(Errc::invalid_argument, std::string(text));
 }
 
 bool bad_afi(const pgm::Nla& n) noexcept {
@@ -131,61 +126,61 @@ std::size_t rxw_ring_bytes(const ReceiverConfig& c) noexcept {
     return (std::size_t{std::bit_ceil(c.rxw_sqns)} + 1) * ((tsdu + 63) & ~std::size_t{63});
 }
 
-Result<void> validate(const SourceConfig& c, std::string_view* why) noexcept {
-    if (auto r = validate(c.timers, why); !r) {
+Result<void, Error> validate(const SourceConfig& c) {
+    if (auto r = validate(c.timers); !r) {
         return r;
     }
     if (c.txw_sqns == 0 || c.txw_sqns > (1U << 24)) {
-        return refuse(why, "txw_sqns: 1 to 16777216 packets");
+        return refuse("txw_sqns: 1 to 16777216 packets");
     }
     if (c.max_tpdu < pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes + 8 || c.max_tpdu > 65535) {
-        return refuse(why, "max_tpdu: room for a fragment header and 8 bytes, at most 65535");
+        return refuse("max_tpdu: room for a fragment header and 8 bytes, at most 65535");
     }
     if (txw_ring_bytes(c) > UINT32_MAX) {  // packet offsets in the ring are 32-bit
-        return refuse(why, "txw_sqns: at most 4 GiB of packets (window x largest packet)");
+        return refuse("txw_sqns: at most 4 GiB of packets (window x largest packet)");
     }
     if (c.max_fragments == 0 || c.max_fragments > 4096 || c.max_fragments > c.txw_sqns) {
-        return refuse(why, "max_fragments: 1 to 4096, and at most txw_sqns");
+        return refuse("max_fragments: 1 to 4096, and at most txw_sqns");
     }
     if (bad_afi(c.nla)) {
-        return refuse(why, "nla: an IPv4 or IPv6 address");
+        return refuse("nla: an IPv4 or IPv6 address");
     }
     if (bad_afi(c.group)) {
-        return refuse(why, "group: an IPv4 or IPv6 address");
+        return refuse("group: an IPv4 or IPv6 address");
     }
     if (c.tsi.sport == c.dport) {  // OpenPGM refuses sport == dport (docs/PROTOCOL.md §8.13)
-        return refuse(why, "tsi.sport: not equal to dport");
+        return refuse("tsi.sport: not equal to dport");
     }
     if (c.txw_retention_ns < 0) {
-        return refuse(why, "txw_retention_ns: not negative");
+        return refuse("txw_retention_ns: not negative");
     }
     return {};
 }
 
-Result<void> validate(const ReceiverConfig& c, std::string_view* why) noexcept {
-    if (auto r = validate(c.timers, why); !r) {
+Result<void, Error> validate(const ReceiverConfig& c) {
+    if (auto r = validate(c.timers); !r) {
         return r;
     }
     if (c.rxw_sqns < 2 || c.rxw_sqns > (1U << 20)) {
-        return refuse(why, "rxw_sqns: 2 to 1048576 packets");
+        return refuse("rxw_sqns: 2 to 1048576 packets");
     }
     if (c.max_tpdu < pgm::kDataHeaderBytes + 8 || c.max_tpdu > 65535) {
-        return refuse(why, "max_tpdu: room for a data header and 8 bytes, at most 65535");
+        return refuse("max_tpdu: room for a data header and 8 bytes, at most 65535");
     }
     if (rxw_ring_bytes(c) > UINT32_MAX) {  // payload offsets in the ring are 32-bit
-        return refuse(why, "rxw_sqns: at most 4 GiB of packets (window x largest packet)");
+        return refuse("rxw_sqns: at most 4 GiB of packets (window x largest packet)");
     }
     if (c.max_peers == 0 || c.max_peers > 4096) {
-        return refuse(why, "max_peers: 1 to 4096");
+        return refuse("max_peers: 1 to 4096");
     }
     if (c.preallocated_peers > c.max_peers) {
-        return refuse(why, "preallocated_peers: at most max_peers");
+        return refuse("preallocated_peers: at most max_peers");
     }
     if (bad_afi(c.group)) {
-        return refuse(why, "group: an IPv4 or IPv6 address");
+        return refuse("group: an IPv4 or IPv6 address");
     }
     if (c.max_recover_sqns == 0 || c.max_recover_sqns >= c.rxw_sqns) {
-        return refuse(why, "max_recover_sqns: 1 to rxw_sqns - 1");
+        return refuse("max_recover_sqns: 1 to rxw_sqns - 1");
     }
     return {};
 }

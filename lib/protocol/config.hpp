@@ -46,8 +46,8 @@ enum class Preset : std::uint8_t { wan, lan, rdma };
 Timers preset(Preset p) noexcept;
 /// Parses "wan" / "lan" / "rdma".
 Result<Timers> preset(std::string_view name) noexcept;
-/// Checks every value; the error names the first bad one.
-Result<void> validate(const Timers& t, std::string_view* bad_field = nullptr) noexcept;
+/// Checks every value; the error's detail names the first bad one and its bounds.
+Result<void, Error> validate(const Timers& t);
 
 /// Late-join policy of a receiver (RFC 3208 §6.1, §9.4).
 enum class JoinPolicy : std::uint8_t {
@@ -101,7 +101,7 @@ std::size_t rxw_ring_bytes(const ReceiverConfig& c) noexcept;
 /// Checks every value. On an error, `why` (when given) names the first bad field, followed by
 /// ": " and what it must be ("rxw_sqns: 2 to 1048576 packets"), or alone for a timer
 /// ("nak_rpt_ivl").
-Result<void> validate(const SourceConfig& c, std::string_view* why = nullptr) noexcept;
-Result<void> validate(const ReceiverConfig& c, std::string_view* why = nullptr) noexcept;
+Result<void, Error> validate(const SourceConfig& c);
+Result<void, Error> validate(const ReceiverConfig& c);
 
 }  // namespace prizma::protocol

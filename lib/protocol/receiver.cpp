@@ -159,9 +159,8 @@ inline void Receiver::bump(Peer& p,
     p.counters.*own += n;
 }
 
-Result<std::unique_ptr<Receiver>> Receiver::create(const ReceiverConfig& cfg,
-                                                   std::string_view* why) {
-    if (auto r = validate(cfg, why); !r) {
+Result<std::unique_ptr<Receiver>, Error> Receiver::create(const ReceiverConfig& cfg) {
+    if (auto r = validate(cfg); !r) {
         return r.error();
     }
     return std::unique_ptr<Receiver>(new Receiver(cfg));

@@ -81,8 +81,7 @@ struct Event {
 class Receiver {
 public:
     /// `why`: as validate() gives it, when the configuration is refused.
-    static Result<std::unique_ptr<Receiver>> create(const ReceiverConfig& cfg,
-                                                    std::string_view* why = nullptr);
+    static Result<std::unique_ptr<Receiver>, Error> create(const ReceiverConfig& cfg);
     ~Receiver();
     Receiver(const Receiver&) = delete;
     Receiver& operator=(const Receiver&) = delete;

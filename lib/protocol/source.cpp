@@ -51,8 +51,8 @@ std::int64_t Source::Bucket::when_available(std::size_t bytes, std::int64_t now_
 
 // ---- construction ---------------------------------------------------------------------------
 
-Result<std::unique_ptr<Source>> Source::create(const SourceConfig& cfg, std::string_view* why) {
-    if (auto r = validate(cfg, why); !r) {
+Result<std::unique_ptr<Source>, Error> Source::create(const SourceConfig& cfg) {
+    if (auto r = validate(cfg); !r) {
         return r.error();
     }
     return std::unique_ptr<Source>(new Source(cfg));

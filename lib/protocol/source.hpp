@@ -43,8 +43,7 @@ struct SourceCounters {
 class Source {
 public:
     /// `why`: as validate() gives it, when the configuration is refused.
-    static Result<std::unique_ptr<Source>> create(const SourceConfig& cfg,
-                                                  std::string_view* why = nullptr);
+    static Result<std::unique_ptr<Source>, Error> create(const SourceConfig& cfg);
 
     /// Sends the 3 initial SPMs (as OpenPGM's pgm_connect does). Call once.
     void open(std::int64_t now_ns, PacketSink& sink) noexcept;

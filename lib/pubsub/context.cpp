@@ -317,10 +317,9 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
     }
     // The windows' storage is made here (a subscriber's preallocated sources included): too
     // much of it is an error for the caller, not an exception through a Result API.
-    Result<std::unique_ptr<pubsub::Session>> s = Errc::invalid_argument;
-    std::string_view why;  // the option refused, if that was the reason
+    Result<std::unique_ptr<pubsub::Session>, Error> s = Errc::invalid_argument;
     try {
-        s = pubsub::Session::create(t, sc, &why);
+        s = pubsub::Session::create(t, sc);
     } catch (const std::bad_alloc&) {
         return Error(std::make_error_code(std::errc::not_enough_memory),
                      "cannot allocate the window storage for '" + ch->name
@@ -328,9 +327,10 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
                            "memory");
     }
     if (!s) {
-        return Error(s.error(),
-                     "bad channel options for '" + ch->name
-                         + "': " + (why.empty() ? s.error().message() : explain_refusal(why, o)));
+        const Error& e = s.error();
+        return Error(e.code(),
+                     "bad channel options for '" + ch->name + "': "
+                         + (e.detail().empty() ? e.message() : explain_refusal(e.detail(), o)));
     }
     ch->session = std::move(*s);
     if (publisher) {

@@ -6,9 +6,8 @@
 
 namespace prizma::pubsub {
 
-Result<std::unique_ptr<Session>> Session::create(Transport& transport,
-                                                 const SessionConfig& cfg,
-                                                 std::string_view* why) {
+Result<std::unique_ptr<Session>, Error> Session::create(Transport& transport,
+                                                        const SessionConfig& cfg) {
     if (!cfg.source && !cfg.receiver) {
         return Errc::invalid_argument;
     }
@@ -19,16 +18,17 @@ Result<std::unique_ptr<Session>> Session::create(Transport& transport,
     if (cfg.source) {
         auto sc = *cfg.source;
         if (sc.max_tpdu > s->max_datagram_) {
-            return Errc::invalid_argument;  // the source's packets must fit the transport
+            return Error(Errc::invalid_argument,
+                         "max_tpdu: at most the transport's largest datagram");
         }
-        auto src = protocol::Source::create(sc, why);
+        auto src = protocol::Source::create(sc);
         if (!src) {
             return src.error();
         }
         s->source_ = std::move(*src);
     }
     if (cfg.receiver) {
-        auto rcv = protocol::Receiver::create(*cfg.receiver, why);
+        auto rcv = protocol::Receiver::create(*cfg.receiver);
         if (!rcv) {
             return rcv.error();
         }

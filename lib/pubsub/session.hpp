@@ -63,11 +63,10 @@ struct SessionCounters {
 /// runs timers, and sends what the core emitted as batches. One owner thread.
 class Session final : public protocol::PacketSink {
 public:
-    /// `why` names the refused field when the source's or receiver's configuration is the
-    /// reason (see protocol::validate); it is left as it was for any other error.
-    static Result<std::unique_ptr<Session>> create(Transport& transport,
-                                                   const SessionConfig& cfg,
-                                                   std::string_view* why = nullptr);
+    /// Errors: the source's or receiver's configuration refused (the detail names the field
+    /// and its bounds, see protocol::validate), or Errc::invalid_argument.
+    static Result<std::unique_ptr<Session>, Error> create(Transport& transport,
+                                                          const SessionConfig& cfg);
     ~Session() override;
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;

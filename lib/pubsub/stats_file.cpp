@@ -79,7 +79,7 @@ static void remove_stale(const std::string& dir) noexcept {
     }
 }
 
-bool Writer::open(const std::string& dir, std::string* error) {
+Result<void, Error> Writer::open(const std::string& dir) {
     (void)::mkdir(dir.c_str(), 01777);  // shared by every user's processes, like /tmp
     remove_stale(dir);
     const auto pid = static_cast<std::uint64_t>(::getpid());
@@ -87,10 +87,7 @@ bool Writer::open(const std::string& dir, std::string* error) {
         dir + "/" + std::to_string(pid) + "-" + std::to_string(g_files.fetch_add(1)) + ".stats";
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        if (error != nullptr) {
-            *error = "cannot create " + path + ": " + posix::errno_text();
-        }
-        return false;
+        return Error(posix::errno_code(), "cannot create " + path + ": " + posix::errno_text());
     }
     void* p = nullptr;
     if (::ftruncate(fd, static_cast<off_t>(kFileSize)) == 0) {
@@ -100,10 +97,8 @@ bool Writer::open(const std::string& dir, std::string* error) {
     (void)::close(fd);
     if (p == nullptr || p == MAP_FAILED) {
         (void)::unlink(path.c_str());
-        if (error != nullptr) {
-            *error = "cannot map " + path + ": " + posix::errno_text(saved);
-        }
-        return false;
+        return Error(posix::errno_code(saved),
+                     "cannot map " + path + ": " + posix::errno_text(saved));
     }
     base_ = p;
     path_ = path;
@@ -112,7 +107,7 @@ bool Writer::open(const std::string& dir, std::string* error) {
     h->version = kVersion;
     h->pid = pid;
     h->max_channels = kMaxChannels;
-    return true;
+    return {};
 }
 
 ChannelRecord* Writer::record(std::size_t i) const noexcept {

@@ -82,8 +82,8 @@ public:
     Writer& operator=(Writer&&) = delete;
     ~Writer();
 
-    /// Creates the file; returns false (and leaves the writer disabled) when it cannot.
-    bool open(const std::string& dir, std::string* error = nullptr);
+    /// Creates the file; an error (the writer stays disabled) says why it cannot.
+    Result<void, Error> open(const std::string& dir);
     [[nodiscard]] bool enabled() const noexcept { return base_ != nullptr; }
     [[nodiscard]] const std::string& path() const noexcept { return path_; }
 

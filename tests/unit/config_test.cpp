@@ -23,17 +23,15 @@ TEST_CASE("timer presets are valid and ordered wan > lan > rdma", "[unit][config
 
 TEST_CASE("a bad timer value is refused and named", "[unit][config]") {
     Timers t = preset(Preset::lan);
-    std::string_view bad;
     t.nak_rpt_ivl_ns = 0;
-    CHECK(validate(t, &bad).error() == Errc::invalid_argument);
-    CHECK(bad == "timers.nak_repeat: more than 0, at most 1 h");
+    CHECK(validate(t).error() == Errc::invalid_argument);
+    CHECK(validate(t).error().detail() == "timers.nak_repeat: more than 0, at most 1 h");
     t = preset(Preset::lan);
     t.nak_data_retries = 0;
-    CHECK_FALSE(validate(t, &bad).has_value());
-    CHECK(bad == "timers.nak_data_retries: 1 to 255");
+    CHECK(validate(t).error().detail() == "timers.nak_data_retries: 1 to 255");
     t = preset(Preset::lan);
     t.peer_expiry_ns = t.ambient_spm_ns;
-    CHECK_FALSE(validate(t, &bad).has_value());
+    CHECK_FALSE(validate(t).has_value());
 }
 
 TEST_CASE("source and receiver factories refuse bad configurations", "[unit][config]") {
@@ -45,9 +43,12 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     auto bad = sc;
     bad.tsi.sport = bad.dport;
     CHECK(Source::create(bad).error() == Errc::invalid_argument);
-    std::string_view why;
-    CHECK_FALSE(validate(bad, &why).has_value());
-    CHECK(why == "tsi.sport: not equal to dport");
+    // The refused field and its bounds, as the error's detail.
+    auto why = [](const auto& cfg) {
+        return validate(cfg).error().detail();
+    };
+    CHECK_FALSE(validate(bad).has_value());
+    CHECK(why(bad) == "tsi.sport: not equal to dport");
     bad = sc;
     bad.max_tpdu = 10;
     CHECK_FALSE(Source::create(bad).has_value());
@@ -57,19 +58,19 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     bad = sc;
     bad.txw_sqns = 0;
     CHECK_FALSE(Source::create(bad).has_value());
-    CHECK_FALSE(validate(bad, &why).has_value());
-    CHECK(why.starts_with("txw_sqns: "));
+    CHECK_FALSE(validate(bad).has_value());
+    CHECK(why(bad).starts_with("txw_sqns: "));
     bad = sc;
     bad.txw_sqns = 1U << 22U;  // 4 M packets of up to 1472 bytes: offsets past 32 bits
-    CHECK_FALSE(validate(bad, &why).has_value());
-    CHECK(why == "txw_sqns: at most 4 GiB of packets (window x largest packet)");
+    CHECK_FALSE(validate(bad).has_value());
+    CHECK(why(bad) == "txw_sqns: at most 4 GiB of packets (window x largest packet)");
     bad.txw_sqns = 1U << 21U;  // 3 GiB: still addressable
     CHECK(validate(bad).has_value());
     CHECK(txw_ring_bytes(bad) == ((1U << 21U) + 1) * std::size_t{1472});  // 23 cache lines
     bad = sc;
     bad.timers.nak_rpt_ivl_ns = 0;
-    CHECK_FALSE(validate(bad, &why).has_value());
-    CHECK(why == "timers.nak_repeat: more than 0, at most 1 h");
+    CHECK_FALSE(validate(bad).has_value());
+    CHECK(why(bad) == "timers.nak_repeat: more than 0, at most 1 h");
 
     ReceiverConfig rc;
     rc.group = sc.group;
@@ -86,20 +87,20 @@ TEST_CASE("source and receiver factories refuse bad configurations", "[unit][con
     rbad = rc;
     rbad.preallocated_peers = rc.max_peers + 1;
     CHECK(Receiver::create(rbad).error() == Errc::invalid_argument);
-    CHECK_FALSE(validate(rbad, &why).has_value());
-    CHECK(why == "preallocated_peers: at most max_peers");
+    CHECK_FALSE(validate(rbad).has_value());
+    CHECK(why(rbad) == "preallocated_peers: at most max_peers");
     rbad.preallocated_peers = 0;
     rbad.max_peers = 0;
-    CHECK_FALSE(validate(rbad, &why).has_value());
-    CHECK(why.starts_with("max_peers: "));
+    CHECK_FALSE(validate(rbad).has_value());
+    CHECK(why(rbad).starts_with("max_peers: "));
     rbad = rc;
     rbad.rxw_sqns = 1;
-    CHECK_FALSE(validate(rbad, &why).has_value());
-    CHECK(why.starts_with("rxw_sqns: "));
+    CHECK_FALSE(validate(rbad).has_value());
+    CHECK(why(rbad).starts_with("rxw_sqns: "));
     rbad.rxw_sqns = 1U << 20U;
     rbad.max_tpdu = 4096 + prizma::pgm::kDataHeaderBytes;  // an RDMA MTU: 1 M slots x 4 KiB > 4 GiB
-    CHECK_FALSE(validate(rbad, &why).has_value());
-    CHECK(why == "rxw_sqns: at most 4 GiB of packets (window x largest packet)");
+    CHECK_FALSE(validate(rbad).has_value());
+    CHECK(why(rbad) == "rxw_sqns: at most 4 GiB of packets (window x largest packet)");
     rbad.max_tpdu = 1472;
     CHECK(validate(rbad).has_value());
     // 1448-byte TSDUs (1472 less the 24-byte data header) in 1472-byte (cache-line) slots.

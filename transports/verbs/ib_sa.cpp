@@ -17,15 +17,8 @@ namespace {
 constexpr int kTimeoutMs = 200;
 constexpr int kRetries = 5;
 
-std::error_code err(std::errc e) noexcept {
-    return std::make_error_code(e);
-}
-
-Result<void> fail(std::string* error, std::string msg, std::errc code = std::errc::io_error) {
-    if (error != nullptr) {
-        *error = std::move(msg);
-    }
-    return err(code);
+Error fail(std::string msg, std::errc code = std::errc::io_error) {
+    return {std::make_error_code(code), std::move(msg)};
 }
 
 }  // namespace
@@ -36,67 +29,59 @@ SaMembership::SaMembership(std::string ca, int port, int fd, int agent) noexcept
     tid_ = (std::uint64_t{rd()} << 32U) | rd();
 }
 
-Result<std::unique_ptr<SaMembership>> SaMembership::join(const std::string& ca,
-                                                         int port,
-                                                         const sa::McMemberRecord& want,
-                                                         std::string* error) {
+Result<std::unique_ptr<SaMembership>, Error> SaMembership::join(const std::string& ca,
+                                                                int port,
+                                                                const sa::McMemberRecord& want) {
     if (umad_init() < 0) {
-        (void)fail(error, "libibumad: umad_init failed (is ib_umad loaded?)");
-        return err(std::errc::no_such_device);
+        return fail("libibumad: umad_init failed (is ib_umad loaded?)", std::errc::no_such_device);
     }
     const int fd = umad_open_port(ca.c_str(), port);
     if (fd < 0) {
-        (void)fail(error, "cannot open the umad device of " + ca + " port " + std::to_string(port)
-                              + " (needs ib_umad and read/write on /dev/infiniband/umad*)");
-        return err(std::errc::no_such_device);
+        return fail("cannot open the umad device of " + ca + " port " + std::to_string(port)
+                        + " (needs ib_umad and read/write on /dev/infiniband/umad*)",
+                    std::errc::no_such_device);
     }
     const int agent = umad_register(fd, sa::kClassSubnAdm, sa::kSaClassVersion, 0, nullptr);
     if (agent < 0) {
         (void)umad_close_port(fd);
-        (void)fail(error, "umad_register for the SA class failed on " + ca);
-        return err(std::errc::io_error);
+        return fail("umad_register for the SA class failed on " + ca, std::errc::io_error);
     }
     std::unique_ptr<SaMembership> m(new SaMembership(ca, port, fd, agent));
     m->want_ = want;
-    if (auto r = m->rejoin(error); !r) {
+    if (auto r = m->rejoin(); !r) {
         return r.error();
     }
     return m;
 }
 
-Result<void> SaMembership::rejoin(std::string* error) {
+Result<void, Error> SaMembership::rejoin() {
     // Join; when the group does not exist yet the SA wants the creation components too.
-    auto r = transact(sa::kMethodSet, sa::join_mask(false), want_, error);
+    auto r = transact(sa::kMethodSet, sa::join_mask(false), want_);
     if (r && r->status != 0) {
-        r = transact(sa::kMethodSet, sa::join_mask(true), want_, error);
+        r = transact(sa::kMethodSet, sa::join_mask(true), want_);
     }
     if (!r) {
         return r.error();
     }
     if (r->status != 0) {
-        return fail(error,
-                    "SA refused the multicast join (MAD status " + std::to_string(r->status) + ")");
+        return fail("SA refused the multicast join (MAD status " + std::to_string(r->status) + ")");
     }
     rec_ = r->rec;
     return {};
 }
 
-Result<sa::Response> SaMembership::transact(std::uint8_t method,
-                                            std::uint64_t mask,
-                                            const sa::McMemberRecord& rec,
-                                            std::string* error) {
+Result<sa::Response, Error> SaMembership::transact(std::uint8_t method,
+                                                   std::uint64_t mask,
+                                                   const sa::McMemberRecord& rec) {
     umad_port_t p{};
     if (umad_get_port(ca_.c_str(), port_, &p) < 0) {
-        (void)fail(error, "umad_get_port failed for " + ca_);
-        return err(std::errc::io_error);
+        return fail("umad_get_port failed for " + ca_, std::errc::io_error);
     }
     const auto sm_lid = static_cast<int>(p.sm_lid);
     const auto sm_sl = static_cast<int>(p.sm_sl);
     (void)umad_release_port(&p);
     if (sm_lid == 0) {
-        (void)fail(error, "no subnet manager on " + ca_ + " (SM LID 0)",
-                   std::errc::host_unreachable);
-        return err(std::errc::host_unreachable);
+        return fail("no subnet manager on " + ca_ + " (SM LID 0)", std::errc::host_unreachable);
     }
     std::vector<std::byte> buf(umad_size() + sa::kMadSize);
     const std::uint64_t tid = ++tid_;
@@ -106,15 +91,13 @@ Result<sa::Response> SaMembership::transact(std::uint8_t method,
     (void)umad_set_pkey(buf.data(), 0);
     if (umad_send(fd_, agent_, buf.data(), static_cast<int>(sa::kMadSize), kTimeoutMs, kRetries)
         < 0) {
-        (void)fail(error, "umad_send to the SA failed: " + posix::errno_text());
-        return err(std::errc::io_error);
+        return fail("umad_send to the SA failed: " + posix::errno_text(), std::errc::io_error);
     }
     for (int tries = 0; tries < 8; ++tries) {
         int len = static_cast<int>(sa::kMadSize);
         const int got = umad_recv(fd_, buf.data(), &len, kTimeoutMs * (kRetries + 1));
         if (got < 0 || umad_status(buf.data()) != 0) {
-            (void)fail(error, "no answer from the SA (timeout)", std::errc::timed_out);
-            return err(std::errc::timed_out);
+            return fail("no answer from the SA (timeout)", std::errc::timed_out);
         }
         sa::Response resp;
         const auto* mp = static_cast<const std::byte*>(umad_get_mad(buf.data()));
@@ -123,8 +106,7 @@ Result<sa::Response> SaMembership::transact(std::uint8_t method,
             return resp;
         }
     }
-    (void)fail(error, "the SA answered with unrelated MADs");
-    return err(std::errc::io_error);
+    return fail("the SA answered with unrelated MADs", std::errc::io_error);
 }
 
 SaMembership::~SaMembership() {
@@ -132,8 +114,7 @@ SaMembership::~SaMembership() {
         // Leave: delete our membership (best effort; the SM also ages out dead ports).
         auto leave = want_;
         leave.mgid = rec_.mgid;
-        std::string ignored;
-        (void)transact(sa::kMethodDelete, sa::join_mask(false), leave, &ignored);
+        (void)transact(sa::kMethodDelete, sa::join_mask(false), leave);
         (void)umad_unregister(fd_, agent_);
         (void)umad_close_port(fd_);
     }

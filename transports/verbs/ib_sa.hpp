@@ -17,10 +17,10 @@ namespace prizma::verbs {
 class SaMembership {
 public:
     /// Joins (creating the group if needed) and returns the SA's record (MLID, SL, ...).
-    static Result<std::unique_ptr<SaMembership>> join(const std::string& ca,
-                                                      int port,
-                                                      const sa::McMemberRecord& want,
-                                                      std::string* error);
+    /// Errors say what failed (umad device access, no SM, SA refusal, timeout).
+    static Result<std::unique_ptr<SaMembership>, Error> join(const std::string& ca,
+                                                             int port,
+                                                             const sa::McMemberRecord& want);
     ~SaMembership();
     SaMembership(const SaMembership&) = delete;
     SaMembership& operator=(const SaMembership&) = delete;
@@ -29,14 +29,13 @@ public:
 
     [[nodiscard]] const sa::McMemberRecord& record() const noexcept { return rec_; }
     /// Joins again (after an IBV_EVENT_CLIENT_REREGISTER, when the SM forgot its records).
-    Result<void> rejoin(std::string* error);
+    Result<void, Error> rejoin();
 
 private:
     SaMembership(std::string ca, int port, int fd, int agent) noexcept;
-    Result<sa::Response> transact(std::uint8_t method,
-                                  std::uint64_t mask,
-                                  const sa::McMemberRecord& rec,
-                                  std::string* error);
+    Result<sa::Response, Error> transact(std::uint8_t method,
+                                         std::uint64_t mask,
+                                         const sa::McMemberRecord& rec);
 
     std::string ca_;
     int port_ = 0;

@@ -575,8 +575,7 @@ void VerbsTransport::Impl::service_async() noexcept {
         const bool rereg = ev.event_type == IBV_EVENT_CLIENT_REREGISTER;
         ibv_ack_async_event(&ev);
         if (rereg && sa) {
-            std::string ignored;
-            if (sa->rejoin(&ignored)) {
+            if (sa->rejoin()) {  // a failure is retried at the next re-register event
                 ++counters.rejoins;
             }
         }
@@ -919,8 +918,6 @@ Result<void, Error> VerbsTransport::Impl::create_qp() {
 }
 
 Result<void, Error> VerbsTransport::Impl::join_group(const CreateState& st) {
-    std::string sa_error;  // the SA client's detail
-    std::string* error = &sa_error;
     const auto port = static_cast<std::uint8_t>(info.port);
     // Group membership (subscribers) and the downstream address handle.
     mgid = st.dest;
@@ -938,9 +935,9 @@ Result<void, Error> VerbsTransport::Impl::join_group(const CreateState& st) {
                 (2U << 6U) | static_cast<unsigned>(st.pa.active_mtu));  // "exactly"
             want.rate = static_cast<std::uint8_t>((2U << 6U) | 3U);     // 10 Gb/s
             want.scope = 2;                                             // link-local
-            auto m = SaMembership::join(info.device, info.port, want, error);
+            auto m = SaMembership::join(info.device, info.port, want);
             if (!m) {
-                return Error(m.error(), sa_error);
+                return m.error();
             }
             mlid = (*m)->record().mlid;
             sa = std::move(*m);

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <atomic>
 #include <concepts>
 #include <optional>
 #include <stop_token>
@@ -17,6 +18,12 @@
 #include <prizma/idle_strategy.hpp>
 
 namespace prizma {
+
+/// What AgentRunner calls on its thread after each Context::poll(): returns the work it did.
+template <typename D>
+concept DutyCycle = requires(D& duty) {
+    { duty() } -> std::convertible_to<int>;
+};
 
 /// Where and under which name an AgentRunner's thread runs.
 struct RunnerOptions {
@@ -33,13 +40,13 @@ struct RunnerOptions {
 /// from `duty`. Publish from other threads through a PublishQueue. The destructor stops and
 /// joins the thread. An exception escaping `duty` terminates the program (std::thread rules):
 /// catch inside it.
-template <IdleStrategy Idle, typename Duty>
-requires std::invocable<Duty&> && std::convertible_to < std::invoke_result_t<Duty&>,
-int > class AgentRunner {
+template <IdleStrategy Idle, DutyCycle Duty>
+class AgentRunner {
 public:
     AgentRunner(Context& ctx, Idle idle, Duty duty, RunnerOptions options = {})
-        : thread_([&ctx, idle = std::move(idle), duty = std::move(duty)](
+        : thread_([this, &ctx, idle = std::move(idle), duty = std::move(duty)](
                       const std::stop_token& st) mutable {
+              ready_.wait(false);  // name and CPU are set before the first duty cycle
               ctx.adopt_owner_thread();
               while (!st.stop_requested()) {
                   const int work = ctx.poll() + duty();
@@ -47,9 +54,10 @@ public:
               }
               ctx.release_owner_thread();  // joined: the Context is the caller's again
           }) {
-        // Applied from here to the new thread: the errors are the constructor's to report.
+        // Applied from here to the new thread (which waits for it): the errors are the
+        // constructor's to report.
         const pthread_t handle = thread_.native_handle();
-        std::string name = options.name.substr(0, 15);
+        const std::string name = options.name.substr(0, 15);
         if (!name.empty()) {
             name_error_ =
                 std::error_code(::pthread_setname_np(handle, name.c_str()), std::system_category());
@@ -65,6 +73,8 @@ public:
                                              std::system_category());
             }
         }
+        ready_.store(true);
+        ready_.notify_one();
     }
     AgentRunner(const AgentRunner&) = delete;
     AgentRunner& operator=(const AgentRunner&) = delete;
@@ -84,9 +94,10 @@ public:
     [[nodiscard]] std::error_code name_error() const noexcept { return name_error_; }
 
 private:
-    std::jthread thread_;
+    std::atomic<bool> ready_{false};  // before thread_: set up before the thread starts
     std::error_code cpu_error_;
     std::error_code name_error_;
+    std::jthread thread_;  // last: joined first, before the members it uses go
 };
 
 }  // namespace prizma

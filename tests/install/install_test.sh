@@ -33,6 +33,38 @@ cmake --build "$tmp/hello-cmake" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log
 "$tmp/hello-cmake/hello" | tee "$tmp/out1"
 grep -q "^10 of 10 received" "$tmp/out1" || fail "find_package hello did not deliver 10"
 
+echo "== a subset: prizma::core + prizma::udp, without the verbs transport"
+mkdir -p "$tmp/subset"
+cat >"$tmp/subset/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(subset LANGUAGES CXX)
+find_package(prizma REQUIRED)
+add_executable(subset subset.cpp)
+target_link_libraries(subset PRIVATE prizma::core prizma::udp)
+CMAKE
+cat >"$tmp/subset/subset.cpp" <<'CPP'
+#include <cstdio>
+#include <prizma/prizma.hpp>
+int main() {
+    prizma::TransportRegistry reg;  // only what this program links: mem (core) and udp
+    prizma::memory::register_transport(reg);
+    prizma::udp::register_transport(reg);
+    auto ctx = prizma::Context::create(std::move(reg));
+    if (!ctx) {
+        return 1;
+    }
+    auto mem = ctx->add_subscriber("mem://subset:7500");
+    auto verbs = ctx->add_subscriber("verbs://rxe0/239.1.1.1:7500");
+    std::printf("mem: %s; verbs: %s\n", mem ? "ok" : mem.error().message().c_str(),
+                verbs ? "ok" : verbs.error().message().c_str());
+    return mem && !verbs && verbs.error() == prizma::Errc::unsupported ? 0 : 1;
+}
+CPP
+cmake -S "$tmp/subset" -B "$tmp/subset/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+      >"$tmp/subset.log" || { cat "$tmp/subset.log"; fail "subset configure"; }
+cmake --build "$tmp/subset/build" >"$tmp/subset.log" 2>&1 || { cat "$tmp/subset.log"; fail "subset build"; }
+"$tmp/subset/build/subset" || fail "the core + udp subset"
+
 echo "== pkg-config prizma"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 pkg-config --modversion prizma

@@ -23,10 +23,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -56,7 +59,7 @@ std::uint16_t ip_checksum(const std::uint8_t* p, std::size_t n) {
     for (std::size_t i = 0; i + 1 < n; i += 2) {
         sum += static_cast<std::uint32_t>(p[i] << 8U | p[i + 1]);
     }
-    while (sum >> 16U) {
+    while ((sum >> 16U) != 0) {
         sum = (sum & 0xffffU) + (sum >> 16U);
     }
     return static_cast<std::uint16_t>(~sum);
@@ -145,7 +148,8 @@ int capture(const std::string& uri, const std::string& out, std::uint64_t count,
     }
     std::FILE* f = std::fopen(out.c_str(), "wb");
     if (f == nullptr) {
-        fmt::print(stderr, "prizma-capture: cannot write {}: {}\n", out, std::strerror(errno));
+        fmt::print(stderr, "prizma-capture: cannot write {}: {}\n", out,
+                   std::system_category().message(errno));
         return 1;
     }
     const std::uint32_t hdr[6] = {kPcapMagicUs, 0x00040002U, 0, 0, 65535, kLinkRaw};
@@ -194,6 +198,110 @@ std::uint32_t rd32(const std::uint8_t* p, bool swap) {
     return swap ? __builtin_bswap32(v) : v;
 }
 
+/// Closes a file opened for reading (nothing to lose if closing fails).
+struct ReadFileCloser {
+    void operator()(std::FILE* f) const noexcept { (void)std::fclose(f); }
+};
+using ReadFile = std::unique_ptr<std::FILE, ReadFileCloser>;
+
+/// What the global header of a pcap file tells replay.
+struct PcapFormat {
+    bool swap = false;            ///< written in the other byte order
+    std::int64_t frac_ns = 1000;  ///< nanoseconds per unit of a timestamp's fraction
+    std::uint32_t link = 0;       ///< LINKTYPE_*
+};
+
+/// Reads the global header of `file`: a pcap (not pcapng) of raw IP, Ethernet or Linux
+/// cooked frames. Prints what is wrong and returns nothing otherwise.
+std::optional<PcapFormat> read_pcap_header(std::FILE* f, const std::string& file) {
+    std::uint8_t gh[24];
+    if (std::fread(gh, 1, sizeof gh, f) != sizeof gh) {
+        fmt::print(stderr, "prizma-capture: {}: not a pcap file (too short)\n", file);
+        return std::nullopt;
+    }
+    std::uint32_t magic = 0;
+    std::memcpy(&magic, gh, 4);
+    PcapFormat pf;
+    pf.swap = magic == __builtin_bswap32(kPcapMagicUs) || magic == __builtin_bswap32(kPcapMagicNs);
+    const std::uint32_t m = pf.swap ? __builtin_bswap32(magic) : magic;
+    if (m != kPcapMagicUs && m != kPcapMagicNs) {
+        fmt::print(stderr,
+                   "prizma-capture: {}: not a pcap file (magic {:#x}; pcapng is not read)\n", file,
+                   magic);
+        return std::nullopt;
+    }
+    pf.frac_ns = m == kPcapMagicNs ? 1 : 1000;
+    pf.link = rd32(gh + 20, pf.swap) & 0xffffU;
+    if (pf.link != kLinkRaw && pf.link != kLinkEthernet && pf.link != kLinkLinuxSll) {
+        fmt::print(stderr,
+                   "prizma-capture: {}: link type {} not supported (raw IP, Ethernet, "
+                   "Linux cooked)\n",
+                   file, pf.link);
+        return std::nullopt;
+    }
+    return pf;
+}
+
+/// The UDP payload of a record's first `incl` bytes (link layer `link`, then IPv4 or IPv6,
+/// then UDP); empty when the record holds no (complete) UDP datagram.
+std::span<const std::byte> udp_payload(const std::vector<std::uint8_t>& rec,
+                                       std::size_t incl,
+                                       std::uint32_t link) {
+    // Link layer -> IP.
+    std::size_t off = 0;
+    std::uint32_t ethertype = 0;
+    if (link == kLinkEthernet) {
+        off = 14;
+        ethertype = incl >= 14 ? static_cast<std::uint32_t>(rec[12] << 8U | rec[13]) : 0;
+    } else if (link == kLinkLinuxSll) {
+        off = 16;
+        ethertype = incl >= 16 ? static_cast<std::uint32_t>(rec[14] << 8U | rec[15]) : 0;
+    } else {
+        ethertype = incl > 0 && rec[0] >> 4U == 6 ? 0x86ddU : 0x0800U;
+    }
+    std::size_t udp = 0;
+    if (ethertype == 0x0800U && incl >= off + 20 && rec[off] >> 4U == 4 && rec[off + 9] == 17) {
+        udp = off + static_cast<std::size_t>(rec[off] & 0x0fU) * 4;
+    } else if (ethertype == 0x86ddU && incl >= off + 40 && rec[off + 6] == 17) {
+        udp = off + 40;
+    }
+    if (udp == 0 || incl < udp + 8) {
+        return {};
+    }
+    const auto ulen = static_cast<std::size_t>(rec[udp + 4] << 8U | rec[udp + 5]);
+    if (ulen < 8 || udp + ulen > incl) {
+        return {};
+    }
+    return {reinterpret_cast<const std::byte*>(&rec[udp + 8]), ulen - 8};
+}
+
+/// A well-formed downstream PGM packet (ODATA, RDATA, SPM, NCF; checksum verified): what
+/// replay sends. Not PGM, damaged, or upstream (NAK, SPMR): nothing to replay.
+bool replayable(std::span<const std::byte> pgm) {
+    prizma::pgm::Packet pkt;
+    using prizma::pgm::PacketType;
+    return prizma::pgm::parse(pgm, pkt) == prizma::pgm::ParseStatus::ok
+           && (pkt.type == PacketType::odata || pkt.type == PacketType::rdata
+               || pkt.type == PacketType::spm || pkt.type == PacketType::ncf);
+}
+
+/// Sends one packet to the channel's group, waiting while the socket is full. False after an
+/// error (printed).
+bool send_packet(prizma::udp::UdpTransport& t, std::span<const std::byte> pgm) {
+    const prizma::TxPacket tx{pgm, {}, prizma::Route::downstream, {}};
+    for (;;) {
+        auto r = t.send_batch(std::span<const prizma::TxPacket>(&tx, 1));
+        if (!r) {
+            fmt::print(stderr, "prizma-capture: send: {}\n", r.error().message());
+            return false;
+        }
+        if (*r == 1) {
+            return true;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+}
+
 int replay(const std::string& file, const std::string& uri, bool fast) {
     prizma::udp::UdpConfig cfg;
     int rc = 0;
@@ -201,37 +309,14 @@ int replay(const std::string& file, const std::string& uri, bool fast) {
     if (!t) {
         return rc;
     }
-    std::FILE* f = std::fopen(file.c_str(), "rb");
+    const ReadFile f(std::fopen(file.c_str(), "rb"));
     if (f == nullptr) {
-        fmt::print(stderr, "prizma-capture: cannot read {}: {}\n", file, std::strerror(errno));
+        fmt::print(stderr, "prizma-capture: cannot read {}: {}\n", file,
+                   std::system_category().message(errno));
         return 1;
     }
-    std::uint8_t gh[24];
-    if (std::fread(gh, 1, sizeof gh, f) != sizeof gh) {
-        fmt::print(stderr, "prizma-capture: {}: not a pcap file (too short)\n", file);
-        std::fclose(f);
-        return 1;
-    }
-    std::uint32_t magic = 0;
-    std::memcpy(&magic, gh, 4);
-    const bool swap =
-        magic == __builtin_bswap32(kPcapMagicUs) || magic == __builtin_bswap32(kPcapMagicNs);
-    const std::uint32_t m = swap ? __builtin_bswap32(magic) : magic;
-    if (m != kPcapMagicUs && m != kPcapMagicNs) {
-        fmt::print(stderr,
-                   "prizma-capture: {}: not a pcap file (magic {:#x}; pcapng is not read)\n", file,
-                   magic);
-        std::fclose(f);
-        return 1;
-    }
-    const std::int64_t frac_ns = m == kPcapMagicNs ? 1 : 1000;
-    const std::uint32_t link = rd32(gh + 20, swap) & 0xffffU;
-    if (link != kLinkRaw && link != kLinkEthernet && link != kLinkLinuxSll) {
-        fmt::print(stderr,
-                   "prizma-capture: {}: link type {} not supported (raw IP, Ethernet, "
-                   "Linux cooked)\n",
-                   file, link);
-        std::fclose(f);
+    const std::optional<PcapFormat> pf = read_pcap_header(f.get(), file);
+    if (!pf) {
         return 1;
     }
     std::vector<std::uint8_t> rec(262144);
@@ -240,50 +325,18 @@ int replay(const std::string& file, const std::string& uri, bool fast) {
     std::int64_t first_ts = -1;
     const auto start = std::chrono::steady_clock::now();
     std::uint8_t rh[16];
-    while (!g_stop && std::fread(rh, 1, sizeof rh, f) == sizeof rh) {
-        const std::uint32_t incl = rd32(rh + 8, swap);
-        if (incl > rec.size() || std::fread(rec.data(), 1, incl, f) != incl) {
+    while (!g_stop && std::fread(rh, 1, sizeof rh, f.get()) == sizeof rh) {
+        const std::uint32_t incl = rd32(rh + 8, pf->swap);
+        if (incl > rec.size() || std::fread(rec.data(), 1, incl, f.get()) != incl) {
             fmt::print(stderr, "prizma-capture: {}: truncated or corrupt record after {} packets\n",
                        file, sent + skipped);
             break;
         }
-        const std::int64_t ts = static_cast<std::int64_t>(rd32(rh, swap)) * 1'000'000'000
-                                + static_cast<std::int64_t>(rd32(rh + 4, swap)) * frac_ns;
-        // Link layer -> IP.
-        std::size_t off = 0;
-        std::uint32_t ethertype = 0;
-        if (link == kLinkEthernet) {
-            off = 14;
-            ethertype = incl >= 14 ? static_cast<std::uint32_t>(rec[12] << 8U | rec[13]) : 0;
-        } else if (link == kLinkLinuxSll) {
-            off = 16;
-            ethertype = incl >= 16 ? static_cast<std::uint32_t>(rec[14] << 8U | rec[15]) : 0;
-        } else {
-            ethertype = incl > 0 && rec[0] >> 4U == 6 ? 0x86ddU : 0x0800U;
-        }
-        std::size_t udp = 0;
-        if (ethertype == 0x0800U && incl >= off + 20 && rec[off] >> 4U == 4 && rec[off + 9] == 17) {
-            udp = off + static_cast<std::size_t>(rec[off] & 0x0fU) * 4;
-        } else if (ethertype == 0x86ddU && incl >= off + 40 && rec[off + 6] == 17) {
-            udp = off + 40;
-        }
-        if (udp == 0 || incl < udp + 8) {
+        const std::int64_t ts = static_cast<std::int64_t>(rd32(rh, pf->swap)) * 1'000'000'000
+                                + static_cast<std::int64_t>(rd32(rh + 4, pf->swap)) * pf->frac_ns;
+        const std::span<const std::byte> pgm = udp_payload(rec, incl, pf->link);
+        if (!replayable(pgm)) {
             ++skipped;
-            continue;
-        }
-        const std::size_t ulen = static_cast<std::size_t>(rec[udp + 4] << 8U | rec[udp + 5]);
-        if (ulen < 8 || udp + ulen > incl) {
-            ++skipped;
-            continue;
-        }
-        const std::span<const std::byte> pgm(reinterpret_cast<const std::byte*>(&rec[udp + 8]),
-                                             ulen - 8);
-        prizma::pgm::Packet pkt;
-        using prizma::pgm::PacketType;
-        if (prizma::pgm::parse(pgm, pkt) != prizma::pgm::ParseStatus::ok
-            || (pkt.type != PacketType::odata && pkt.type != PacketType::rdata
-                && pkt.type != PacketType::spm && pkt.type != PacketType::ncf)) {
-            ++skipped;  // not PGM, damaged, or upstream (NAK, SPMR): nothing to replay
             continue;
         }
         if (!fast) {
@@ -292,29 +345,16 @@ int replay(const std::string& file, const std::string& uri, bool fast) {
             }
             std::this_thread::sleep_until(start + std::chrono::nanoseconds(ts - first_ts));
         }
-        const prizma::TxPacket tx{pgm, {}, prizma::Route::downstream, {}};
-        for (;;) {
-            auto r = t->send_batch(std::span<const prizma::TxPacket>(&tx, 1));
-            if (!r) {
-                fmt::print(stderr, "prizma-capture: send: {}\n", r.error().message());
-                std::fclose(f);
-                return 1;
-            }
-            if (*r == 1) {
-                break;
-            }
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (!send_packet(*t, pgm)) {
+            return 1;
         }
         ++sent;
     }
-    std::fclose(f);
     fmt::print("replayed {} PGM packets to {}, skipped {} records\n", sent, uri, skipped);
     return sent > 0 ? 0 : 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     std::string uri;
     std::string out;
     std::string replay_file;
@@ -374,4 +414,16 @@ int main(int argc, char** argv) {
         return replay(replay_file, uri, fast);
     }
     return capture(uri, out, count, timeout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        // std::fprintf, not fmt::print: nothing may throw out of here.
+        (void)std::fprintf(stderr, "prizma-capture: error: %s\n", e.what());
+        return 1;
+    }
 }

@@ -128,23 +128,21 @@ struct Interval {
 
 /// A finite real number in `r` (CLI11 alone also takes "inf", "nan" and negative numbers).
 inline CLI::Validator real(Interval r) {
-    return CLI::Validator(
-        [r](std::string& s) -> std::string {
-            double v = 0;
-            const bool number = CLI::detail::lexical_cast(s, v) && std::isfinite(v);
-            const bool low = r.min_open ? v <= r.min : v < r.min;
-            const bool high = r.max_open ? v >= r.max : v > r.max;
-            if (!number || low || high) {
-                if (std::isinf(r.max)) {
-                    return fmt::format("'{}' is not a number {} {}", s,
-                                       r.min_open ? ">" : ">=", r.min);
-                }
-                return fmt::format("'{}' is not a number in {}{}, {}{}", s, r.min_open ? '(' : '[',
-                                   r.min, r.max, r.max_open ? ')' : ']');
+    auto check = [r](std::string& s) -> std::string {
+        double v = 0;
+        const bool number = CLI::detail::lexical_cast(s, v) && std::isfinite(v);
+        const bool low = r.min_open ? v <= r.min : v < r.min;
+        const bool high = r.max_open ? v >= r.max : v > r.max;
+        if (!number || low || high) {
+            if (std::isinf(r.max)) {
+                return fmt::format("'{}' is not a number {} {}", s, r.min_open ? ">" : ">=", r.min);
             }
-            return {};
-        },
-        "");
+            return fmt::format("'{}' is not a number in {}{}, {}{}", s, r.min_open ? '(' : '[',
+                               r.min, r.max, r.max_open ? ')' : ']');
+        }
+        return {};
+    };
+    return {check, ""};
 }
 
 /// A real number >= min.

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -106,9 +108,278 @@ int parse(int argc, char** argv, Args& a) {
     return -1;
 }
 
-}  // namespace
+std::int64_t now_ns() noexcept {
+    return prizma::Context::now_ns();
+}
 
-int main(int argc, char** argv) {
+/// Why the measurement stopped.
+enum class End { complete, timed_out, send_failed };
+
+/// The round trips through prizma-pong: the handshake, the closed or open loop, the summary.
+class Pinger {
+public:
+    Pinger(const Args& a, prizma::Context& ctx, prizma::Publisher& pub, prizma::Subscriber& sub)
+        : a_(a),
+          ctx_(ctx),
+          pub_(pub),
+          sub_(sub),
+          msg_(std::size_t{a.size}),
+          timeout_ns_(static_cast<std::int64_t>(std::min(a.timeout, 1e9) * 1e9)),
+          total_(a.warmup + a.count) {
+        for (std::size_t k = 16; k < msg_.size(); ++k) {
+            msg_[k] = static_cast<std::byte>(k & 0xffU);
+        }
+    }
+
+    /// Probes until prizma-pong answers (it joins at the first packet it hears), then drains
+    /// the answers to the other probes. False after --timeout or a failed send (printed).
+    bool handshake() {
+        const std::int64_t deadline = now_ns() + timeout_ns_;
+        bool answered = false;
+        while (!answered) {
+            if (now_ns() > deadline) {
+                fmt::print(stderr,
+                           "prizma-ping: no answer on {} within {} s: is prizma-pong running "
+                           "({} -> {})?\n",
+                           a_.pong_uri, a_.timeout, a_.ping_uri, a_.pong_uri);
+                return false;
+            }
+            if (!send(kProbe, now_ns())) {
+                return false;
+            }
+            const std::int64_t until = now_ns() + 20'000'000;
+            while (!answered && now_ns() < until) {
+                const int work = ctx_.poll();
+                const auto got = sub_.poll(64, [&](const prizma::Message& m) {
+                    answered = answered
+                               || (m.kind == prizma::MessageKind::data && m.payload.size() >= 16
+                                   && load_u64(m.payload.data()) == kProbe);
+                });
+                if (work == 0 && got == 0) {
+                    idle(until);
+                }
+            }
+        }
+        // Drain the answers to the other probes.
+        const std::int64_t until = now_ns() + 50'000'000;
+        while (now_ns() < until) {
+            if (ctx_.poll() == 0 && sub_.poll(64, [](const prizma::Message&) {}) == 0) {
+                idle(until);
+            }
+        }
+        return true;
+    }
+
+    /// The warm-up and measured round trips, closed loop or (--rate) open loop.
+    End measure() {
+        next_progress_ = now_ns() + 1'000'000'000;
+        return a_.rate <= 0 ? closed_loop() : open_loop();
+    }
+
+    /// Prints the summary (text or JSON) and why the run failed, if it did. Returns the exit
+    /// code: 0 when every measured round trip was recorded.
+    int report(End end) const {
+        const bool timed_out = end == End::timed_out;
+        const std::int64_t end_ns = now_ns();
+        const double secs =
+            measure_start_ != 0 ? static_cast<double>(end_ns - measure_start_) / 1e9 : 0.0;
+        const double per_sec =
+            secs > 0 ? static_cast<double>(received_ > a_.warmup ? received_ - a_.warmup : 0) / secs
+                     : 0.0;
+        const auto c = sub_.counters();
+        if (a_.json) {
+            print_json(per_sec, c.repaired, timed_out);
+        } else {
+            print_text(per_sec, c.repaired);
+        }
+        if (timed_out) {
+            fmt::print(stderr, "prizma-ping: no reply for {} s after {} of {} round trips\n",
+                       a_.timeout, received_, total_);
+        }
+        if (losses_ != 0) {
+            fmt::print(stderr, "prizma-ping: unrecoverable loss on {}\n", a_.pong_uri);
+        }
+        return timed_out || losses_ != 0 || hist_.count() != a_.count ? 1 : 0;
+    }
+
+private:
+    /// Sends seq with timestamp t; serves the channel while the window is full. False when
+    /// the offer failed for good (printed).
+    bool send(std::uint64_t seq, std::int64_t t) {
+        std::memcpy(msg_.data(), &seq, 8);
+        std::memcpy(msg_.data() + 8, &t, 8);
+        for (;;) {
+            auto r = pub_.offer(msg_);
+            if (r) {
+                pub_.flush();  // the message leaves now
+                return true;
+            }
+            if (!prizma::is_transient(r.error())) {
+                fmt::print(stderr, "prizma-ping: offer failed: {}\n", r.error().message());
+                return false;
+            }
+            (void)ctx_.poll();
+        }
+    }
+
+    /// With --wait block: sleeps on the transports' wakeup until `until` (at most 1 ms).
+    void idle(std::int64_t until) {
+        if (!a_.spin) {
+            ctx_.wait(
+                std::chrono::nanoseconds(std::clamp<std::int64_t>(until - now_ns(), 0, 1'000'000)));
+        }
+    }
+
+    /// One echo (or loss event) from prizma-pong: recorded once the warm-up is over.
+    void on_reply(const prizma::Message& m) {
+        if (m.kind == prizma::MessageKind::loss) {
+            ++losses_;
+            return;
+        }
+        if (m.kind != prizma::MessageKind::data || m.payload.size() < 16) {
+            return;
+        }
+        const std::uint64_t seq = load_u64(m.payload.data());
+        if (seq == kProbe || seq >= total_) {
+            return;
+        }
+        const auto sent_at = static_cast<std::int64_t>(load_u64(m.payload.data() + 8));
+        const std::int64_t t = now_ns();
+        if (seq >= a_.warmup) {
+            if (seq == a_.warmup) {
+                measure_start_ = sent_at;
+            }
+            hist_.record(static_cast<std::uint64_t>(std::max<std::int64_t>(0, t - sent_at)));
+        }
+        ++received_;
+    }
+
+    /// Once a second (text mode): how far the run is, on stderr.
+    void progress() {
+        if (!a_.json && now_ns() >= next_progress_) {
+            next_progress_ += 1'000'000'000;
+            fmt::print(stderr, "prizma-ping: {}/{} round trips, p50 so far {:.2f} us\n", received_,
+                       total_, static_cast<double>(hist_.percentile(50)) / 1e3);
+        }
+    }
+
+    /// Closed loop: one message in flight.
+    End closed_loop() {
+        const auto handler = [this](const prizma::Message& m) {
+            on_reply(m);
+        };
+        bool timed_out = false;
+        for (std::uint64_t i = 0; i < total_ && !timed_out && losses_ == 0; ++i) {
+            const std::uint64_t before = received_;
+            if (!send(i, now_ns())) {
+                return End::send_failed;
+            }
+            const std::int64_t deadline = now_ns() + timeout_ns_;
+            while (received_ == before && losses_ == 0) {
+                const int work = ctx_.poll();
+                if (sub_.poll(1, handler) == 0 && work == 0) {
+                    if (now_ns() > deadline) {
+                        timed_out = true;
+                        break;
+                    }
+                    idle(deadline);
+                }
+            }
+            progress();
+        }
+        return timed_out ? End::timed_out : End::complete;
+    }
+
+    /// Open loop at a fixed rate: RTT counts from the scheduled send time.
+    End open_loop() {
+        const auto handler = [this](const prizma::Message& m) {
+            on_reply(m);
+        };
+        const double interval = 1e9 / a_.rate;
+        const std::int64_t start = now_ns();
+        std::uint64_t sent = 0;
+        std::int64_t last_progress = start;
+        while (received_ < total_ && losses_ == 0) {
+            const std::int64_t t = now_ns();
+            const auto due =
+                start + static_cast<std::int64_t>(interval * static_cast<double>(sent));
+            if (sent < total_ && t >= due) {
+                if (!send(sent, due)) {
+                    return End::send_failed;
+                }
+                ++sent;
+            }
+            const std::uint64_t before = received_;
+            const int work = ctx_.poll();
+            (void)sub_.poll(64, handler);
+            if (received_ != before) {
+                last_progress = t;
+            } else if (t - last_progress > timeout_ns_) {
+                return End::timed_out;
+            } else if (work == 0) {
+                const auto next_due =
+                    sent < total_
+                        ? start + static_cast<std::int64_t>(interval * static_cast<double>(sent))
+                        : t + 1'000'000;
+                idle(next_due);
+            }
+            progress();
+        }
+        return End::complete;
+    }
+
+    void print_json(double per_sec, std::uint64_t repaired, bool timed_out) const {
+        fmt::print(
+            "{{\"ping\":{},\"pong\":{},\"count\":{},\"size\":{},\"warmup\":{},\"mode\":\"{}\","
+            "\"rate\":{},\"wait\":\"{}\",\"cpu\":{},\"preset\":{},\"recorded\":{},"
+            "\"rtt_ns\":{{\"min\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"p99_9\":{},\"max\":{},"
+            "\"mean\":{:.0f}}},\"round_trips_per_sec\":{:.0f},\"loss_events\":{},\"repairs\":{},"
+            "\"timed_out\":{}}}\n",
+            prizma::tools::json_string(a_.ping_uri), prizma::tools::json_string(a_.pong_uri),
+            a_.count, a_.size, a_.warmup, mode(), a_.rate, a_.spin ? "spin" : "block", a_.cpu,
+            prizma::tools::json_string(std::string(prizma::to_string(a_.opts.preset))),
+            hist_.count(), hist_.min(), hist_.percentile(50), hist_.percentile(90),
+            hist_.percentile(99), hist_.percentile(99.9), hist_.max(), hist_.mean(), per_sec,
+            losses_, repaired, timed_out ? "true" : "false");
+    }
+
+    void print_text(double per_sec, std::uint64_t repaired) const {
+        const std::string cpu = a_.cpu >= 0 ? std::to_string(a_.cpu) : std::string("-");
+        fmt::print("prizma-ping: {} -> {}\n", a_.ping_uri, a_.pong_uri);
+        fmt::print("  {} x {} B, warmup {}, {} loop{}, wait {}, cpu {}, preset {}\n", a_.count,
+                   a_.size, a_.warmup, mode(),
+                   a_.rate > 0 ? fmt::format(" at {:.0f} msgs/s", a_.rate) : "",
+                   a_.spin ? "spin" : "block", cpu, prizma::to_string(a_.opts.preset));
+        auto us = [](std::uint64_t ns) {
+            return static_cast<double>(ns) / 1e3;
+        };
+        fmt::print(
+            "  RTT us: min {:.2f}  p50 {:.2f}  p90 {:.2f}  p99 {:.2f}  p99.9 {:.2f}  max {:.2f}  "
+            "mean {:.2f}  ({} recorded)\n",
+            us(hist_.min()), us(hist_.percentile(50)), us(hist_.percentile(90)),
+            us(hist_.percentile(99)), us(hist_.percentile(99.9)), us(hist_.max()),
+            hist_.mean() / 1e3, hist_.count());
+        fmt::print("  {:.0f} round trips/s; loss events {}, repairs {}\n", per_sec, losses_,
+                   repaired);
+    }
+
+    [[nodiscard]] const char* mode() const { return a_.rate > 0 ? "open" : "closed"; }
+
+    const Args& a_;
+    prizma::Context& ctx_;
+    prizma::Publisher& pub_;
+    prizma::Subscriber& sub_;
+    std::vector<std::byte> msg_;
+    std::int64_t timeout_ns_;
+    std::uint64_t total_;  ///< warm-up + measured round trips
+    std::uint64_t losses_ = 0;
+    prizma::tools::Histogram hist_;
+    std::uint64_t received_ = 0;
+    std::int64_t measure_start_ = 0;  ///< send time of the first measured message
+    std::int64_t next_progress_ = 0;
+};
+
+int run(int argc, char** argv) {
     Args a;
     if (const int rc = parse(argc, argv, a); rc >= 0) {
         return rc;
@@ -140,209 +411,25 @@ int main(int argc, char** argv) {
                    a.size, pub->max_message_size());
         return 2;
     }
-    const auto size = std::size_t{a.size};
-    std::vector<std::byte> msg(size);
-    for (std::size_t k = 16; k < size; ++k) {
-        msg[k] = static_cast<std::byte>(k & 0xffU);
+    Pinger pinger(a, ctx, *pub, *sub);
+    if (!pinger.handshake()) {
+        return 1;
     }
-    const auto timeout_ns = static_cast<std::int64_t>(std::min(a.timeout, 1e9) * 1e9);
-    auto now = [] {
-        return prizma::Context::now_ns();
-    };
-    std::uint64_t losses = 0;
-    // Sends seq with timestamp t; serves the channel while the window is full.
-    auto send = [&](std::uint64_t seq, std::int64_t t) -> bool {
-        std::memcpy(msg.data(), &seq, 8);
-        std::memcpy(msg.data() + 8, &t, 8);
-        for (;;) {
-            auto r = pub->offer(msg);
-            if (r) {
-                pub->flush();  // the message leaves now
-                return true;
-            }
-            if (!prizma::is_transient(r.error())) {
-                fmt::print(stderr, "prizma-ping: offer failed: {}\n", r.error().message());
-                return false;
-            }
-            (void)ctx.poll();
-        }
-    };
-    auto idle = [&](std::int64_t until) {
-        if (!a.spin) {
-            ctx.wait(
-                std::chrono::nanoseconds(std::clamp<std::int64_t>(until - now(), 0, 1'000'000)));
-        }
-    };
+    const End end = pinger.measure();
+    if (end == End::send_failed) {
+        return 1;
+    }
+    return pinger.report(end);
+}
 
-    // Handshake: probe until prizma-pong answers (it joins at the first packet it hears).
-    {
-        const std::int64_t deadline = now() + timeout_ns;
-        bool answered = false;
-        while (!answered) {
-            if (now() > deadline) {
-                fmt::print(stderr,
-                           "prizma-ping: no answer on {} within {} s: is prizma-pong running "
-                           "({} -> {})?\n",
-                           a.pong_uri, a.timeout, a.ping_uri, a.pong_uri);
-                return 1;
-            }
-            if (!send(kProbe, now())) {
-                return 1;
-            }
-            const std::int64_t until = now() + 20'000'000;
-            while (!answered && now() < until) {
-                const int work = ctx.poll();
-                const auto got = sub->poll(64, [&](const prizma::Message& m) {
-                    answered = answered
-                               || (m.kind == prizma::MessageKind::data && m.payload.size() >= 16
-                                   && load_u64(m.payload.data()) == kProbe);
-                });
-                if (work == 0 && got == 0) {
-                    idle(until);
-                }
-            }
-        }
-        // Drain the answers to the other probes.
-        const std::int64_t until = now() + 50'000'000;
-        while (now() < until) {
-            if (ctx.poll() == 0 && sub->poll(64, [](const prizma::Message&) {}) == 0) {
-                idle(until);
-            }
-        }
-    }
+}  // namespace
 
-    prizma::tools::Histogram hist;
-    const std::uint64_t total = a.warmup + a.count;
-    std::uint64_t received = 0;
-    std::int64_t measure_start = 0;
-    std::int64_t next_progress = now() + 1'000'000'000;
-    auto on_reply = [&](const prizma::Message& m) {
-        if (m.kind == prizma::MessageKind::loss) {
-            ++losses;
-            return;
-        }
-        if (m.kind != prizma::MessageKind::data || m.payload.size() < 16) {
-            return;
-        }
-        const std::uint64_t seq = load_u64(m.payload.data());
-        if (seq == kProbe || seq >= total) {
-            return;
-        }
-        const auto sent_at = static_cast<std::int64_t>(load_u64(m.payload.data() + 8));
-        const std::int64_t t = now();
-        if (seq >= a.warmup) {
-            if (seq == a.warmup) {
-                measure_start = sent_at;
-            }
-            hist.record(static_cast<std::uint64_t>(std::max<std::int64_t>(0, t - sent_at)));
-        }
-        ++received;
-    };
-    auto progress = [&] {
-        if (!a.json && now() >= next_progress) {
-            next_progress += 1'000'000'000;
-            fmt::print(stderr, "prizma-ping: {}/{} round trips, p50 so far {:.2f} us\n", received,
-                       total, static_cast<double>(hist.percentile(50)) / 1e3);
-        }
-    };
-    bool timed_out = false;
-    if (a.rate <= 0) {
-        // Closed loop: one message in flight.
-        for (std::uint64_t i = 0; i < total && !timed_out && losses == 0; ++i) {
-            const std::uint64_t before = received;
-            if (!send(i, now())) {
-                return 1;
-            }
-            const std::int64_t deadline = now() + timeout_ns;
-            while (received == before && losses == 0) {
-                const int work = ctx.poll();
-                if (sub->poll(1, on_reply) == 0 && work == 0) {
-                    if (now() > deadline) {
-                        timed_out = true;
-                        break;
-                    }
-                    idle(deadline);
-                }
-            }
-            progress();
-        }
-    } else {
-        // Open loop at a fixed rate: RTT counts from the scheduled send time.
-        const double interval = 1e9 / a.rate;
-        const std::int64_t start = now();
-        std::uint64_t sent = 0;
-        std::int64_t last_progress = start;
-        while (received < total && losses == 0) {
-            const std::int64_t t = now();
-            const auto due =
-                start + static_cast<std::int64_t>(interval * static_cast<double>(sent));
-            if (sent < total && t >= due) {
-                if (!send(sent, due)) {
-                    return 1;
-                }
-                ++sent;
-            }
-            const std::uint64_t before = received;
-            const int work = ctx.poll();
-            (void)sub->poll(64, on_reply);
-            if (received != before) {
-                last_progress = t;
-            } else if (t - last_progress > timeout_ns) {
-                timed_out = true;
-                break;
-            } else if (work == 0) {
-                const auto next_due =
-                    sent < total
-                        ? start + static_cast<std::int64_t>(interval * static_cast<double>(sent))
-                        : t + 1'000'000;
-                idle(next_due);
-            }
-            progress();
-        }
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        // std::fprintf, not fmt::print: nothing may throw out of here.
+        (void)std::fprintf(stderr, "prizma-ping: error: %s\n", e.what());
+        return 1;
     }
-    const std::int64_t end = now();
-    const double secs = measure_start != 0 ? static_cast<double>(end - measure_start) / 1e9 : 0.0;
-    const double per_sec =
-        secs > 0 ? static_cast<double>(received > a.warmup ? received - a.warmup : 0) / secs : 0.0;
-    const auto c = sub->counters();
-    const char* mode = a.rate > 0 ? "open" : "closed";
-    const std::string cpu = a.cpu >= 0 ? std::to_string(a.cpu) : std::string("-");
-    if (a.json) {
-        fmt::print(
-            "{{\"ping\":{},\"pong\":{},\"count\":{},\"size\":{},\"warmup\":{},\"mode\":\"{}\","
-            "\"rate\":{},\"wait\":\"{}\",\"cpu\":{},\"preset\":{},\"recorded\":{},"
-            "\"rtt_ns\":{{\"min\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"p99_9\":{},\"max\":{},"
-            "\"mean\":{:.0f}}},\"round_trips_per_sec\":{:.0f},\"loss_events\":{},\"repairs\":{},"
-            "\"timed_out\":{}}}\n",
-            prizma::tools::json_string(a.ping_uri), prizma::tools::json_string(a.pong_uri), a.count,
-            a.size, a.warmup, mode, a.rate, a.spin ? "spin" : "block", a.cpu,
-            prizma::tools::json_string(std::string(prizma::to_string(a.opts.preset))), hist.count(), hist.min(),
-            hist.percentile(50), hist.percentile(90), hist.percentile(99), hist.percentile(99.9),
-            hist.max(), hist.mean(), per_sec, losses, c.repaired, timed_out ? "true" : "false");
-    } else {
-        fmt::print("prizma-ping: {} -> {}\n", a.ping_uri, a.pong_uri);
-        fmt::print("  {} x {} B, warmup {}, {} loop{}, wait {}, cpu {}, preset {}\n", a.count,
-                   a.size, a.warmup, mode,
-                   a.rate > 0 ? fmt::format(" at {:.0f} msgs/s", a.rate) : "",
-                   a.spin ? "spin" : "block", cpu, prizma::to_string(a.opts.preset));
-        auto us = [](std::uint64_t ns) {
-            return static_cast<double>(ns) / 1e3;
-        };
-        fmt::print(
-            "  RTT us: min {:.2f}  p50 {:.2f}  p90 {:.2f}  p99 {:.2f}  p99.9 {:.2f}  max {:.2f}  "
-            "mean {:.2f}  ({} recorded)\n",
-            us(hist.min()), us(hist.percentile(50)), us(hist.percentile(90)),
-            us(hist.percentile(99)), us(hist.percentile(99.9)), us(hist.max()), hist.mean() / 1e3,
-            hist.count());
-        fmt::print("  {:.0f} round trips/s; loss events {}, repairs {}\n", per_sec, losses,
-                   c.repaired);
-    }
-    if (timed_out) {
-        fmt::print(stderr, "prizma-ping: no reply for {} s after {} of {} round trips\n", a.timeout,
-                   received, total);
-    }
-    if (losses != 0) {
-        fmt::print(stderr, "prizma-ping: unrecoverable loss on {}\n", a.pong_uri);
-    }
-    return timed_out || losses != 0 || hist.count() != a.count ? 1 : 0;
 }

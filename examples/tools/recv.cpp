@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -16,14 +18,22 @@
 
 #include "cli.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
     std::string uri;
-    std::uint64_t n = 0;
+    std::uint64_t count = 0;
     double timeout = 30;
     double deadline_s = 0;  // 0: none
     bool verbose = false;
     bool spin = false;
     prizma::ChannelOptions opts;
+};
+
+/// Reads the command line into `a`. Returns -1 to go on, or the exit code (cli.hpp's parse()).
+int parse_args(int argc, char** argv, Args& a) {
     CLI::App app{"", "prizma-recv"};
     prizma::tools::init(
         app,
@@ -34,51 +44,87 @@ int main(int argc, char** argv) {
         "Exits 0 only when messages 0..N-1 all arrived exactly once; 1 when a message is\n"
         "missing, duplicated or out of range, or --timeout / --deadline ran out first.\n"
         "Prints \"listening on URI\" on stderr once the channel is open (scripts wait for it).");
-    app.add_option("URI", uri,
+    app.add_option("URI", a.uri,
                    "udp://GROUP:PORT?iface=ADDR[&loss=P&seed=N...], verbs://...\n"
                    "or mem://NAME:DPORT (every key: docs/URI.md)")
         ->required()
         ->type_name("");
-    app.add_option("--count", n, "Messages expected (indexes 0..N-1)")
+    app.add_option("--count", a.count, "Messages expected (indexes 0..N-1)")
         ->required()
         ->type_name("N")
         ->check(prizma::tools::whole());
-    app.add_option("--timeout", timeout,
+    app.add_option("--timeout", a.timeout,
                    "Idle timeout: give up when no message has arrived for this long\n"
                    "(from the start until the first one; default 30)")
         ->type_name("SECONDS")
         ->check(prizma::tools::above(0));
-    app.add_option("--deadline", deadline_s,
+    app.add_option("--deadline", a.deadline_s,
                    "Give up this long after the start, whatever arrives (default: none)")
         ->type_name("SECONDS")
         ->check(prizma::tools::above(0));
-    prizma::tools::add_preset(app, opts);
-    app.add_flag("--recover", opts.recover_history,
+    prizma::tools::add_preset(app, a.opts);
+    app.add_flag("--recover", a.opts.recover_history,
                  "Late join: recover the source's history back to its trail\n"
                  "(default: start at the first packet heard)");
-    app.add_flag("--spin", spin,
+    app.add_flag("--spin", a.spin,
                  "Busy-poll (never sleep between polls), as a latency-critical\n"
                  "consumer does (default: sleep on the transport's wakeup)");
-    app.add_flag("--verbose", verbose, "Print every message and source event");
-    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
-        return rc;
+    app.add_flag("--verbose", a.verbose, "Print every message and source event");
+    return prizma::tools::parse(app, argc, argv);
+}
+
+/// What arrived, checked against the indexes 0..n-1 expected.
+struct Tally {
+    Tally(std::uint64_t expected, bool print_each) : n(expected), verbose(print_each), seen(n, 0) {}
+
+    /// Counts one message or event delivered at `now` (loss events are printed, and with
+    /// --verbose everything else too). True for a data message.
+    bool add(const prizma::Message& m, Clock::time_point now) {
+        if (m.kind == prizma::MessageKind::loss) {
+            ++loss_events;
+            fmt::print("loss: {} sequence numbers from sqn {}\n", m.count, m.sqn.value);
+            return false;
+        }
+        if (m.kind != prizma::MessageKind::data) {
+            if (verbose) {
+                fmt::print("source {}\n",
+                           m.kind == prizma::MessageKind::joined ? "joined" : "left");
+            }
+            return false;
+        }
+        if (received == 0) {
+            first = now;
+        }
+        last = now;
+        ++received;
+        bytes += m.payload.size();
+        std::uint64_t idx = UINT64_MAX;
+        if (m.payload.size() >= 8) {
+            std::memcpy(&idx, m.payload.data(), 8);
+        }
+        if (idx >= n) {
+            ++out_of_range;
+            return true;
+        }
+        if (seen[idx] != 0) {
+            ++duplicates;
+            return true;
+        }
+        seen[idx] = 1;
+        ++unique;
+        if (idx != expect) {
+            ++gaps;
+        }
+        expect = idx + 1;
+        if (verbose) {
+            fmt::print("message {} ({} bytes)\n", idx, m.payload.size());
+        }
+        return true;
     }
-    auto ctx = prizma::Context::create();
-    if (!ctx) {
-        fmt::print(stderr, "prizma-recv: {}\n", ctx.error().message());
-        return 1;
-    }
-    auto sub = ctx->add_subscriber(uri, opts);
-    if (!sub) {
-        fmt::print(stderr, "prizma-recv: {}: {}\n", uri, sub.error().message());
-        return 1;
-    }
-    // Ready line (scripts wait for it before starting a sender); on verbs it names the QP a
-    // unicast publisher must send to.
-    const std::string local = sub->local_address();
-    fmt::print(stderr, "prizma-recv: listening on {}{}{}\n", uri, local.empty() ? "" : " at ",
-               local);
-    std::vector<std::uint8_t> seen(n, 0);
+
+    std::uint64_t n;
+    bool verbose;
+    std::vector<std::uint8_t> seen;
     std::uint64_t received = 0;
     std::uint64_t unique = 0;
     std::uint64_t duplicates = 0;
@@ -87,100 +133,113 @@ int main(int argc, char** argv) {
     std::uint64_t loss_events = 0;
     std::uint64_t bytes = 0;
     std::uint64_t expect = 0;
-    using Clock = std::chrono::steady_clock;
     Clock::time_point first{};
     Clock::time_point last{};
+};
+
+/// Why receive() stopped.
+enum class End { complete, idle_timeout, deadline };
+
+/// Polls until every message has arrived, --timeout passed without one, or --deadline.
+End receive(prizma::Context& ctx, prizma::Subscriber& sub, const Args& a, Tally& tally) {
     auto seconds = [](double s) {  // (at most ~30 years: no overflow)
         return std::chrono::duration_cast<Clock::duration>(
             std::chrono::duration<double>(std::min(s, 1e9)));
     };
-    const auto idle_limit = seconds(timeout);
+    const auto idle_limit = seconds(a.timeout);
     const auto start = Clock::now();
-    const auto deadline = deadline_s > 0 ? start + seconds(deadline_s) : Clock::time_point::max();
+    const auto deadline =
+        a.deadline_s > 0 ? start + seconds(a.deadline_s) : Clock::time_point::max();
     auto now = start;
     auto last_arrival = start;  // the idle timeout counts from here
-    bool idle_out = false;
-    bool deadline_out = false;
-    while (unique < n) {
-        idle_out = now - last_arrival >= idle_limit;
-        deadline_out = now >= deadline;
-        if (idle_out || deadline_out) {
-            break;
+    while (tally.unique < a.count) {
+        if (now - last_arrival >= idle_limit) {
+            return End::idle_timeout;
         }
-        const int work = ctx->poll();
+        if (now >= deadline) {
+            return End::deadline;
+        }
+        const int work = ctx.poll();
         now = Clock::now();  // one clock read per batch, not per message
-        const std::size_t got = sub->poll(256, [&](const prizma::Message& m) {
-            if (m.kind == prizma::MessageKind::loss) {
-                ++loss_events;
-                fmt::print("loss: {} sequence numbers from sqn {}\n", m.count, m.sqn.value);
-                return;
-            }
-            if (m.kind != prizma::MessageKind::data) {
-                if (verbose) {
-                    fmt::print("source {}\n",
-                               m.kind == prizma::MessageKind::joined ? "joined" : "left");
-                }
-                return;
-            }
-            if (received == 0) {
-                first = now;
-            }
-            last = now;
-            last_arrival = now;
-            ++received;
-            bytes += m.payload.size();
-            std::uint64_t idx = UINT64_MAX;
-            if (m.payload.size() >= 8) {
-                std::memcpy(&idx, m.payload.data(), 8);
-            }
-            if (idx >= n) {
-                ++out_of_range;
-                return;
-            }
-            if (seen[idx] != 0) {
-                ++duplicates;
-                return;
-            }
-            seen[idx] = 1;
-            ++unique;
-            if (idx != expect) {
-                ++gaps;
-            }
-            expect = idx + 1;
-            if (verbose) {
-                fmt::print("message {} ({} bytes)\n", idx, m.payload.size());
+        const std::size_t got = sub.poll(256, [&](const prizma::Message& m) {
+            if (tally.add(m, now)) {
+                last_arrival = now;
             }
         });
-        if (work == 0 && got == 0 && !spin) {
-            ctx->wait(std::chrono::milliseconds(1));
+        if (work == 0 && got == 0 && !a.spin) {
+            ctx.wait(std::chrono::milliseconds(1));
         }
     }
-    if (idle_out) {
-        fmt::print(stderr, "prizma-recv: no message for {} s (--timeout)\n", timeout);
-    } else if (deadline_out) {
-        fmt::print(stderr, "prizma-recv: --deadline of {} s reached\n", deadline_s);
+    return End::complete;
+}
+
+/// Prints why the receiver stopped early, the tally and the counters. Returns the exit code:
+/// 0 when messages 0..n-1 all arrived exactly once.
+int report(const Args& a, End end, const Tally& t, const prizma::Subscriber& sub) {
+    if (end == End::idle_timeout) {
+        fmt::print(stderr, "prizma-recv: no message for {} s (--timeout)\n", a.timeout);
+    } else if (end == End::deadline) {
+        fmt::print(stderr, "prizma-recv: --deadline of {} s reached\n", a.deadline_s);
     }
-    const double secs = std::chrono::duration<double>(last - first).count();
-    const auto c = sub->counters();
-    fmt::print("received {} messages ({} unique of {}), {} bytes\n", received, unique, n, bytes);
+    const double secs = std::chrono::duration<double>(t.last - t.first).count();
+    const auto c = sub.counters();
+    fmt::print("received {} messages ({} unique of {}), {} bytes\n", t.received, t.unique, t.n,
+               t.bytes);
     fmt::print("rate {:.0f} msgs/s, {:.2f} MB/s (first to last message)\n",
-               secs > 0 ? static_cast<double>(received) / secs : 0.0,
-               secs > 0 ? static_cast<double>(bytes) / secs / 1e6 : 0.0);
+               secs > 0 ? static_cast<double>(t.received) / secs : 0.0,
+               secs > 0 ? static_cast<double>(t.bytes) / secs / 1e6 : 0.0);
     fmt::print(
         "repairs {} naks {} gaps {} duplicates {} out-of-range {} loss events {} malformed {} "
         "window-full {}\n",
-        c.repaired, c.naks_sent, gaps, duplicates, out_of_range, loss_events, c.malformed,
+        c.repaired, c.naks_sent, t.gaps, t.duplicates, t.out_of_range, t.loss_events, c.malformed,
         c.window_full);
-    if (const auto t = sub->transport_counters(); !t.empty()) {
+    if (const auto tc = sub.transport_counters(); !tc.empty()) {
         fmt::print("transport");
-        for (const auto& k : t) {
+        for (const auto& k : tc) {
             fmt::print(" {} {}", k.name, k.value);
         }
         fmt::print("\n");
     }
-    const bool ok = unique == n && duplicates == 0 && out_of_range == 0;
+    const bool ok = t.unique == t.n && t.duplicates == 0 && t.out_of_range == 0;
     if (!ok) {
-        fmt::print(stderr, "prizma-recv: FAILED: {} of {} messages arrived once\n", unique, n);
+        fmt::print(stderr, "prizma-recv: FAILED: {} of {} messages arrived once\n", t.unique, t.n);
     }
     return ok ? 0 : 1;
+}
+
+int run(int argc, char** argv) {
+    Args a;
+    if (const int rc = parse_args(argc, argv, a); rc >= 0) {
+        return rc;
+    }
+    auto ctx = prizma::Context::create();
+    if (!ctx) {
+        fmt::print(stderr, "prizma-recv: {}\n", ctx.error().message());
+        return 1;
+    }
+    auto sub = ctx->add_subscriber(a.uri, a.opts);
+    if (!sub) {
+        fmt::print(stderr, "prizma-recv: {}: {}\n", a.uri, sub.error().message());
+        return 1;
+    }
+    // Ready line (scripts wait for it before starting a sender); on verbs it names the QP a
+    // unicast publisher must send to.
+    const std::string local = sub->local_address();
+    fmt::print(stderr, "prizma-recv: listening on {}{}{}\n", a.uri, local.empty() ? "" : " at ",
+               local);
+    Tally tally(a.count, a.verbose);
+    const End end = receive(*ctx, *sub, a, tally);
+    return report(a, end, tally, *sub);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        // std::fprintf, not fmt::print: nothing may throw out of here.
+        (void)std::fprintf(stderr, "prizma-recv: error: %s\n", e.what());
+        return 1;
+    }
 }

@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -188,7 +189,7 @@ std::string json_counters(const std::vector<std::pair<std::string, std::uint64_t
 void print_json(const Options& o, const Scan& s) {
     using prizma::tools::json_string;
     const std::int64_t now = unix_now_ns();
-    std::string out = fmt::format("{{\"dir\":{},\"processes\":[", json_string(o.dir));
+    std::string out = fmt::format(R"({{"dir":{},"processes":[)", json_string(o.dir));
     for (std::size_t i = 0; i < s.shown.size(); ++i) {
         const Process& p = s.shown[i];
         out += fmt::format(
@@ -200,11 +201,11 @@ void print_json(const Options& o, const Scan& s) {
         for (std::size_t c = 0; c < p.snap.channels.size(); ++c) {
             const auto& ch = p.snap.channels[c];
             out +=
-                fmt::format("{}{{\"uri\":{},\"role\":\"{}\",\"counters\":{},\"sources\":[",
+                fmt::format(R"({}{{"uri":{},"role":"{}","counters":{},"sources":[)",
                             c == 0 ? "" : ",", json_string(ch.uri),
                             ch.publisher ? "publisher" : "subscriber", json_counters(ch.counters));
             for (std::size_t k = 0; k < ch.sources.size(); ++k) {
-                out += fmt::format("{}{{\"tsi\":{},\"counters\":{}}}", k == 0 ? "" : ",",
+                out += fmt::format(R"({}{{"tsi":{},"counters":{}}})", k == 0 ? "" : ",",
                                    json_string(ch.sources[k].tsi),
                                    json_counters(ch.sources[k].counters));
             }
@@ -218,17 +219,15 @@ void print_json(const Options& o, const Scan& s) {
     }
     out += "],\"errors\":[";
     for (std::size_t i = 0; i < s.errors.size(); ++i) {
-        out += fmt::format("{}{{\"file\":{},\"error\":{}}}", i == 0 ? "" : ",",
+        out += fmt::format(R"({}{{"file":{},"error":{}}})", i == 0 ? "" : ",",
                            json_string(s.errors[i].first), json_string(s.errors[i].second));
     }
     out += "]}\n";
-    std::fputs(out.c_str(), stdout);
+    (void)std::fputs(out.c_str(), stdout);  // write errors are not reported
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    Options o;
+/// Reads the command line into `o`. Returns -1 to go on, or the exit code (cli.hpp's parse()).
+int parse_args(int argc, char** argv, Options& o) {
     o.dir = prizma::stats::default_dir();
     CLI::App app{"", "prizma-stat"};
     prizma::tools::init(
@@ -266,37 +265,49 @@ int main(int argc, char** argv) {
                  "Delete the files of processes that have exited, print the others\n"
                  "once and exit");
     app.add_flag("--json", o.json, "Print JSON (the layout below) instead of text");
-    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
-        return rc;
+    return prizma::tools::parse(app, argc, argv);
+}
+
+/// False, with the reason on stderr, when the stats directory cannot be listed.
+bool dir_readable(const Options& o) {
+    auto files = prizma::stats::list_files(o.dir);
+    if (files) {
+        return true;
     }
-    if (auto files = prizma::stats::list_files(o.dir); !files) {
-        if (files.error() == std::errc::no_such_file_or_directory) {
-            fmt::print(stderr,
-                       "prizma-stat: no stats directory {} (no prizma process has run with "
-                       "stats here; see PRIZMA_STATS_DIR)\n",
-                       o.dir);
-        } else {
-            fmt::print(stderr, "prizma-stat: {}\n", files.error().message());
-        }
+    if (files.error() == std::errc::no_such_file_or_directory) {
+        fmt::print(stderr,
+                   "prizma-stat: no stats directory {} (no prizma process has run with "
+                   "stats here; see PRIZMA_STATS_DIR)\n",
+                   o.dir);
+    } else {
+        fmt::print(stderr, "prizma-stat: {}\n", files.error().message());
+    }
+    return false;
+}
+
+/// --once or --clean: one snapshot. Returns the exit code: 1 when --once found no process.
+int show_once(const Options& o) {
+    Previous prev;
+    const Scan s = scan(o);
+    if (o.json) {
+        print_json(o, s);
+    } else {
+        print_text(s, prev, 0);
+    }
+    if (s.shown.empty() && !o.clean) {
+        fmt::print(stderr, "prizma-stat: no {}prizma process found in {}\n",
+                   o.pid != 0 ? fmt::format("running pid {} ", o.pid) : "running ", o.dir);
         return 1;
     }
-    Previous prev;
-    if (o.once || o.clean) {
-        const Scan s = scan(o);
-        if (o.json) {
-            print_json(o, s);
-        } else {
-            print_text(s, prev, 0);
-        }
-        if (s.shown.empty() && !o.clean) {
-            fmt::print(stderr, "prizma-stat: no {}prizma process found in {}\n",
-                       o.pid != 0 ? fmt::format("running pid {} ", o.pid) : "running ", o.dir);
-            return 1;
-        }
-        return 0;
-    }
+    return 0;
+}
+
+/// Live: a snapshot every --interval (text redrawn with rates, or one JSON line) until
+/// SIGINT/SIGTERM.
+void show_live(const Options& o) {
     (void)std::signal(SIGINT, [](int) { g_stop = true; });
     (void)std::signal(SIGTERM, [](int) { g_stop = true; });
+    Previous prev;
     auto last = std::chrono::steady_clock::now();
     bool first = true;
     while (!g_stop) {
@@ -311,10 +322,36 @@ int main(int argc, char** argv) {
                 fmt::print("no running prizma process in {}\n", o.dir);
             }
         }
-        std::fflush(stdout);
+        (void)std::fflush(stdout);  // write errors are not reported
         first = false;
         last = now;
         std::this_thread::sleep_for(std::chrono::duration<double>(o.interval));
     }
+}
+
+int run(int argc, char** argv) {
+    Options o;
+    if (const int rc = parse_args(argc, argv, o); rc >= 0) {
+        return rc;
+    }
+    if (!dir_readable(o)) {
+        return 1;
+    }
+    if (o.once || o.clean) {
+        return show_once(o);
+    }
+    show_live(o);
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        // std::fprintf, not fmt::print: nothing may throw out of here.
+        (void)std::fprintf(stderr, "prizma-stat: error: %s\n", e.what());
+        return 1;
+    }
 }

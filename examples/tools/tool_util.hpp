@@ -81,10 +81,10 @@ inline std::string json_string(std::string_view s) {
         } else if (c == '\t') {
             out += "\\t";
         } else if (c < 0x20) {
-            constexpr char hex[] = "0123456789abcdef";
+            constexpr char kHex[] = "0123456789abcdef";
             out += "\\u00";
-            out += hex[(c >> 4U) & 0xfU];
-            out += hex[c & 0xfU];
+            out += kHex[(c >> 4U) & 0xfU];
+            out += kHex[c & 0xfU];
         } else if (const std::size_t n = utf8_length(s); n == 0) {
             out += "\\ufffd";
         } else {

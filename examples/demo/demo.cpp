@@ -47,9 +47,10 @@ std::uint64_t counter(const std::vector<prizma::NamedCounter>& named, std::strin
 int main(int argc, char** argv) {
     Args args;
     CLI::App app{"", "prizma-demo"};
-    prizma::tools::init(app, "prizma-demo [--messages N] [--loss P] [--size BYTES] [--seed S]",
-                "1 publisher -> 2 subscribers on an in-memory network, each losing P of the\n"
-                "packets; exits 0 when both got every message once, in order.");
+    prizma::tools::init(
+        app, "prizma-demo [--messages N] [--loss P] [--size BYTES] [--seed S]",
+        "1 publisher -> 2 subscribers on an in-memory network, each losing P of the\n"
+        "packets; exits 0 when both got every message once, in order.");
     app.add_option("--messages", args.messages, "Messages to publish, > 0 (default 20000)")
         ->type_name("N")
         ->check(prizma::tools::whole(1));
@@ -77,8 +78,8 @@ int main(int argc, char** argv) {
     // it (seeded), then the publisher.
     std::vector<Sub> subs;
     for (std::uint64_t i = 0; i < 2; ++i) {
-        const std::string uri = fmt::format("mem://demo:7500?loss={}&seed={}", args.loss,
-                                            args.seed * 100 + i);
+        const std::string uri =
+            fmt::format("mem://demo:7500?loss={}&seed={}", args.loss, args.seed * 100 + i);
         auto s = ctx->add_subscriber(args.loss > 0 ? uri : "mem://demo:7500", opts);
         if (!s) {
             fmt::print(stderr, "prizma-demo: subscriber: {}\n", s.error().message());

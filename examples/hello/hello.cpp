@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
             if (m.kind == prizma::MessageKind::data) {
                 const std::string_view s(reinterpret_cast<const char*>(m.payload.data()),
                                          m.payload.size());
-                std::printf("received sqn %u: %.*s\n", m.sqn.value, static_cast<int>(s.size()), s.data());
+                std::printf("received sqn %u: %.*s\n", m.sqn.value, static_cast<int>(s.size()),
+                            s.data());
                 ++received;
             }
         });

@@ -151,8 +151,7 @@ std::vector<std::string> drain(prizma::Context& ctx, prizma::Subscriber& sub, st
         (void)ctx.poll();
         sub.poll(64, [&](const prizma::Message& m) {
             if (m.kind == prizma::MessageKind::data) {
-                got.emplace_back(reinterpret_cast<const char*>(m.payload.data()),
-                                 m.payload.size());
+                got.emplace_back(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
             }
         });
     }
@@ -161,17 +160,18 @@ std::vector<std::string> drain(prizma::Context& ctx, prizma::Subscriber& sub, st
 
 prizma::TransportRegistry pipe_registry(const std::shared_ptr<TestBus>& bus) {
     prizma::TransportRegistry reg;
-    REQUIRE(reg.add("pipe", [bus](const prizma::TransportRequest& req)
-                                -> prizma::Result<prizma::TransportChannel, prizma::Error> {
-                   for (const auto& p : req.uri.params) {
-                       return prizma::Error(prizma::Errc::invalid_argument,
-                                            "pipe has no key '" + p.key + "'");
-                   }
-                   prizma::TransportChannel ch;
-                   ch.transport = bus->attach();
-                   ch.port = 7600;
-                   return ch;
-               }));
+    REQUIRE(reg.add("pipe",
+                    [bus](const prizma::TransportRequest& req)
+                        -> prizma::Result<prizma::TransportChannel, prizma::Error> {
+                        for (const auto& p : req.uri.params) {
+                            return prizma::Error(prizma::Errc::invalid_argument,
+                                                 "pipe has no key '" + p.key + "'");
+                        }
+                        prizma::TransportChannel ch;
+                        ch.transport = bus->attach();
+                        ch.port = 7600;
+                        return ch;
+                    }));
     return reg;
 }
 
@@ -293,10 +293,8 @@ TEST_CASE("one mistake, one code: unknown keys and bad values on every scheme",
         CHECK(r.error() == std::errc::invalid_argument);
     }
     const char* bad_value[] = {
-        "udp://239.1.1.1:7600?iface=127.0.0.1&ttl=999",
-        "mem://bus:0",
-        "verbs://rxe0:1/239.1.1.1:7500?rx_depth=1",
-        "mem://bus:7500?loss=1.5",
+        "udp://239.1.1.1:7600?iface=127.0.0.1&ttl=999", "mem://bus:0",
+        "verbs://rxe0:1/239.1.1.1:7500?rx_depth=1",     "mem://bus:7500?loss=1.5",
         "udp://239.1.1.1:7600?iface=127.0.0.1&seed=x",
     };
     for (const char* uri : bad_value) {
@@ -349,8 +347,7 @@ TEST_CASE("Context::counters() is the field-by-field sum of its channels' counte
     CHECK(total.window_full == s1.counters().window_full + s2.counters().window_full);
 }
 
-TEST_CASE("channels removed from a running Context: gone, others unaffected",
-          "[unit][plugin]") {
+TEST_CASE("channels removed from a running Context: gone, others unaffected", "[unit][plugin]") {
     auto ctx = prizma::Context::create().value();
     auto keep = ctx.add_subscriber("mem://rm:7500").value();
     auto drop = ctx.add_subscriber("mem://rm:7500").value();
@@ -370,7 +367,8 @@ TEST_CASE("channels removed from a running Context: gone, others unaffected",
     const std::int64_t deadline = prizma::Context::now_ns() + 2'000'000'000;
     while (!left && prizma::Context::now_ns() < deadline) {
         (void)ctx.poll();
-        keep.poll(8, [&](const prizma::Message& m) { left |= m.kind == prizma::MessageKind::left; });
+        keep.poll(8,
+                  [&](const prizma::Message& m) { left |= m.kind == prizma::MessageKind::left; });
     }
     CHECK(left);
     // The Context is movable: handles stay valid.

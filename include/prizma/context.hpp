@@ -170,8 +170,9 @@ public:
                                              const ChannelOptions& options = {},
                                              std::string_view name = "custom");
     /// Removes a channel from the running Context: a publisher first sends its FIN SPMs
-    /// (close()); the transport is closed. Every copy of the handle becomes invalid; the
-    /// handle given is reset (valid() is false). Errors: Errc::invalid_argument when the
+    /// (close()); the transport is closed. The handle given is reset: valid() is false, offer()
+    /// and try_claim() return Errc::closed, poll() delivers nothing, counters are zero. Other
+    /// copies of the handle must not be used any more. Errors: Errc::invalid_argument when the
     /// handle is not a live channel of this Context.
     Result<void, Error> remove(Publisher& publisher);
     Result<void, Error> remove(Subscriber& subscriber);

@@ -677,6 +677,9 @@ std::int64_t offer_stamp(detail::Channel& ch) noexcept {
 }  // namespace
 
 Result<Sqn> Publisher::offer(std::span<const std::byte> message) noexcept {
+    if (ch_ == nullptr) [[unlikely]] {
+        return Errc::closed;  // removed from its Context
+    }
     // Queued in the channel's batch: it leaves at the next Context::poll() or when the batch
     // is full, so bursts go out in one sendmmsg / GSO send.
     ch_->owner->check("Publisher::offer");
@@ -688,6 +691,9 @@ Result<Sqn> Publisher::offer(std::span<const std::byte> message) noexcept {
 }
 
 Result<Claim> Publisher::try_claim(std::size_t n) noexcept {
+    if (ch_ == nullptr) [[unlikely]] {
+        return Errc::closed;
+    }
     ch_->owner->check("Publisher::try_claim");
     auto r = ch_->session->source()->claim(n, offer_stamp(*ch_));
     if (!r) {
@@ -697,30 +703,36 @@ Result<Claim> Publisher::try_claim(std::size_t n) noexcept {
 }
 
 void Publisher::flush() noexcept {
+    if (ch_ == nullptr) {
+        return;
+    }
     ch_->owner->check("Publisher::flush");
     ch_->session->flush();
 }
 
 void Publisher::close() noexcept {
+    if (ch_ == nullptr) {
+        return;
+    }
     ch_->owner->check("Publisher::close");
     ch_->session->source()->close(Context::now_ns(), *ch_->session);
     ch_->session->flush();
 }
 
 std::size_t Publisher::max_message_size() const noexcept {
-    return ch_->session->source()->max_apdu();
+    return ch_ != nullptr ? ch_->session->source()->max_apdu() : 0;
 }
 std::size_t Publisher::max_packet_payload() const noexcept {
-    return ch_->session->source()->max_tsdu();
+    return ch_ != nullptr ? ch_->session->source()->max_tsdu() : 0;
 }
 Tsi Publisher::tsi() const noexcept {
-    return ch_->session->source()->config().tsi;
+    return ch_ != nullptr ? ch_->session->source()->config().tsi : Tsi{};
 }
 ChannelCounters Publisher::counters() const noexcept {
-    return snapshot(*ch_);
+    return ch_ != nullptr ? snapshot(*ch_) : ChannelCounters{};
 }
 std::vector<NamedCounter> Publisher::transport_counters() const {
-    return transport_counters_of(*ch_);
+    return ch_ != nullptr ? transport_counters_of(*ch_) : std::vector<NamedCounter>{};
 }
 
 Claim& Claim::operator=(Claim&& o) noexcept {
@@ -755,6 +767,9 @@ Result<Sqn> Claim::commit(std::size_t used) noexcept {
 }
 
 bool Subscriber::next(Message& out) noexcept {
+    if (ch_ == nullptr) [[unlikely]] {
+        return false;  // removed from its Context
+    }
     ch_->owner->check("Subscriber::poll");
     protocol::Event ev;
     if (!ch_->session->receiver()->next_event(ev)) {
@@ -782,15 +797,15 @@ bool Subscriber::next(Message& out) noexcept {
 }
 
 std::string Subscriber::local_address() const {
-    return ch_->base->local_address_text();
+    return ch_ != nullptr ? ch_->base->local_address_text() : std::string();
 }
 
 ChannelCounters Subscriber::counters() const noexcept {
-    return snapshot(*ch_);
+    return ch_ != nullptr ? snapshot(*ch_) : ChannelCounters{};
 }
 
 std::vector<NamedCounter> Subscriber::transport_counters() const {
-    return transport_counters_of(*ch_);
+    return ch_ != nullptr ? transport_counters_of(*ch_) : std::vector<NamedCounter>{};
 }
 
 }  // namespace prizma

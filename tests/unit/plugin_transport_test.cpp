@@ -356,6 +356,8 @@ TEST_CASE("channels removed from a running Context: gone, others unaffected", "[
     CHECK(drain(ctx, keep, 1) == std::vector<std::string>{"one"});
     REQUIRE(ctx.remove(drop).has_value());
     CHECK_FALSE(drop.valid());
+    CHECK(drop.poll(8, [](const prizma::Message&) {}) == 0);  // a reset handle is inert
+    CHECK(drop.counters().sources == 0);
     CHECK(ctx.remove(drop).error() == prizma::Errc::invalid_argument);  // already gone
     REQUIRE(pub.offer(bytes_of("two")).has_value());
     CHECK(drain(ctx, keep, 1) == std::vector<std::string>{"two"});
@@ -363,6 +365,7 @@ TEST_CASE("channels removed from a running Context: gone, others unaffected", "[
     // A removed publisher says goodbye: its FIN reaches the subscriber as `left`.
     REQUIRE(ctx.remove(pub).has_value());
     CHECK_FALSE(pub.valid());
+    CHECK(pub.offer(bytes_of("late")).error() == prizma::Errc::closed);
     bool left = false;
     const std::int64_t deadline = prizma::Context::now_ns() + 2'000'000'000;
     while (!left && prizma::Context::now_ns() < deadline) {

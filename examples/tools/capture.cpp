@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -35,9 +36,9 @@
 
 #include <fmt/format.h>
 
-#include "examples/tools/cli.hpp"
-#include "lib/pgm/packet.hpp"
-#include "transports/udp/udp_transport.hpp"
+#include <prizma/prizma.hpp>
+
+#include "cli.hpp"
 
 namespace {
 
@@ -65,12 +66,19 @@ std::uint16_t ip_checksum(const std::uint8_t* p, std::size_t n) {
     return static_cast<std::uint16_t>(~sum);
 }
 
+/// A udp:// channel opened for capture or replay, with the addressing its pcap records need.
+struct Channel {
+    std::unique_ptr<prizma::Transport> transport;
+    prizma::IpAddress group;
+    std::uint16_t port = 0;
+    int ttl = 1;
+};
+
 /// One pcap record: raw IP + UDP + the PGM packet.
 void write_record(std::FILE* f,
                   std::vector<std::uint8_t>& b,
                   const prizma::Endpoint& from,
-                  const prizma::udp::UdpConfig& ch,
-                  const std::uint8_t* group,
+                  const Channel& ch,
                   std::span<const std::byte> pgm,
                   std::int64_t wall_ns) {
     const bool v6 = from.family == 6;
@@ -83,7 +91,7 @@ void write_record(std::FILE* f,
         b[6] = 17;
         b[7] = static_cast<std::uint8_t>(ch.ttl);
         std::memcpy(&b[8], from.addr.data(), 16);
-        std::memcpy(&b[24], group, 16);
+        std::memcpy(&b[24], ch.group.bytes.data(), 16);
     } else {
         b[0] = 0x45;
         put16(b, 2, static_cast<std::uint32_t>(ip + udp_len));
@@ -91,7 +99,7 @@ void write_record(std::FILE* f,
         b[8] = static_cast<std::uint8_t>(ch.ttl);
         b[9] = 17;
         std::memcpy(&b[12], from.addr.data(), 4);
-        std::memcpy(&b[16], group, 4);
+        std::memcpy(&b[16], ch.group.bytes.data(), 4);
         put16(b, 10, ip_checksum(b.data(), 20));
     }
     put16(b, ip, from.port);
@@ -107,45 +115,57 @@ void write_record(std::FILE* f,
     (void)std::fwrite(b.data(), 1, b.size(), f);
 }
 
-/// Opens URI's UDP channel to listen (joined to the group) or to replay (send only, one
-/// datagram per packet). Prints the error and sets `rc` (2 usage, 1 system) on failure.
-std::unique_ptr<prizma::udp::UdpTransport> open_channel(const std::string& uri,
-                                                        bool listen,
-                                                        prizma::udp::UdpConfig& cfg,
-                                                        int& rc) {
-    auto parsed = prizma::udp::parse_uri(uri);
-    if (!parsed) {
-        fmt::print(stderr, "prizma-capture: {}\n", parsed.error().message());
-        rc = 2;
-        return nullptr;
+/// Opens URI's UDP channel through the public transport registry, to listen (a subscriber:
+/// joined to the group) or to replay (a publisher: sends to the group, one datagram per
+/// packet). Prints the error and returns nothing (rc: 2 usage, 1 system) on failure.
+std::optional<Channel> open_channel(const std::string& uri, bool listen, int& rc) {
+    auto parsed = prizma::ChannelUri::parse(uri);
+    if (parsed && parsed->scheme != "udp") {
+        parsed = prizma::Error(prizma::Errc::invalid_argument,
+                               "prizma-capture works on udp:// channels, not '" + uri + "'");
     }
-    cfg = *parsed;
-    cfg.join = listen;
-    cfg.bind_unicast = false;
-    cfg.frame_length = &prizma::pgm::wire_length;  // GRO-merged datagrams cut into packets
-    cfg.gso = cfg.gso && listen;
-    auto t = prizma::udp::UdpTransport::create(cfg);
-    if (!t) {
-        fmt::print(stderr, "prizma-capture: {}: {}\n", uri, t.error().message());
-        rc = 1;
-        return nullptr;
+    std::optional<Channel> ch;
+    if (parsed) {
+        ch = Channel{};
+        const std::string& a = parsed->address;
+        const auto colon = a.rfind(':');
+        std::string host = a.substr(0, colon == std::string::npos ? a.size() : colon);
+        if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+            host = host.substr(1, host.size() - 2);
+        }
+        ch->group = prizma::IpAddress::parse(host);
+        const std::string port = colon == std::string::npos ? "" : a.substr(colon + 1);
+        (void)std::from_chars(port.data(), port.data() + port.size(), ch->port);
+        if (const std::string* ttl = parsed->find("ttl")) {
+            (void)std::from_chars(ttl->data(), ttl->data() + ttl->size(), ch->ttl);
+        }
+        if (!listen && parsed->find("gso") == nullptr) {
+            parsed->params.push_back({"gso", "0"});  // replay: one datagram per packet
+        }
     }
-    return std::move(*t);
+    prizma::TransportRegistry registry;
+    prizma::udp::register_transport(registry);
+    auto made =
+        parsed ? (*registry.find("udp"))(prizma::TransportRequest{
+            *parsed, listen ? prizma::ChannelRole::subscriber : prizma::ChannelRole::publisher,
+            &prizma::packet_length})  // GRO-merged datagrams cut into packets
+               : prizma::Result<prizma::TransportChannel, prizma::Error>(parsed.error());
+    if (!made) {
+        fmt::print(stderr, "prizma-capture: {}\n", made.error().message());
+        rc = made.error() == std::errc::invalid_argument ? 2 : 1;
+        return std::nullopt;
+    }
+    ch->transport = std::move(made->transport);
+    return ch;
 }
 
 int capture(const std::string& uri, const std::string& out, std::uint64_t count, double timeout) {
-    prizma::udp::UdpConfig cfg;
     int rc = 0;
-    auto t = open_channel(uri, true, cfg, rc);
-    if (!t) {
+    auto ch = open_channel(uri, true, rc);
+    if (!ch) {
         return rc;
     }
-    std::uint8_t group[16] = {};
-    const bool v6 = cfg.group.find(':') != std::string::npos;
-    if (inet_pton(v6 ? AF_INET6 : AF_INET, cfg.group.c_str(), group) != 1) {
-        fmt::print(stderr, "prizma-capture: bad group '{}'\n", cfg.group);
-        return 2;
-    }
+    prizma::Transport* t = ch->transport.get();
     std::FILE* f = std::fopen(out.c_str(), "wb");
     if (f == nullptr) {
         fmt::print(stderr, "prizma-capture: cannot write {}: {}\n", out,
@@ -181,7 +201,7 @@ int capture(const std::string& uri, const std::string& out, std::uint64_t count,
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
         for (std::size_t i = 0; i < *r && (count == 0 || n < count); ++i) {
-            write_record(f, buf, rx[i].from, cfg, group, rx[i].data, wall);
+            write_record(f, buf, rx[i].from, *ch, rx[i].data, wall);
             ++n;
             bytes += rx[i].data.size();
         }
@@ -278,16 +298,16 @@ std::span<const std::byte> udp_payload(const std::vector<std::uint8_t>& rec,
 /// A well-formed downstream PGM packet (ODATA, RDATA, SPM, NCF; checksum verified): what
 /// replay sends. Not PGM, damaged, or upstream (NAK, SPMR): nothing to replay.
 bool replayable(std::span<const std::byte> pgm) {
-    prizma::pgm::Packet pkt;
-    using prizma::pgm::PacketType;
-    return prizma::pgm::parse(pgm, pkt) == prizma::pgm::ParseStatus::ok
-           && (pkt.type == PacketType::odata || pkt.type == PacketType::rdata
-               || pkt.type == PacketType::spm || pkt.type == PacketType::ncf);
+    using prizma::PacketKind;
+    const prizma::PacketSummary p = prizma::inspect_packet(pgm);
+    return p.valid
+           && (p.kind == PacketKind::odata || p.kind == PacketKind::rdata
+               || p.kind == PacketKind::spm || p.kind == PacketKind::ncf);
 }
 
 /// Sends one packet to the channel's group, waiting while the socket is full. False after an
 /// error (printed).
-bool send_packet(prizma::udp::UdpTransport& t, std::span<const std::byte> pgm) {
+bool send_packet(prizma::Transport& t, std::span<const std::byte> pgm) {
     const prizma::TxPacket tx{pgm, {}, prizma::Route::downstream, {}};
     for (;;) {
         auto r = t.send_batch(std::span<const prizma::TxPacket>(&tx, 1));
@@ -303,12 +323,12 @@ bool send_packet(prizma::udp::UdpTransport& t, std::span<const std::byte> pgm) {
 }
 
 int replay(const std::string& file, const std::string& uri, bool fast) {
-    prizma::udp::UdpConfig cfg;
     int rc = 0;
-    auto t = open_channel(uri, false, cfg, rc);
-    if (!t) {
+    auto ch = open_channel(uri, false, rc);
+    if (!ch) {
         return rc;
     }
+    prizma::Transport* t = ch->transport.get();
     const ReadFile f(std::fopen(file.c_str(), "rb"));
     if (f == nullptr) {
         fmt::print(stderr, "prizma-capture: cannot read {}: {}\n", file,

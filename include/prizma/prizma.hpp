@@ -9,6 +9,7 @@
 #include <prizma/idle_strategy.hpp>
 #include <prizma/message.hpp>
 #include <prizma/options.hpp>
+#include <prizma/packet.hpp>
 #include <prizma/publish_queue.hpp>
 #include <prizma/result.hpp>
 #include <prizma/stats.hpp>

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -425,4 +426,47 @@ TEST_CASE("version: headers and library agree", "[unit][plugin]") {
     CHECK(std::string(prizma::version_string())
           == std::to_string(v.major) + "." + std::to_string(v.minor) + "."
                  + std::to_string(v.patch));
+}
+
+TEST_CASE("inspect_packet and packet_length read raw PGM packets off a transport",
+          "[unit][plugin]") {
+    auto bus = std::make_shared<TestBus>();
+    auto sniffer = bus->attach();  // a raw endpoint of the user's transport, no Context
+    auto ctx = prizma::Context::create(pipe_registry(bus)).value();
+    auto pub = ctx.add_publisher("pipe://x").value();  // sends an SPM at once
+    REQUIRE(pub.offer(bytes_of("payload")).has_value());
+    pub.flush();
+    std::array<prizma::RxPacket, 8> rx{};
+    auto n = sniffer->poll_rx(rx);
+    REQUIRE(n.has_value());
+    REQUIRE(*n >= 2);
+    bool saw_spm = false;
+    bool saw_odata = false;
+    for (std::size_t i = 0; i < *n; ++i) {
+        const auto d = rx[i].data;
+        const prizma::PacketSummary s = prizma::inspect_packet(d);
+        REQUIRE(s.valid);
+        CHECK(s.source == pub.tsi());
+        CHECK(s.dport == 7600);
+        CHECK_FALSE(s.upstream);
+        CHECK(s.length == d.size());
+        CHECK(prizma::packet_length(d) == d.size());
+        saw_spm |= s.kind == prizma::PacketKind::spm;
+        if (s.kind == prizma::PacketKind::odata) {
+            saw_odata = true;
+            CHECK(s.sqn == prizma::Sqn{0});
+            // Two packets back to back: packet_length finds where the first ends.
+            std::vector<std::byte> two(d.begin(), d.end());
+            two.insert(two.end(), d.begin(), d.end());
+            CHECK(prizma::packet_length(two) == d.size());
+            // One flipped byte fails the checksum: not a valid packet.
+            std::vector<std::byte> bad(d.begin(), d.end());
+            bad.back() ^= std::byte{0x01};
+            CHECK_FALSE(prizma::inspect_packet(bad).valid);
+            CHECK_FALSE(prizma::inspect_packet(std::span(bad).first(10)).valid);
+        }
+    }
+    sniffer->release_rx(*n);
+    CHECK(saw_spm);
+    CHECK(saw_odata);
 }

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <string>
@@ -158,6 +160,20 @@ inline CLI::Validator above(double min) {
 /// One of the words listed (the help shows them as the option's value: "spin|block").
 inline CLI::Validator one_of(std::vector<std::string> words) {
     return CLI::IsMember(std::move(words)).description("");
+}
+
+/// A tool's main(): run(argc, argv), with anything thrown printed as "TOOL: error: WHAT" and
+/// exit code 1 (std::fprintf, not fmt::print: nothing may throw out of here).
+template <typename Run>
+int guarded_main(const char* tool, Run run, int argc, char** argv) noexcept {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        (void)std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    } catch (...) {
+        (void)std::fprintf(stderr, "%s: error: unknown exception\n", tool);
+    }
+    return 1;
 }
 
 /// --preset wan|lan|rdma into ChannelOptions::preset.

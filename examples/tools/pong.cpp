@@ -193,11 +193,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const std::exception& e) {
-        // std::fprintf, not fmt::print: nothing may throw out of here.
-        (void)std::fprintf(stderr, "prizma-pong: error: %s\n", e.what());
-        return 1;
-    }
+    return prizma::tools::guarded_main("prizma-pong", run, argc, argv);
 }

@@ -12,7 +12,7 @@ PacketSummary inspect_packet(std::span<const std::byte> datagram) noexcept {
         return s;
     }
     s.valid = true;
-    s.kind = static_cast<PacketKind>(p.type);
+    s.kind = p.type;
     s.upstream = p.is_upstream();
     s.source = p.source_tsi();
     s.dport = p.dport;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include <prizma/packet.hpp>
 #include <prizma/types.hpp>
 
 #include "lib/pgm/sqn.hpp"
@@ -29,18 +30,9 @@ inline constexpr std::size_t kMaxFragments = 16;
 inline constexpr std::size_t kFragmentOptionBytes = 20;
 
 /// RFC 3208 §8 packet types (low nibble; version bits are zero).
-enum class PacketType : std::uint8_t {
-    spm = 0x00,
-    poll = 0x01,
-    polr = 0x02,
-    odata = 0x04,
-    rdata = 0x05,
-    nak = 0x08,
-    nnak = 0x09,
-    ncf = 0x0a,
-    spmr = 0x0c,
-    ack = 0x0d,  // PGMCC (OpenPGM extension): parsed as header only and ignored
-};
+/// The PGM packet types (the public <prizma/packet.hpp> enumeration; ack is PGMCC, an OpenPGM
+/// extension: parsed as header only and ignored).
+using PacketType = prizma::PacketKind;
 
 /// Options-byte bits as OpenPGM (packet.h) and Wireshark read them (LSB first).
 inline constexpr std::uint8_t kOptPresent = 0x01;

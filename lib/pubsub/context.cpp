@@ -162,6 +162,11 @@ Result<Faults, Error> take_fault_keys(ChannelUri& uri) {
     return f;
 }
 
+/// The channel's data-destination port: the one its transport named, else PGM's 7500.
+std::uint16_t dport_of(const TransportChannel& tc) noexcept {
+    return tc.port != 0 ? tc.port : 7500;
+}
+
 std::string scheme_list(const TransportRegistry& r) {
     std::string out;
     for (const auto& s : r.schemes()) {
@@ -194,14 +199,14 @@ struct Context::Impl {
                                         std::string name,
                                         const Faults& faults);
     Result<void, Error> remove(detail::Channel* ch);
-    Result<protocol::SourceConfig, Error> source_config(const TransportChannel& tc,
-                                                        const Transport& t,
-                                                        const ChannelOptions& o,
-                                                        const protocol::Timers& timers);
-    Result<protocol::ReceiverConfig, Error> receiver_config(const TransportChannel& tc,
-                                                            const Transport& t,
-                                                            const ChannelOptions& o,
-                                                            const protocol::Timers& timers);
+    protocol::SourceConfig source_config(const TransportChannel& tc,
+                                         const Transport& t,
+                                         const ChannelOptions& o,
+                                         const protocol::Timers& timers);
+    protocol::ReceiverConfig receiver_config(const TransportChannel& tc,
+                                             const Transport& t,
+                                             const ChannelOptions& o,
+                                             const protocol::Timers& timers);
 };
 
 Result<detail::Channel*, Error> Context::Impl::add(std::string_view uri,
@@ -235,12 +240,12 @@ Result<detail::Channel*, Error> Context::Impl::add(std::string_view uri,
     return add(std::move(*tc), o, publisher, std::string(uri), *faults);
 }
 
-Result<protocol::SourceConfig, Error> Context::Impl::source_config(const TransportChannel& tc,
-                                                                   const Transport& t,
-                                                                   const ChannelOptions& o,
-                                                                   const protocol::Timers& timers) {
+protocol::SourceConfig Context::Impl::source_config(const TransportChannel& tc,
+                                                    const Transport& t,
+                                                    const ChannelOptions& o,
+                                                    const protocol::Timers& timers) {
     protocol::SourceConfig c;
-    const std::uint16_t dport = tc.port != 0 ? tc.port : 7500;
+    const std::uint16_t dport = dport_of(tc);
     c.tsi.gsi = gsi;
     c.tsi.sport = o.source_port;
     while (c.tsi.sport == 0 || c.tsi.sport == dport) {
@@ -261,13 +266,12 @@ Result<protocol::SourceConfig, Error> Context::Impl::source_config(const Transpo
     return c;
 }
 
-Result<protocol::ReceiverConfig, Error> Context::Impl::receiver_config(
-    const TransportChannel& tc,
-    const Transport& t,
-    const ChannelOptions& o,
-    const protocol::Timers& timers) {
+protocol::ReceiverConfig Context::Impl::receiver_config(const TransportChannel& tc,
+                                                        const Transport& t,
+                                                        const ChannelOptions& o,
+                                                        const protocol::Timers& timers) {
     protocol::ReceiverConfig c;
-    c.dport = tc.port != 0 ? tc.port : 7500;
+    c.dport = dport_of(tc);
     c.group = nla_of(tc.group);
     c.rxw_sqns = o.window_sqns;
     c.max_tpdu = t.caps().max_datagram;
@@ -303,8 +307,7 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
     Transport& t = ch->lossy ? static_cast<Transport&>(*ch->lossy) : *ch->base;
     pubsub::SessionConfig sc;
     if (publisher) {
-        auto c = source_config(tc, t, o, timers);
-        sc.source = *c;
+        sc.source = source_config(tc, t, o, timers);
         if (ch->base->caps().poll_is_syscall) {
             // A publisher only hears NAKs and SPMRs: it polls its transport at most every
             // 10 us (a quarter of the NAK back-off, if shorter) while it is quiet, so that a
@@ -312,8 +315,7 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
             sc.upstream_poll_ns = std::min<std::int64_t>(10'000, timers.nak_bo_ivl_ns / 4);
         }
     } else {
-        auto c = receiver_config(tc, t, o, timers);
-        sc.receiver = *c;
+        sc.receiver = receiver_config(tc, t, o, timers);
     }
     // The windows' storage is made here (a subscriber's preallocated sources included): too
     // much of it is an error for the caller, not an exception through a Result API.

@@ -767,8 +767,8 @@ Result<std::size_t> UdpTransport::send_batch(std::span<const TxPacket> packets) 
                 ++skipped;
                 ++counters_.tx_errors;
                 continue;
-            } else if (im.cfg.reply_to_channel_port) {
-                set_port(dst, im.cfg.port);
+            } else {
+                set_port(dst, im.cfg.port);  // the channel's port (UdpConfig::port)
             }
             mmsghdr& m = im.tx_msgs[nmsg];
             m = mmsghdr{};

@@ -32,18 +32,17 @@ enum class GroMode : std::uint8_t {
 
 /// PGM over UDP, OpenPGM's encapsulation: the PGM packet is the whole UDP payload.
 struct UdpConfig {
-    std::string group;       ///< downstream destination: multicast group or unicast address
-    std::uint16_t port = 0;  ///< UDP port, multicast and unicast alike (OpenPGM: both equal)
-    std::string iface;       ///< local interface address (required for multicast)
-    int ttl = 1;             ///< multicast hops; 0 = this host only (same-host subscribers)
-    int tos = 0;             ///< IP_TOS / IPV6_TCLASS byte (DSCP << 2 | ECN); 0 = default
+    std::string group;  ///< downstream destination: multicast group or unicast address
+    /// UDP port, multicast and unicast alike (OpenPGM: both equal). Unicast datagrams (repair
+    /// requests) go to this port of the peer's address, whatever port the peer sent from:
+    /// OpenPGM's encapsulation, where a source listens on the channel's port only.
+    std::uint16_t port = 0;
+    std::string iface;  ///< local interface address (required for multicast)
+    int ttl = 1;        ///< multicast hops; 0 = this host only (same-host subscribers)
+    int tos = 0;        ///< IP_TOS / IPV6_TCLASS byte (DSCP << 2 | ECN); 0 = default
     /// The channel's data-destination port (the URI's dport), for the layer above: the
     /// transport itself never looks inside the datagrams. 0 = not given (7500).
     std::uint16_t dport = 0;
-    /// Unicast datagrams (repair requests) go to the channel's port of the peer's address,
-    /// whatever port the peer sent from: OpenPGM's encapsulation, where a source listens on
-    /// the channel's port only and sends from other sockets.
-    bool reply_to_channel_port = true;
     bool loop = true;  ///< IP_MULTICAST_LOOP (same-host subscribers need it)
     /// SO_RCVBUF wanted: SO_RCVBUFFORCE first (CAP_NET_ADMIN goes past net.core.rmem_max),
     /// then SO_RCVBUF; the granted size is read back (rcvbuf_capped when smaller).

@@ -18,6 +18,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/runtime/parse.hpp"
 #include "transports/udp/gro_policy.hpp"
@@ -37,9 +38,7 @@ constexpr std::uint16_t kFamily6 = 6;
 constexpr std::size_t kGroBuffer = 65536;
 constexpr std::size_t kMaxGsoSegments = 64;
 
-std::error_code errno_code() noexcept {
-    return {errno, std::system_category()};
-}
+using posix::errno_code;
 
 using posix::UniqueFd;
 

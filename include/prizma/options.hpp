@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 
 namespace prizma {
@@ -71,5 +73,19 @@ struct ChannelOptions {
     bool passive = false;           ///< subscriber never NAKs
     std::uint16_t source_port = 0;  ///< PGM TSI source port; 0 = random
 };
+
+/// One row of the ChannelOptions reference, from the table the library checks options with:
+/// the same bounds make the refusal texts (`window_sqns = 1: 2 to 1048576 packets`), and a
+/// test holds docs/URI.md to them.
+struct OptionInfo {
+    std::string_view name;        ///< the ChannelOptions field
+    std::string_view applies_to;  ///< "publisher", "subscriber" or "both"
+    std::string bounds;           ///< what a value must be, as a refusal says it
+    /// The field's value in `o` as text ("65536", "0 ns", "lan", "false").
+    std::string (*value)(const ChannelOptions& o) = nullptr;
+};
+
+/// Every ChannelOptions field, in declaration order.
+std::span<const OptionInfo> channel_option_table();
 
 }  // namespace prizma

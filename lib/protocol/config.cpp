@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "lib/protocol/limits.hpp"
+
 namespace prizma::protocol {
 
 Timers preset(Preset p) noexcept {
@@ -56,53 +58,20 @@ Result<Timers> preset(std::string_view name) noexcept {
     return Errc::invalid_argument;
 }
 
-Result<void, Error> validate(const Timers& t) {
-    auto fail = [](std::string_view f) -> Result<void, Error> {
-        return Error(Errc::invalid_argument, std::string(f));
-    };
-    constexpr std::int64_t kMaxIvl = 3600 * kSec;
-    auto bad_ivl = [](std::int64_t v) {
-        return v <= 0 || v > kMaxIvl;
-    };
-    if (bad_ivl(t.nak_bo_ivl_ns)) {
-        return fail("timers.nak_backoff: more than 0, at most 1 h");
+std::string Bound::text() const {
+    const auto unit_suffix = unit.empty() ? std::string() : " " + std::string(unit);
+    if (kind == Kind::count) {
+        return std::to_string(min) + " to " + std::to_string(max) + unit_suffix;
     }
-    if (bad_ivl(t.nak_rpt_ivl_ns)) {
-        return fail("timers.nak_repeat: more than 0, at most 1 h");
+    if (max == static_cast<std::uint64_t>(INT64_MAX)) {
+        return min == 0 ? "not negative" : "more than 0";
     }
-    if (bad_ivl(t.nak_rdata_ivl_ns)) {
-        return fail("timers.nak_rdata: more than 0, at most 1 h");
-    }
-    if (t.nak_ncf_retries == 0 || t.nak_ncf_retries > 255) {
-        return fail("timers.nak_ncf_retries: 1 to 255");
-    }
-    if (t.nak_data_retries == 0 || t.nak_data_retries > 255) {
-        return fail("timers.nak_data_retries: 1 to 255");
-    }
-    if (bad_ivl(t.spmr_expiry_ns)) {
-        return fail("timers.spmr_expiry: more than 0, at most 1 h");
-    }
-    if (bad_ivl(t.peer_expiry_ns) || t.peer_expiry_ns <= t.nak_bo_ivl_ns) {
-        return fail("timers.peer_expiry: more than nak_backoff, at most 1 h");
-    }
-    if (bad_ivl(t.ambient_spm_ns)) {
-        return fail("timers.ambient_spm: more than 0, at most 1 h");
-    }
-    if (t.peer_expiry_ns <= t.ambient_spm_ns) {
-        return fail("timers.peer_expiry: more than ambient_spm");
-    }
-    for (auto v : t.heartbeat_spm_ns) {
-        if (v < 0 || v > kMaxIvl) {
-            return fail("timers.heartbeat_spm: each 0 to 1 h");
-        }
-    }
-    if (t.nak_elimination_ns < 0 || t.nak_elimination_ns > kMaxIvl) {
-        return fail("timers.nak_elimination: 0 to 1 h");
-    }
-    if (t.spmr_answer_ivl_ns < 0 || t.spmr_answer_ivl_ns > kMaxIvl) {
-        return fail("timers.spmr_answer: 0 to 1 h");
-    }
-    return {};
+    const std::string top = max == kHourNs ? "1 h" : std::to_string(max) + " ns";
+    return min == 1 ? "more than 0, at most " + top : std::to_string(min) + " to " + top;
+}
+
+std::string Bound::refusal() const {
+    return std::string(field) + ": " + text();
 }
 
 namespace {
@@ -110,6 +79,50 @@ namespace {
 Result<void, Error> refuse(std::string_view text) {
     return Error(Errc::invalid_argument, std::string(text));
 }
+
+Result<void, Error> refuse(const Bound& b) {
+    return refuse(b.refusal());
+}
+
+}  // namespace
+
+Result<void, Error> validate(const Timers& t) {
+    struct Interval {
+        const Bound& bound;
+        std::int64_t value;
+    };
+    const Interval intervals[] = {
+        {kNakBackoff, t.nak_bo_ivl_ns},          {kNakRepeat, t.nak_rpt_ivl_ns},
+        {kNakRdata, t.nak_rdata_ivl_ns},         {kSpmrExpiry, t.spmr_expiry_ns},
+        {kPeerExpiry, t.peer_expiry_ns},         {kAmbientSpm, t.ambient_spm_ns},
+        {kNakElimination, t.nak_elimination_ns}, {kSpmrAnswer, t.spmr_answer_ivl_ns},
+    };
+    for (const auto& i : intervals) {
+        if (!i.bound.holds_ns(i.value)) {
+            return refuse(i.bound);
+        }
+    }
+    if (!kNcfRetries.holds(t.nak_ncf_retries)) {
+        return refuse(kNcfRetries);
+    }
+    if (!kDataRetries.holds(t.nak_data_retries)) {
+        return refuse(kDataRetries);
+    }
+    if (t.peer_expiry_ns <= t.nak_bo_ivl_ns) {
+        return refuse("timers.peer_expiry: more than nak_backoff, at most 1 h");
+    }
+    if (t.peer_expiry_ns <= t.ambient_spm_ns) {
+        return refuse("timers.peer_expiry: more than ambient_spm");
+    }
+    for (auto v : t.heartbeat_spm_ns) {
+        if (!kHeartbeatSpm.holds_ns(v)) {
+            return refuse(kHeartbeatSpm);
+        }
+    }
+    return {};
+}
+
+namespace {
 
 bool bad_afi(const pgm::Nla& n) noexcept {
     return n.afi != pgm::kAfiIpv4 && n.afi != pgm::kAfiIpv6;
@@ -130,8 +143,8 @@ Result<void, Error> validate(const SourceConfig& c) {
     if (auto r = validate(c.timers); !r) {
         return r;
     }
-    if (c.txw_sqns == 0 || c.txw_sqns > (1U << 24)) {
-        return refuse("txw_sqns: 1 to 16777216 packets");
+    if (!kTxwSqns.holds(c.txw_sqns)) {
+        return refuse(kTxwSqns);
     }
     if (c.max_tpdu < pgm::kDataHeaderBytes + pgm::kFragmentOptionBytes + 8 || c.max_tpdu > 65535) {
         return refuse("max_tpdu: room for a fragment header and 8 bytes, at most 65535");
@@ -139,8 +152,8 @@ Result<void, Error> validate(const SourceConfig& c) {
     if (txw_ring_bytes(c) > UINT32_MAX) {  // packet offsets in the ring are 32-bit
         return refuse("txw_sqns: at most 4 GiB of packets (window x largest packet)");
     }
-    if (c.max_fragments == 0 || c.max_fragments > 4096 || c.max_fragments > c.txw_sqns) {
-        return refuse("max_fragments: 1 to 4096, and at most txw_sqns");
+    if (!kMaxFragments.holds(c.max_fragments) || c.max_fragments > c.txw_sqns) {
+        return refuse(kMaxFragments.refusal() + ", and at most txw_sqns");
     }
     if (bad_afi(c.nla)) {
         return refuse("nla: an IPv4 or IPv6 address");
@@ -151,8 +164,8 @@ Result<void, Error> validate(const SourceConfig& c) {
     if (c.tsi.sport == c.dport) {  // OpenPGM refuses sport == dport (docs/PROTOCOL.md §8.13)
         return refuse("tsi.sport: not equal to dport");
     }
-    if (c.txw_retention_ns < 0) {
-        return refuse("txw_retention_ns: not negative");
+    if (!kRetention.holds_ns(c.txw_retention_ns)) {
+        return refuse(kRetention);
     }
     return {};
 }
@@ -161,8 +174,8 @@ Result<void, Error> validate(const ReceiverConfig& c) {
     if (auto r = validate(c.timers); !r) {
         return r;
     }
-    if (c.rxw_sqns < 2 || c.rxw_sqns > (1U << 20)) {
-        return refuse("rxw_sqns: 2 to 1048576 packets");
+    if (!kRxwSqns.holds(c.rxw_sqns)) {
+        return refuse(kRxwSqns);
     }
     if (c.max_tpdu < pgm::kDataHeaderBytes + 8 || c.max_tpdu > 65535) {
         return refuse("max_tpdu: room for a data header and 8 bytes, at most 65535");
@@ -170,8 +183,8 @@ Result<void, Error> validate(const ReceiverConfig& c) {
     if (rxw_ring_bytes(c) > UINT32_MAX) {  // payload offsets in the ring are 32-bit
         return refuse("rxw_sqns: at most 4 GiB of packets (window x largest packet)");
     }
-    if (c.max_peers == 0 || c.max_peers > 4096) {
-        return refuse("max_peers: 1 to 4096");
+    if (!kMaxPeers.holds(c.max_peers)) {
+        return refuse(kMaxPeers);
     }
     if (c.preallocated_peers > c.max_peers) {
         return refuse("preallocated_peers: at most max_peers");

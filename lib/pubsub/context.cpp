@@ -87,40 +87,6 @@ pgm::Nla nla_of(const IpAddress& ip) {
     return n;
 }
 
-// A refusal of the protocol layer ("rxw_sqns: 2 to 1048576 packets") in the caller's terms:
-// the ChannelOptions name and the value given ("window_sqns = 1: 2 to 1048576 packets").
-// Fields no option sets (a transport's max_tpdu, a preset's timers) keep their own names.
-std::string explain_refusal(std::string_view why, const ChannelOptions& o) {
-    struct Name {
-        std::string_view field, option;
-        std::string value;  // as the caller set the option
-    };
-    const Name names[] = {
-        {"txw_sqns", "window_sqns", std::to_string(o.window_sqns)},
-        {"rxw_sqns", "window_sqns", std::to_string(o.window_sqns)},
-        {"max_peers", "max_sources", std::to_string(o.max_sources)},
-        {"preallocated_peers", "preallocated_sources", std::to_string(o.preallocated_sources)},
-        {"txw_retention_ns", "retention", std::to_string(o.retention.count()) + " ns"},
-        {"max_recover_sqns", "max_recover_sqns", std::to_string(o.max_recover_sqns)},
-    };
-    std::string text(why);
-    for (const auto& n : names) {
-        for (auto at = text.find(n.field); at != std::string::npos;
-             at = text.find(n.field, at + n.option.size())) {
-            text.replace(at, n.field.size(), n.option);
-        }
-    }
-    const std::string_view whole = text;
-    const std::string_view name = whole.substr(0, text.find(": "));
-    for (const auto& n : names) {
-        if (name == n.option) {
-            text.insert(name.size(), " = " + n.value);
-            break;
-        }
-    }
-    return text;
-}
-
 /// The fault-injection keys every scheme takes (tests): loss = drop on receive (every
 /// packet type), tx_loss = drop our own ODATA on send (every receiver misses it), seed = the
 /// fault generator's seed. Taken out of `uri.params`; the rest is the transport's.
@@ -330,9 +296,9 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
     }
     if (!s) {
         const Error& e = s.error();
-        return Error(e.code(),
-                     "bad channel options for '" + ch->name + "': "
-                         + (e.detail().empty() ? e.message() : explain_refusal(e.detail(), o)));
+        return Error(e.code(), "bad channel options for '" + ch->name + "': "
+                                   + (e.detail().empty() ? e.message()
+                                                         : pubsub::explain_refusal(e.detail(), o)));
     }
     ch->session = std::move(*s);
     if (publisher) {

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <string>
+#include <vector>
+
 #include <prizma/options.hpp>
 
+#include "lib/protocol/limits.hpp"
 #include "lib/pubsub/options_convert.hpp"
 
 namespace prizma {
@@ -27,7 +31,138 @@ Timers Timers::of(TimerPreset preset) noexcept {
     return pubsub::from_protocol(protocol::preset(pubsub::to_protocol(preset)));
 }
 
+namespace {
+
+std::string text(bool v) {
+    return v ? "true" : "false";
+}
+
+template <typename T>
+std::string text(T v) {
+    return std::to_string(v);
+}
+
+/// A row of the option table and the protocol-level fields it becomes (for refusals).
+struct Row {
+    OptionInfo info;
+    std::string_view field_a{};  // the protocol's name for it, as validate() refuses it
+    std::string_view field_b{};  // a second one (window_sqns is txw_sqns or rxw_sqns)
+};
+
+std::vector<Row> make_rows() {
+    using protocol::kMaxPeers;
+    using protocol::kRetention;
+    using protocol::kRxwSqns;
+    using protocol::kTxwSqns;
+    using O = const ChannelOptions&;
+    std::vector<Row> rows = {
+        {{"preset", "both", "wan, lan or rdma",
+          [](O o) {
+              return std::string(to_string(o.preset));
+          }}},
+        {{"timers", "both", "each timer within the bounds its field names",
+          [](O o) {
+              return std::string(o.timers ? "set" : "unset");
+          }}},
+        {{"window_sqns", "both", "publisher " + kTxwSqns.text() + ", subscriber " + kRxwSqns.text(),
+          [](O o) {
+              return text(o.window_sqns);
+          }},
+         kTxwSqns.field,
+         kRxwSqns.field},
+        {{"retention", "publisher", kRetention.text(),
+          [](O o) {
+              return text(o.retention.count()) + " ns";
+          }},
+         kRetention.field},
+        {{"rate_bytes_per_sec", "publisher", "any",
+          [](O o) {
+              return text(o.rate_bytes_per_sec);
+          }}},
+        {{"repair_rate_bytes_per_sec", "publisher", "any",
+          [](O o) {
+              return text(o.repair_rate_bytes_per_sec);
+          }}},
+        {{"recover_history", "subscriber", "true or false",
+          [](O o) {
+              return text(o.recover_history);
+          }}},
+        {{"max_recover_sqns", "subscriber", "1 to window_sqns - 1 (larger: window_sqns - 1)",
+          [](O o) {
+              return text(o.max_recover_sqns);
+          }},
+         "max_recover_sqns"},
+        {{"max_sources", "subscriber", kMaxPeers.text(),
+          [](O o) {
+              return text(o.max_sources);
+          }},
+         kMaxPeers.field},
+        {{"preallocated_sources", "subscriber", "at most max_sources",
+          [](O o) {
+              return text(o.preallocated_sources);
+          }},
+         "preallocated_peers"},
+        {{"passive", "subscriber", "true or false",
+          [](O o) {
+              return text(o.passive);
+          }}},
+        {{"source_port", "publisher", "0 to 65535",
+          [](O o) {
+              return text(o.source_port);
+          }}},
+    };
+    return rows;
+}
+
+const std::vector<Row>& rows() {
+    static const std::vector<Row> table = make_rows();
+    return table;
+}
+
+const std::vector<OptionInfo>& infos() {
+    static const std::vector<OptionInfo> table = [] {
+        std::vector<OptionInfo> v;
+        for (const auto& r : rows()) {
+            v.push_back(r.info);
+        }
+        return v;
+    }();
+    return table;
+}
+
+void rename_all(std::string& text, std::string_view from, std::string_view to) {
+    if (from.empty()) {
+        return;
+    }
+    for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+        text.replace(at, from.size(), to);
+    }
+}
+
+}  // namespace
+
+std::span<const OptionInfo> channel_option_table() {
+    return infos();
+}
+
 namespace pubsub {
+
+std::string explain_refusal(std::string_view why, const ChannelOptions& o) {
+    std::string text(why);
+    for (const auto& r : rows()) {
+        rename_all(text, r.field_a, r.info.name);
+        rename_all(text, r.field_b, r.info.name);
+    }
+    const std::string_view whole = text;
+    const std::string_view name = whole.substr(0, text.find(": "));
+    for (const auto& r : rows()) {
+        if (name == r.info.name && !r.field_a.empty()) {
+            text.insert(name.size(), " = " + r.info.value(o));
+            break;
+        }
+    }
+    return text;
+}
 
 protocol::Preset to_protocol(TimerPreset p) noexcept {
     switch (p) {

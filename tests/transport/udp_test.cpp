@@ -609,7 +609,7 @@ TEST_CASE(
     REQUIRE(n == 1);
     CHECK(rx->counters().rx_single_reads == 1);
     CHECK(std::equal(got[0].data.begin(), got[0].data.end(), bodies[0].begin(), bodies[0].end()));
-    CHECK(got[0].from == tx->local_address());  // 127.0.0.1:port, as recvmmsg gives it
+    CHECK(got[0].from == tx->local_endpoint());  // 127.0.0.1:port, as recvmmsg gives it
     rx->release_rx(n);
     // Eight more at once (one GSO send, split by the kernel for a socket without UDP_GRO):
     // the socket is busy now, so they come in batches, all of them, in order.
@@ -631,7 +631,7 @@ TEST_CASE(
             REQUIRE(seen + i < bodies.size());
             CHECK(std::equal(got[i].data.begin(), got[i].data.end(), bodies[seen + i].begin(),
                              bodies[seen + i].end()));
-            CHECK(got[i].from == tx->local_address());
+            CHECK(got[i].from == tx->local_endpoint());
         }
         seen += n;
         rx->release_rx(n);
@@ -710,7 +710,7 @@ TEST_CASE(
         INFO("segment " << i);
         CHECK(
             std::equal(got[i].data.begin(), got[i].data.end(), bodies[i].begin(), bodies[i].end()));
-        CHECK(got[i].from == tx->local_address());
+        CHECK(got[i].from == tx->local_endpoint());
     }
     CHECK(rx->counters().rx_gro_segments == bodies.size() - 1);
     rx->release_rx(n);

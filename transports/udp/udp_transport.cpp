@@ -371,16 +371,6 @@ struct UdpTransport::Impl {
     }
 };
 
-Endpoint UdpTransport::endpoint_for(std::uint16_t afi,
-                                    const std::uint8_t* addr,
-                                    std::uint16_t port) noexcept {
-    Endpoint e;
-    e.family = afi == 1 ? kFamily4 : kFamily6;
-    e.port = port;
-    std::memcpy(e.addr.data(), addr, afi == 1 ? 4 : 16);
-    return e;
-}
-
 Result<void, Error> UdpTransport::Impl::resolve(unsigned& ifindex) {
     if (!make_addr(cfg.group, cfg.port, group)) {
         return setup_error("bad group address '" + cfg.group + "'", Errc::invalid_argument);

@@ -135,12 +135,8 @@ public:
     static constexpr std::size_t kGroOnBatch = GroPolicy::kOnBatch;
     /// ...and this many reads in a row of one datagram each, none merged, switch it off.
     static constexpr std::uint32_t kGroOffReads = GroPolicy::kOffReads;
-    /// The interface address as a PGM NLA family/bytes (AFI 1 or 2) for SPMs.
-    [[nodiscard]] Endpoint local_address() const noexcept { return local_; }
-    /// An Endpoint for IP address `addr` and UDP `port` (AFI-style bytes).
-    static Endpoint endpoint_for(std::uint16_t afi,
-                                 const std::uint8_t* addr,
-                                 std::uint16_t port) noexcept;
+    /// The address and port this transport sends from (as receivers see it in `from`).
+    [[nodiscard]] Endpoint local_endpoint() const noexcept override { return local_; }
 
 private:
     struct Impl;

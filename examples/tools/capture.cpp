@@ -4,7 +4,7 @@
 // decodes (`tshark -r F -d udp.port==PORT,pgm`); or replays such a capture onto a channel.
 //
 //   prizma-capture URI --output FILE.pcap [--count N] [--timeout SECONDS]
-//   prizma-capture --replay FILE.pcap URI [--fast]
+//   prizma-capture --replay FILE.pcap URI [--fast] [--max-gap SECONDS]
 //
 // Capture: each PGM packet is one pcap record (LINKTYPE_RAW: IPv4/IPv6 + UDP + PGM), source =
 // the sender's address and port, destination = the channel's group and port. GSO/GRO
@@ -12,10 +12,14 @@
 // unparseable blob). Unicast NAKs go to the source, not to the group: they are not heard.
 // Replay: every record of a pcap (LINKTYPE_RAW, Ethernet or Linux cooked v1) that is a
 // well-formed downstream PGM packet (checksum verified) is sent to URI's group, with the
-// capture's timing or --fast; everything else is counted and skipped.
+// capture's timing or --fast; everything else is counted and skipped. A capture is input
+// from anywhere: a gap between two records is waited at most --max-gap (1 s), and a record
+// that is oversize (beyond the file's snaplen or the channel's max datagram) or cut short is
+// skipped and counted, not the end of the replay.
 #include <arpa/inet.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -229,6 +233,7 @@ struct PcapFormat {
     bool swap = false;            ///< written in the other byte order
     std::int64_t frac_ns = 1000;  ///< nanoseconds per unit of a timestamp's fraction
     std::uint32_t link = 0;       ///< LINKTYPE_*
+    std::uint32_t snaplen = 0;    ///< longest record (0: not given)
 };
 
 /// Reads the global header of `file`: a pcap (not pcapng) of raw IP, Ethernet or Linux
@@ -251,6 +256,7 @@ std::optional<PcapFormat> read_pcap_header(std::FILE* f, const std::string& file
         return std::nullopt;
     }
     pf.frac_ns = m == kPcapMagicNs ? 1 : 1000;
+    pf.snaplen = rd32(gh + 16, pf.swap);
     pf.link = rd32(gh + 20, pf.swap) & 0xffffU;
     if (pf.link != kLinkRaw && pf.link != kLinkEthernet && pf.link != kLinkLinuxSll) {
         fmt::print(stderr,
@@ -322,7 +328,67 @@ bool send_packet(prizma::Transport& t, std::span<const std::byte> pgm) {
     }
 }
 
-int replay(const std::string& file, const std::string& uri, bool fast) {
+/// One record read by next_record().
+enum class Record : std::uint8_t {
+    ok,         ///< in the buffer
+    oversize,   ///< beyond the snaplen or the buffer, or longer than it was on the wire: skipped
+    truncated,  ///< the file ends inside it
+    end,        ///< no more records
+};
+
+/// Reads the next record of `f` into `rec` (its length into `incl`, its timestamp in ns into
+/// `ts`). An oversize record is passed over, so the next call reads the one after it.
+Record next_record(std::FILE* f,
+                   const PcapFormat& pf,
+                   std::vector<std::uint8_t>& rec,
+                   std::uint32_t& incl,
+                   std::int64_t& ts) {
+    std::uint8_t rh[16];
+    const std::size_t got = std::fread(rh, 1, sizeof rh, f);
+    if (got != sizeof rh) {
+        return got == 0 ? Record::end : Record::truncated;
+    }
+    incl = rd32(rh + 8, pf.swap);
+    const std::uint32_t orig = rd32(rh + 12, pf.swap);
+    ts = static_cast<std::int64_t>(rd32(rh, pf.swap)) * 1'000'000'000
+         + static_cast<std::int64_t>(rd32(rh + 4, pf.swap)) * pf.frac_ns;
+    if (incl > rec.size() || (pf.snaplen != 0 && incl > pf.snaplen) || incl > orig) {
+        return std::fseek(f, static_cast<long>(incl), SEEK_CUR) == 0 ? Record::oversize
+                                                                     : Record::truncated;
+    }
+    return std::fread(rec.data(), 1, incl, f) == incl ? Record::ok : Record::truncated;
+}
+
+/// The capture's timing: waits before each packet as long as the capture did since the
+/// previous one, at most `max_gap` (a crafted timestamp could ask for years), never backwards.
+struct Pacer {
+    std::chrono::nanoseconds max_gap;
+    std::int64_t prev_ts = -1;
+    std::chrono::steady_clock::time_point due{};
+    std::uint64_t capped = 0;  ///< gaps cut to max_gap
+
+    void wait(std::int64_t ts) {
+        if (prev_ts < 0) {
+            due = std::chrono::steady_clock::now();
+        } else {
+            auto gap = std::chrono::nanoseconds(std::max<std::int64_t>(ts - prev_ts, 0));
+            if (gap > max_gap) {
+                gap = max_gap;
+                ++capped;
+            }
+            due += gap;
+            std::this_thread::sleep_until(due);
+        }
+        prev_ts = ts;
+    }
+};
+
+struct ReplayOptions {
+    bool fast = false;
+    double max_gap_s = 1.0;
+};
+
+int replay(const std::string& file, const std::string& uri, const ReplayOptions& opt) {
     int rc = 0;
     auto ch = open_channel(uri, false, rc);
     if (!ch) {
@@ -339,38 +405,42 @@ int replay(const std::string& file, const std::string& uri, bool fast) {
     if (!pf) {
         return 1;
     }
+    const std::size_t max_datagram = t->caps().max_datagram;
     std::vector<std::uint8_t> rec(262144);
     std::uint64_t sent = 0;
-    std::uint64_t skipped = 0;
-    std::int64_t first_ts = -1;
-    const auto start = std::chrono::steady_clock::now();
-    std::uint8_t rh[16];
-    while (!g_stop && std::fread(rh, 1, sizeof rh, f.get()) == sizeof rh) {
-        const std::uint32_t incl = rd32(rh + 8, pf->swap);
-        if (incl > rec.size() || std::fread(rec.data(), 1, incl, f.get()) != incl) {
-            fmt::print(stderr, "prizma-capture: {}: truncated or corrupt record after {} packets\n",
-                       file, sent + skipped);
-            break;
+    std::uint64_t skipped = 0;  // not replayable
+    std::uint64_t damaged = 0;  // oversize or cut short
+    Pacer pacer{std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(opt.max_gap_s))};
+    std::uint32_t incl = 0;
+    std::int64_t ts = 0;
+    for (Record r = Record::ok; !g_stop && r != Record::end && r != Record::truncated;) {
+        r = next_record(f.get(), *pf, rec, incl, ts);
+        if (r != Record::ok) {
+            damaged += r == Record::end ? 0 : 1;
+            continue;
         }
-        const std::int64_t ts = static_cast<std::int64_t>(rd32(rh, pf->swap)) * 1'000'000'000
-                                + static_cast<std::int64_t>(rd32(rh + 4, pf->swap)) * pf->frac_ns;
         const std::span<const std::byte> pgm = udp_payload(rec, incl, pf->link);
         if (!replayable(pgm)) {
             ++skipped;
             continue;
         }
-        if (!fast) {
-            if (first_ts < 0) {
-                first_ts = ts;
-            }
-            std::this_thread::sleep_until(start + std::chrono::nanoseconds(ts - first_ts));
+        if (max_datagram != 0 && pgm.size() > max_datagram) {
+            ++damaged;  // the channel cannot send it in one datagram
+            continue;
+        }
+        if (!opt.fast) {
+            pacer.wait(ts);
         }
         if (!send_packet(*t, pgm)) {
             return 1;
         }
         ++sent;
     }
-    fmt::print("replayed {} PGM packets to {}, skipped {} records\n", sent, uri, skipped);
+    fmt::print(
+        "replayed {} PGM packets to {}, skipped {} records ({} oversize or damaged), {} "
+        "gaps capped at {} s\n",
+        sent, uri, skipped + damaged, damaged, pacer.capped, opt.max_gap_s);
     return sent > 0 ? 0 : 1;
 }
 
@@ -380,19 +450,21 @@ int run(int argc, char** argv) {
     std::string replay_file;
     std::uint64_t count = 0;
     double timeout = 0;
-    bool fast = false;
+    ReplayOptions ropt;
     CLI::App app{"", "prizma-capture"};
     prizma::tools::init(
         app,
         "prizma-capture URI --output FILE.pcap [--count N] [--timeout SECONDS]\n"
-        "       prizma-capture --replay FILE.pcap URI [--fast]",
+        "       prizma-capture --replay FILE.pcap URI [--fast] [--max-gap SECONDS]",
         "Capture writes every PGM packet heard on the channel URI (data, repairs, SPMs, NCFs)\n"
         "to a pcap file Wireshark decodes (tshark -r FILE -d udp.port==PORT,pgm). Replay\n"
         "sends a capture's PGM packets to URI's group with their original spacing.",
         "Capture stops at SIGINT/SIGTERM, after --count packets or --timeout seconds without\n"
         "one. Unicast NAKs go to the source, not to the group: they are not captured. Replay\n"
         "reads raw IP, Ethernet and Linux cooked captures (not pcapng) and skips every record\n"
-        "that is not a well-formed downstream PGM packet (ODATA, RDATA, SPM, NCF).");
+        "that is not a well-formed downstream PGM packet (ODATA, RDATA, SPM, NCF), or is\n"
+        "oversize (beyond the snaplen or URI's max datagram) or cut short; a gap between two\n"
+        "records is waited at most --max-gap seconds. It prints how many of each.");
     app.add_option("URI", uri, "udp://GROUP:PORT?iface=ADDR (every key: docs/URI.md)")
         ->required()
         ->type_name("");
@@ -412,8 +484,14 @@ int run(int argc, char** argv) {
                            ->type_name("FILE.pcap")
                            ->group("Replay");
     auto* fast_opt =
-        app.add_flag("--fast", fast, "Send back to back, not with the capture's timing")
+        app.add_flag("--fast", ropt.fast, "Send back to back, not with the capture's timing")
             ->group("Replay");
+    auto* gap_opt = app.add_option("--max-gap", ropt.max_gap_s,
+                                   "Longest wait between two records (default 1); longer gaps\n"
+                                   "in the capture are cut to it and counted")
+                        ->type_name("SECONDS")
+                        ->check(prizma::tools::at_least(0))
+                        ->group("Replay");
     app.callback([&] {
         if (replay_opt->count() != 0) {
             for (const CLI::Option* o : {output, count_opt, timeout_opt}) {
@@ -421,8 +499,8 @@ int run(int argc, char** argv) {
                     throw CLI::ExcludesError("--replay", o->get_name());
                 }
             }
-        } else if (fast_opt->count() != 0) {
-            throw CLI::RequiresError("--fast", "--replay");
+        } else if (fast_opt->count() != 0 || gap_opt->count() != 0) {
+            throw CLI::RequiresError(fast_opt->count() != 0 ? "--fast" : "--max-gap", "--replay");
         } else if (output->count() == 0) {
             throw CLI::RequiredError("--output FILE.pcap (or --replay FILE.pcap)");
         }
@@ -431,7 +509,7 @@ int run(int argc, char** argv) {
         return rc;
     }
     if (replay_opt->count() != 0) {
-        return replay(replay_file, uri, fast);
+        return replay(replay_file, uri, ropt);
     }
     return capture(uri, out, count, timeout);
 }

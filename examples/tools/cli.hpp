@@ -24,8 +24,11 @@
 #pragma GCC diagnostic ignored "-Wnull-dereference"
 #include <CLI/CLI.hpp>
 #pragma GCC diagnostic pop
+#include <optional>
+
 #include <fmt/core.h>
 
+#include <prizma/context.hpp>
 #include <prizma/options.hpp>
 #include <prizma/version.hpp>
 
@@ -187,6 +190,20 @@ inline CLI::Option* add_preset(CLI::App& app, ChannelOptions& opts) {
             "Timer preset (default lan)")
         ->type_name("wan|lan|rdma")
         ->check(one_of({"wan", "lan", "rdma"}));
+}
+
+/// The tools' Context: made, or the reason printed ("prizma-send: ...") and nullopt. A stats
+/// file that could not be made is a warning (the tool runs on; prizma-stat cannot see it).
+inline std::optional<Context> make_context(const char* tool) {
+    auto ctx = Context::create();
+    if (!ctx) {
+        fmt::print(stderr, "{}: {}\n", tool, ctx.error().message());
+        return std::nullopt;
+    }
+    if (!ctx->stats_error().empty()) {
+        fmt::print(stderr, "{}: warning: no stats file: {}\n", tool, ctx->stats_error());
+    }
+    return std::move(*ctx);
 }
 
 }  // namespace prizma::tools

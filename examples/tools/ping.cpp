@@ -390,9 +390,8 @@ int run(int argc, char** argv) {
             return 1;
         }
     }
-    auto created = prizma::Context::create();
+    auto created = prizma::tools::make_context("prizma-ping");
     if (!created) {
-        fmt::print(stderr, "prizma-ping: {}\n", created.error().message());
         return 1;
     }
     prizma::Context& ctx = *created;

@@ -158,9 +158,8 @@ int run(int argc, char** argv) {
             return 1;
         }
     }
-    auto ctx = prizma::Context::create();
+    auto ctx = prizma::tools::make_context("prizma-pong");
     if (!ctx) {
-        fmt::print(stderr, "prizma-pong: {}\n", ctx.error().message());
         return 1;
     }
     auto sub = ctx->add_subscriber(a.ping_uri, a.opts);

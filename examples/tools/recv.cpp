@@ -212,9 +212,8 @@ int run(int argc, char** argv) {
     if (const int rc = parse_args(argc, argv, a); rc >= 0) {
         return rc;
     }
-    auto ctx = prizma::Context::create();
+    auto ctx = prizma::tools::make_context("prizma-recv");
     if (!ctx) {
-        fmt::print(stderr, "prizma-recv: {}\n", ctx.error().message());
         return 1;
     }
     auto sub = ctx->add_subscriber(a.uri, a.opts);

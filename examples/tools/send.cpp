@@ -151,9 +151,8 @@ int run(int argc, char** argv) {
     if (const int rc = parse_args(argc, argv, a); rc >= 0) {
         return rc;
     }
-    auto ctx = prizma::Context::create();
+    auto ctx = prizma::tools::make_context("prizma-send");
     if (!ctx) {
-        fmt::print(stderr, "prizma-send: {}\n", ctx.error().message());
         return 1;
     }
     auto pub = ctx->add_publisher(a.uri, a.opts);

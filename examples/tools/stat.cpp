@@ -11,6 +11,11 @@
 // back-pressure and every other non-zero counter, the transport's own counters included.
 // Files of processes that have exited are skipped (--all shows them, --clean removes them).
 // --json: the same as one JSON document (live: one document per line and interval).
+//
+// Default directories: $PRIZMA_STATS_DIR, or every /dev/shm/prizma-<uid> this user may read
+// (its own; root: every user's). What a file says is its owner's word: strings are printed
+// through stats::printable() (no terminal escape sequences), and a pid that runs as another
+// user than the file's owner is not taken for its writer ("suspicious", like an exited one).
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -20,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -36,11 +42,6 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
-bool alive(std::uint64_t pid) {
-    std::error_code ec;
-    return std::filesystem::exists("/proc/" + std::to_string(pid), ec);
-}
-
 std::string comm_of(std::uint64_t pid) {
     std::ifstream f("/proc/" + std::to_string(pid) + "/comm");
     std::string s;
@@ -54,10 +55,14 @@ std::int64_t unix_now_ns() {
         .count();
 }
 
+using prizma::stats::printable;
+using prizma::stats::ProcessState;
+
 struct Options {
     bool once = false;
     double interval = 1.0;
-    std::string dir;
+    std::string dir;                ///< --dir, or the default directory (for messages)
+    std::vector<std::string> dirs;  ///< the directories read
     std::uint64_t pid = 0;
     bool all = false;
     bool clean = false;
@@ -72,6 +77,25 @@ struct Process {
     std::string command;  ///< /proc/PID/comm while running
 };
 
+/// Why a file's process is not shown as running.
+std::string not_running(const prizma::stats::Snapshot& s) {
+    return s.process == ProcessState::exited
+               ? fmt::format("pid {} has exited", s.pid)
+               : fmt::format(
+                   "pid {} runs as another user than the file's owner, uid {}: not "
+                   "its writer",
+                   s.pid, s.file_uid);
+}
+
+const char* state_name(ProcessState s) {
+    switch (s) {
+        case ProcessState::running: return "running";
+        case ProcessState::exited: return "exited";
+        case ProcessState::other_user: return "other_user";
+    }
+    return "?";
+}
+
 /// What one look at the directory found.
 struct Scan {
     std::vector<Process> shown;
@@ -79,39 +103,45 @@ struct Scan {
     std::vector<std::string> removed;                         ///< by --clean
 };
 
-/// Reads every stats file of the directory that --pid/--all select; --clean removes the files
-/// of processes that have exited.
+/// Reads one stats file into `out` if --pid/--all select it; --clean removes it if its
+/// process is not running (exited, or its pid is another user's).
+void scan_file(const Options& o, const std::string& path, Scan& out) {
+    auto snap = prizma::stats::read(path);
+    if (!snap) {
+        out.errors.emplace_back(path, snap.error().message());
+        return;
+    }
+    if (o.pid != 0 && snap->pid != o.pid) {
+        return;
+    }
+    const bool running = snap->process == ProcessState::running;
+    if (!running) {
+        if (o.clean) {
+            std::error_code ec;
+            std::filesystem::remove(path, ec);
+            out.removed.push_back(fmt::format("removed {} ({})", path, not_running(*snap)));
+            return;
+        }
+        if (!o.all) {
+            return;
+        }
+    }
+    std::string command = running ? comm_of(snap->pid) : "";
+    out.shown.push_back(Process{path, std::move(*snap), running, std::move(command)});
+}
+
+/// Reads every stats file of the directories.
 Scan scan(const Options& o) {
     Scan out;
-    auto files = prizma::stats::list_files(o.dir);
-    if (!files) {
-        out.errors.emplace_back(o.dir, files.error().message());
-        return out;
-    }
-    for (const auto& path : *files) {
-        auto snap = prizma::stats::read(path);
-        if (!snap) {
-            out.errors.emplace_back(path, snap.error().message());
+    for (const auto& dir : o.dirs) {
+        auto files = prizma::stats::list_files(dir);
+        if (!files) {
+            out.errors.emplace_back(dir, files.error().message());
             continue;
         }
-        if (o.pid != 0 && snap->pid != o.pid) {
-            continue;
+        for (const auto& path : *files) {
+            scan_file(o, path, out);
         }
-        const bool running = alive(snap->pid);
-        if (!running) {
-            if (o.clean) {
-                std::error_code ec;
-                std::filesystem::remove(path, ec);
-                out.removed.push_back(
-                    fmt::format("removed {} (pid {} has exited)", path, snap->pid));
-                continue;
-            }
-            if (!o.all) {
-                continue;
-            }
-        }
-        std::string command = running ? comm_of(snap->pid) : "";
-        out.shown.push_back(Process{path, std::move(*snap), running, std::move(command)});
     }
     return out;
 }
@@ -120,18 +150,21 @@ using Previous = std::map<std::string, std::uint64_t>;  // file/channel/counter 
 
 void print_text(const Scan& s, Previous& prev, double since_last_s) {
     for (const auto& [file, error] : s.errors) {
-        fmt::print("{}\n", error);
+        fmt::print("{}\n", printable(error));
     }
     for (const auto& line : s.removed) {
-        fmt::print("{}\n", line);
+        fmt::print("{}\n", printable(line));
     }
     const std::int64_t now = unix_now_ns();
     for (const auto& p : s.shown) {
         fmt::print("pid {} ({}){}  {}  updated {:.2f} s ago\n", p.snap.pid,
-                   p.running ? p.command : "exited", p.running ? "" : " [stale]", p.file,
-                   static_cast<double>(now - p.snap.updated_unix_ns) / 1e9);
+                   p.running ? printable(p.command) : not_running(p.snap),
+                   p.running                                    ? ""
+                   : p.snap.process == ProcessState::other_user ? " [suspicious]"
+                                                                : " [stale]",
+                   printable(p.file), static_cast<double>(now - p.snap.updated_unix_ns) / 1e9);
         for (const auto& ch : p.snap.channels) {
-            fmt::print("  {} {}\n", ch.publisher ? "publisher " : "subscriber", ch.uri);
+            fmt::print("  {} {}\n", ch.publisher ? "publisher " : "subscriber", printable(ch.uri));
             int col = 0;
             for (const auto& [name, value] : ch.counters) {
                 const std::string key = p.file + "|" + ch.uri + "|" + name;
@@ -146,7 +179,7 @@ void print_text(const Scan& s, Previous& prev, double since_last_s) {
                 if (value == 0) {
                     continue;
                 }
-                fmt::print("{}{:>22} {:<14}", col == 0 ? "   " : "", name,
+                fmt::print("{}{:>22} {:<14}", col == 0 ? "   " : "", printable(name),
                            fmt::format("{}{}", value, rate));
                 if (++col == 3) {
                     fmt::print("\n");
@@ -160,7 +193,7 @@ void print_text(const Scan& s, Previous& prev, double since_last_s) {
                 fmt::print("    source {}:", src.tsi);
                 for (const auto& [name, value] : src.counters) {
                     if (value != 0) {
-                        fmt::print(" {} {}", name, value);
+                        fmt::print(" {} {}", printable(name), value);
                     }
                 }
                 fmt::print("\n");
@@ -189,14 +222,20 @@ std::string json_counters(const std::vector<std::pair<std::string, std::uint64_t
 void print_json(const Options& o, const Scan& s) {
     using prizma::tools::json_string;
     const std::int64_t now = unix_now_ns();
-    std::string out = fmt::format(R"({{"dir":{},"processes":[)", json_string(o.dir));
+    std::string out = fmt::format(R"({{"dir":{},"dirs":[)", json_string(o.dir));
+    for (std::size_t i = 0; i < o.dirs.size(); ++i) {
+        out += (i == 0 ? "" : ",") + json_string(o.dirs[i]);
+    }
+    out += "],\"processes\":[";
     for (std::size_t i = 0; i < s.shown.size(); ++i) {
         const Process& p = s.shown[i];
         out += fmt::format(
-            "{}{{\"pid\":{},\"command\":{},\"running\":{},\"file\":{},\"updated_unix_ns\":{},"
-            "\"updated_s_ago\":{:.3f},\"updates\":{},\"channels\":[",
+            "{}{{\"pid\":{},\"command\":{},\"running\":{},\"state\":\"{}\",\"file_uid\":{},"
+            "\"file\":{},\"updated_unix_ns\":{},\"updated_s_ago\":{:.3f},\"updates\":{},"
+            "\"channels\":[",
             i == 0 ? "" : ",", p.snap.pid, p.running ? json_string(p.command) : "null",
-            p.running ? "true" : "false", json_string(p.file), p.snap.updated_unix_ns,
+            p.running ? "true" : "false", state_name(p.snap.process), p.snap.file_uid,
+            json_string(p.file), p.snap.updated_unix_ns,
             static_cast<double>(now - p.snap.updated_unix_ns) / 1e9, p.snap.updates);
         for (std::size_t c = 0; c < p.snap.channels.size(); ++c) {
             const auto& ch = p.snap.channels[c];
@@ -228,7 +267,6 @@ void print_json(const Options& o, const Scan& s) {
 
 /// Reads the command line into `o`. Returns -1 to go on, or the exit code (cli.hpp's parse()).
 int parse_args(int argc, char** argv, Options& o) {
-    o.dir = prizma::stats::default_dir();
     CLI::App app{"", "prizma-stat"};
     prizma::tools::init(
         app,
@@ -245,18 +283,21 @@ int parse_args(int argc, char** argv, Options& o) {
         "   \"counters\": {NAME: VALUE}, \"sources\": [{\"tsi\", \"counters\"}],\n"
         "   \"sources_not_shown\"}], \"channels_not_shown\"}], \"removed\": [TEXT],\n"
         "   \"errors\": [{\"file\", \"error\"}]}\n"
-        "with every counter, zeros included. --once exits 1 when no process is found.");
+        "with every counter, zeros included (\"state\": running, exited, or other_user: the\n"
+        "pid runs as another user than the file's owner, not its writer). Text output\n"
+        "shows bytes that are not printable ASCII as \\xNN. --once exits 1 when no process\n"
+        "is found.");
     app.add_flag("--once", o.once,
                  "Print one snapshot and exit (default: redraw every --interval)");
     app.add_option("--interval", o.interval,
                    "Seconds between two updates (redraws or JSON lines), >= 0.05\n(default 1)")
         ->type_name("SECONDS")
         ->check(prizma::tools::at_least(0.05));
-    app.add_option("--dir", o.dir,
-                   "Directory of the stats files (default: $PRIZMA_STATS_DIR, or\n"
-                   "/dev/shm/prizma; now "
-                       + o.dir + ")")
-        ->type_name("DIR");
+    auto* dir = app.add_option("--dir", o.dir,
+                               "Directory of the stats files (default: $PRIZMA_STATS_DIR, or\n"
+                               "every /dev/shm/prizma-UID this user can read: its own; root:\n"
+                               "every user's)")
+                    ->type_name("DIR");
     app.add_option("--pid", o.pid, "Only this process (default: every one)")
         ->type_name("PID")
         ->check(prizma::tools::whole(1));
@@ -265,22 +306,42 @@ int parse_args(int argc, char** argv, Options& o) {
                  "Delete the files of processes that have exited, print the others\n"
                  "once and exit");
     app.add_flag("--json", o.json, "Print JSON (the layout below) instead of text");
-    return prizma::tools::parse(app, argc, argv);
+    const int rc = prizma::tools::parse(app, argc, argv);
+    if (dir->count() != 0) {
+        o.dirs = {o.dir};
+    } else {
+        o.dir = prizma::stats::default_dir();
+        o.dirs = prizma::stats::readable_dirs();
+    }
+    return rc;
 }
 
-/// False, with the reason on stderr, when the stats directory cannot be listed.
-bool dir_readable(const Options& o) {
-    auto files = prizma::stats::list_files(o.dir);
-    if (files) {
-        return true;
+/// The directories read, for messages.
+std::string dirs_text(const Options& o) {
+    std::string out;
+    for (const auto& d : o.dirs) {
+        out += (out.empty() ? "" : ", ") + d;
     }
-    if (files.error() == std::errc::no_such_file_or_directory) {
+    return out.empty() ? o.dir : out;
+}
+
+/// False, with the reason on stderr, when no stats directory can be listed.
+bool dir_readable(const Options& o) {
+    std::optional<prizma::Error> error;
+    for (const auto& dir : o.dirs) {
+        auto files = prizma::stats::list_files(dir);
+        if (files) {
+            return true;
+        }
+        error = files.error();
+    }
+    if (!error || *error == std::errc::no_such_file_or_directory) {
         fmt::print(stderr,
                    "prizma-stat: no stats directory {} (no prizma process has run with "
                    "stats here; see PRIZMA_STATS_DIR)\n",
-                   o.dir);
+                   printable(o.dir));
     } else {
-        fmt::print(stderr, "prizma-stat: {}\n", files.error().message());
+        fmt::print(stderr, "prizma-stat: {}\n", printable(error->message()));
     }
     return false;
 }
@@ -296,7 +357,8 @@ int show_once(const Options& o) {
     }
     if (s.shown.empty() && !o.clean) {
         fmt::print(stderr, "prizma-stat: no {}prizma process found in {}\n",
-                   o.pid != 0 ? fmt::format("running pid {} ", o.pid) : "running ", o.dir);
+                   o.pid != 0 ? fmt::format("running pid {} ", o.pid) : "running ",
+                   printable(dirs_text(o)));
         return 1;
     }
     return 0;
@@ -319,7 +381,7 @@ void show_live(const Options& o) {
             fmt::print("\033[H\033[2J");
             print_text(s, prev, first ? 0.0 : std::chrono::duration<double>(now - last).count());
             if (s.shown.empty()) {
-                fmt::print("no running prizma process in {}\n", o.dir);
+                fmt::print("no running prizma process in {}\n", printable(dirs_text(o)));
             }
         }
         (void)std::fflush(stdout);  // write errors are not reported

@@ -206,8 +206,12 @@ public:
     [[nodiscard]] ChannelCounters counters() const noexcept;
     /// The shared-memory file `prizma-stat` reads this Context's counters from (updated by
     /// poll() ten times a second, removed with the Context): $PRIZMA_STATS_DIR, default
-    /// /dev/shm/prizma, `<pid>-<n>.stats`. Empty when PRIZMA_STATS=0 or it could not be made.
+    /// /dev/shm/prizma-<uid>, `<pid>-<n>.stats`. Empty when PRIZMA_STATS=0 or it could not be
+    /// made (e.g. the directory is refused: not a directory of this user's alone).
     [[nodiscard]] std::string_view stats_file() const noexcept;
+    /// Why there is no stats file, when it could not be made ("stats directory
+    /// /dev/shm/prizma-1000: ..."); empty when there is one or PRIZMA_STATS=0.
+    [[nodiscard]] std::string_view stats_error() const noexcept;
     /// The transports this Context can make channels with.
     [[nodiscard]] const TransportRegistry& transports() const noexcept;
     /// The steady clock used by the protocol, in ns.

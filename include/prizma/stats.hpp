@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,20 +16,38 @@
 /// such files from any process, as prizma-stat does: a monitor lists a directory's files and
 /// reads each one.
 /// @code
-///   for (const auto& path : prizma::stats::list_files(prizma::stats::default_dir()).value()) {
-///       if (auto s = prizma::stats::read(path)) {
-///           for (const auto& ch : s->channels) show(s->pid, ch.uri, ch.counters);
+///   for (const auto& dir : prizma::stats::readable_dirs()) {
+///       auto files = prizma::stats::list_files(dir);
+///       for (const auto& path : files ? *files : std::vector<std::string>{}) {
+///           auto s = prizma::stats::read(path);
+///           if (s && s->process == prizma::stats::ProcessState::running) {
+///               for (const auto& ch : s->channels) show(s->pid, printable(ch.uri), ch.counters);
+///           }
 ///       }
 ///   }
 /// @endcode
+/// Each user has a directory of its own (mode 0700: only its owner and root read it), so a
+/// monitor sees its own user's processes, and root everyone's. A file's content is whatever
+/// its owner wrote: Snapshot's strings are bytes as found (print them through printable()),
+/// and its pid is a claim, checked against the file's owner (Snapshot::process).
 namespace prizma::stats {
+
+/// What read() found of the process a stats file names (Snapshot::pid).
+enum class ProcessState : std::uint8_t {
+    running,     ///< the pid runs as the file's owner: the file's writer, live
+    exited,      ///< no such process: a stale file (its writer was killed)
+    other_user,  ///< the pid runs as another user than the file's owner: not its writer (a
+                 ///< pid reused since, or a forged claim); not to be trusted
+};
 
 /// One consistent copy of a stats file.
 struct Snapshot {
-    std::uint64_t pid = 0;                 ///< the process that writes the file
-    std::int64_t updated_unix_ns = 0;      ///< wall clock (system_clock) of its last update
-    std::uint64_t updates = 0;             ///< how many updates it has made
-    std::uint32_t channels_not_shown = 0;  ///< channels beyond the file's capacity (64)
+    std::uint64_t pid = 0;                        ///< the process that writes the file (its claim)
+    std::uint32_t file_uid = 0;                   ///< the file's owner
+    ProcessState process = ProcessState::exited;  ///< `pid`, checked when read
+    std::int64_t updated_unix_ns = 0;             ///< wall clock (system_clock) of its last update
+    std::uint64_t updates = 0;                    ///< how many updates it has made
+    std::uint32_t channels_not_shown = 0;         ///< channels beyond the file's capacity (64)
     struct Channel {
         /// As given to add_publisher/add_subscriber (or the custom channel's name), cut at 191
         /// bytes.
@@ -50,14 +69,27 @@ struct Snapshot {
     std::vector<Channel> channels;
 };
 
-/// Reads the stats file at `path`. Errors (the detail starts with the path): the OS error
-/// when it cannot be opened or mapped; Errc::invalid_argument when it is not a prizma stats
-/// file (size, magic or version); Errc::back_pressured when the writer kept it mid-update
-/// for too long to get a consistent copy (transient: try again).
+/// Reads the stats file at `path` by copying it (read(2), no mapping: a file truncated while
+/// it is read is an error, not a SIGBUS), then checks its pid against its owner. Errors (the
+/// detail starts with the path): the OS error when it cannot be opened or read (a symbolic
+/// link is not followed: ELOOP); Errc::invalid_argument when it is not a prizma stats file
+/// (not a regular file, size, magic or version) or was truncated while being read;
+/// Errc::back_pressured when the writer kept it mid-update for too long to get a consistent
+/// copy (transient: try again).
 Result<Snapshot, Error> read(const std::string& path);
 
-/// The directory stats files are written to: $PRIZMA_STATS_DIR, or /dev/shm/prizma.
+/// `s` made safe to print on a terminal: every byte outside printable ASCII (0x20-0x7e;
+/// escape sequences, control characters, UTF-8) is written as `\xNN`.
+std::string printable(std::string_view s);
+
+/// The directory this process writes its stats files to: $PRIZMA_STATS_DIR, or
+/// /dev/shm/prizma-<uid> (uid: this process's effective user id).
 std::string default_dir();
+
+/// The directories a monitor reads: $PRIZMA_STATS_DIR alone when it is set; otherwise every
+/// /dev/shm/prizma-<uid> directory this process may list (its own; root: every user's), its
+/// own first. Empty when there is none.
+std::vector<std::string> readable_dirs();
 
 /// The stats files (`*.stats`) in `dir`, as paths (`dir/name`), sorted by name. Files of
 /// processes that have exited are listed too (Snapshot::pid tells whose a file is). Errors:

@@ -152,6 +152,7 @@ struct Context::Impl {
     posix::UniqueFd epoll;
     std::size_t busy_only = 0;       // channels whose transport has no wakeup fd
     stats::Writer stats;             // counters for prizma-stat (shared-memory file)
+    std::string stats_error;         // why there is no stats file (empty: there is one, or off)
     std::int64_t stats_next_ns = 0;  // next update of it
     void write_stats() noexcept;
     void publish_channel_names() noexcept;
@@ -369,7 +370,11 @@ Result<Context, Error> Context::create(TransportRegistry transports) {
                      "cannot create the Context's epoll fd");
     }
     if (const char* on = posix::env("PRIZMA_STATS"); on == nullptr || std::string_view(on) != "0") {
-        (void)impl->stats.open(stats::default_dir());  // no file: prizma-stat cannot see us
+        if (auto r = impl->stats.open(stats::default_dir()); !r) {
+            // No file: prizma-stat cannot see us; the Context works on, and says why.
+            impl->stats_error =
+                r.error().detail().empty() ? r.error().message() : r.error().detail();
+        }
     }
     return Context(std::move(impl));
 }
@@ -616,6 +621,10 @@ void Context::Impl::write_stats() noexcept {
 
 std::string_view Context::stats_file() const noexcept {
     return impl_->stats.path();
+}
+
+std::string_view Context::stats_error() const noexcept {
+    return impl_->stats_error;
 }
 
 ChannelCounters Context::counters() const noexcept {

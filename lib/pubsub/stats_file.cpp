@@ -10,12 +10,17 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "lib/posix/errors.hpp"
@@ -52,19 +57,23 @@ std::size_t flatten(const ChannelCounters& c, std::span<NamedCounter> out) noexc
 
 std::string default_dir() {
     const char* d = posix::env("PRIZMA_STATS_DIR");
-    return d != nullptr && *d != '\0' ? std::string(d) : std::string("/dev/shm/prizma");
+    return d != nullptr && *d != '\0' ? std::string(d)
+                                      : "/dev/shm/prizma-" + std::to_string(::geteuid());
 }
 
 Writer::~Writer() {
     if (base_ != nullptr) {
         (void)::munmap(base_, kFileSize);
-        (void)::unlink(path_.c_str());
+        (void)::unlinkat(dir_fd_.get(), name_.c_str(), 0);
     }
 }
 
+namespace {
+
 /// Files left by processes that were killed (no destructor ran): removed by the next writer,
-/// so /dev/shm does not fill up with them. A pid that still exists keeps its file.
-static void remove_stale(const std::string& dir) noexcept {
+/// so /dev/shm does not fill up with them. A pid that still exists keeps its file. (`dir` is
+/// listed, `dir_fd` is where the names are removed: the directory checked by open_dir.)
+void remove_stale(const std::string& dir, int dir_fd) noexcept {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
         const std::string name = e.path().filename().string();
@@ -74,34 +83,113 @@ static void remove_stale(const std::string& dir) noexcept {
             continue;
         }
         if (!std::filesystem::exists("/proc/" + name.substr(0, dash), ec)) {
-            std::filesystem::remove(e.path(), ec);
+            (void)::unlinkat(dir_fd, name.c_str(), 0);
         }
     }
 }
 
-Result<void, Error> Writer::open(const std::string& dir) {
-    (void)::mkdir(dir.c_str(), 01777);  // shared by every user's processes, like /tmp
-    remove_stale(dir);
-    const auto pid = static_cast<std::uint64_t>(::getpid());
-    const std::string path =
-        dir + "/" + std::to_string(pid) + "-" + std::to_string(g_files.fetch_add(1)) + ".stats";
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
+/// Why a directory (as opened: never through a symbolic link) is no place for our stats
+/// files, or empty when it is ours alone.
+std::string unsafe_dir(const struct stat& st) {
+    const uid_t me = ::geteuid();
+    if (!S_ISDIR(st.st_mode)) {
+        return "not a directory";
+    }
+    if (st.st_uid != me) {
+        return "owned by uid " + std::to_string(st.st_uid) + ", not by this process's uid "
+               + std::to_string(me);
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        char mode[8];
+        (void)std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777U);
+        return std::string("writable by other users (mode ") + mode + ")";
+    }
+    return {};
+}
+
+/// Opens `dir` for the stats files, made (0700) if missing: a directory owned by us that no
+/// one else can write to, not a symbolic link. Else an error that says why. Checked on the
+/// open descriptor, and the file is made through it: nothing can be swapped in between.
+Result<posix::UniqueFd, Error> open_dir(const std::string& dir) {
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+        return Error(posix::errno_code(),
+                     "cannot create the stats directory " + dir + ": " + posix::errno_text());
+    }
+    posix::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+        const int err = errno;  // why, from the entry itself (lstat does not follow it)
+        const std::string why = ::lstat(dir.c_str(), &st) != 0 ? posix::errno_text(err)
+                                : S_ISLNK(st.st_mode)          ? "a symbolic link"
+                                                               : unsafe_dir(st);
+        return Error(posix::errno_code(err), "stats directory " + dir + " refused: "
+                                                 + (why.empty() ? posix::errno_text(err) : why));
+    }
+    if (const std::string why = unsafe_dir(st); !why.empty()) {
+        return Error(std::make_error_code(std::errc::permission_denied),
+                     "stats directory " + dir + " refused: " + why
+                         + " (fix or remove it, or set PRIZMA_STATS_DIR)");
+    }
+    return fd;
+}
+
+/// Creates `name` in `dir_fd` (a new regular file of ours: never a symbolic link or a file
+/// someone else made) and maps it. Removes it again on failure.
+Result<void*, Error> map_new_file(int dir_fd, const std::string& name, const std::string& path) {
+    // A file of ours by that name is an earlier process's that had our pid (and was killed):
+    // replaced. Only we (and root) can make files in our directory.
+    (void)::unlinkat(dir_fd, name.c_str(), 0);
+    const posix::UniqueFd fd(
+        ::openat(dir_fd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd.valid()) {
         return Error(posix::errno_code(), "cannot create " + path + ": " + posix::errno_text());
     }
-    void* p = nullptr;
-    if (::ftruncate(fd, static_cast<off_t>(kFileSize)) == 0) {
-        p = ::mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    struct stat st {};
+    std::string why;
+    int err = 0;
+    void* p = MAP_FAILED;
+    if (::fstat(fd.get(), &st) != 0) {
+        err = errno;
+        why = posix::errno_text(err);
+    } else if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1) {
+        err = EPERM;
+        why = "not a new regular file of this user";
+    } else if (::ftruncate(fd.get(), static_cast<off_t>(kFileSize)) != 0
+               || (p = ::mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                              fd.get(), 0))
+                      == MAP_FAILED) {
+        err = errno;
+        why = "cannot map it: " + posix::errno_text(err);
     }
-    const int saved = errno;
-    (void)::close(fd);
-    if (p == nullptr || p == MAP_FAILED) {
-        (void)::unlink(path.c_str());
-        return Error(posix::errno_code(saved),
-                     "cannot map " + path + ": " + posix::errno_text(saved));
+    if (p == MAP_FAILED) {
+        (void)::unlinkat(dir_fd, name.c_str(), 0);
+        return Error(posix::errno_code(err), path + ": " + why);
     }
-    base_ = p;
-    path_ = path;
+    return p;
+}
+
+}  // namespace
+
+Result<void, Error> Writer::open(const std::string& dir) {
+    auto dir_fd = open_dir(dir);
+    if (!dir_fd) {
+        return dir_fd.error();
+    }
+    remove_stale(dir, dir_fd->get());
+    const auto pid = static_cast<std::uint64_t>(::getpid());
+    std::string name = std::to_string(pid) + "-" + std::to_string(g_files.fetch_add(1)) + ".stats";
+    std::string path = dir + "/" + name;
+    auto p = map_new_file(dir_fd->get(), name, path);
+    if (!p) {
+        return p.error();
+    }
+    // The mapping is shared: a file truncated under it would kill this process (SIGBUS) at
+    // its next update. Only its owner can truncate it: the file is new, made by us, 0644, in
+    // a directory only we can write to (open_dir). Root could; nobody else.
+    base_ = *p;
+    dir_fd_ = std::move(*dir_fd);
+    name_ = std::move(name);
+    path_ = std::move(path);
     FileHeader* h = header();
     std::memcpy(h->magic, kMagic, sizeof kMagic);
     h->version = kVersion;
@@ -146,6 +234,9 @@ void Writer::set_channel_count(std::size_t count) noexcept {
 }
 
 void Writer::begin() noexcept {
+    if (base_ == nullptr) {
+        return;
+    }
     // Odd from here on; acq_rel keeps the data stores that follow after it. (No fences:
     // ThreadSanitizer builds reject std::atomic_thread_fence.)
     seq_of(header()).fetch_add(1, std::memory_order_acq_rel);
@@ -189,6 +280,9 @@ void Writer::sources(std::size_t index,
 }
 
 void Writer::end() noexcept {
+    if (base_ == nullptr) {
+        return;
+    }
     FileHeader* h = header();
     h->updated_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
@@ -197,52 +291,94 @@ void Writer::end() noexcept {
     seq_of(h).fetch_add(1, std::memory_order_release);
 }
 
-Result<Snapshot, Error> read(const std::string& path) {
-    auto fail = [&](const std::string& why, std::error_code ec) -> Result<Snapshot, Error> {
-        return Error(ec, path + ": " + why);
-    };
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return fail(posix::errno_text(), std::error_code(errno, std::generic_category()));
+namespace {
+
+constexpr std::size_t kSeqAt = offsetof(FileHeader, seq);
+constexpr auto kSeqOffset = static_cast<off_t>(kSeqAt);
+static_assert(kSeqAt % 8 == 0);
+
+/// Reads `n` bytes at `offset`: 0, or -1 when the file ends first (truncated), or the errno.
+int pread_all(int fd, void* out, std::size_t n, off_t offset) noexcept {
+    auto* p = static_cast<char*>(out);
+    while (n > 0) {
+        const ssize_t r = ::pread(fd, p, n, offset);
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r <= 0) {
+            return r == 0 ? -1 : errno;
+        }
+        p += r;
+        n -= static_cast<std::size_t>(r);
+        offset += r;
     }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != kFileSize) {
-        (void)::close(fd);
-        return fail("not a prizma stats file (size)", make_error_code(Errc::invalid_argument));
+    return 0;
+}
+
+Error read_error(const std::string& path, int r) {
+    if (r < 0) {
+        return {make_error_code(Errc::invalid_argument), path + ": truncated while being read"};
     }
-    void* p = ::mmap(nullptr, kFileSize, PROT_READ, MAP_SHARED, fd, 0);
-    (void)::close(fd);
-    if (p == MAP_FAILED) {
-        return fail(posix::errno_text(), std::error_code(errno, std::generic_category()));
-    }
-    auto* h = static_cast<FileHeader*>(p);
-    if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0 || h->version != kVersion) {
-        (void)::munmap(p, kFileSize);
-        return fail("not a prizma stats file (magic/version)",
-                    make_error_code(Errc::invalid_argument));
-    }
-    std::vector<std::uint64_t> words(kFileSize / 8);
-    bool consistent = false;
-    for (int attempt = 0; attempt < 1000 && !consistent; ++attempt) {
-        const std::uint64_t s1 = seq_of(h).load(std::memory_order_acquire);
-        if ((s1 & 1U) != 0) {
+    return {posix::errno_code(r), path + ": " + posix::errno_text(r)};
+}
+
+/// A consistent copy of the whole file into `words`: the sequence lock even before the copy
+/// and unchanged after it. Copied with pread(), not through a mapping: a file truncated
+/// meanwhile is an error, never a SIGBUS. (The file's pages are the ones the writer's mapping
+/// stores to; each pread is one pass over them, ordered by the system calls.)
+Result<void, Error> copy_consistent(int fd,
+                                    std::vector<std::uint64_t>& words,
+                                    const std::string& path) {
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+        std::uint64_t s1 = 0;
+        std::uint64_t s2 = 0;
+        int r = pread_all(fd, &s1, sizeof s1, kSeqOffset);
+        if (r == 0 && (s1 & 1U) != 0) {
             std::this_thread::yield();
             continue;
         }
-        // Word by word with acquire loads: the second sequence read cannot move above them.
-        const auto* src = static_cast<const std::uint64_t*>(p);
-        for (std::size_t w = 0; w < kFileSize / 8; ++w) {
-            words[w] = __atomic_load_n(src + w, __ATOMIC_ACQUIRE);
+        if (r == 0) {
+            r = pread_all(fd, words.data(), kFileSize, 0);
         }
-        consistent = seq_of(h).load(std::memory_order_relaxed) == s1;
+        if (r == 0) {
+            r = pread_all(fd, &s2, sizeof s2, kSeqOffset);
+        }
+        if (r != 0) {
+            return read_error(path, r);
+        }
+        if (s1 == s2 && words[kSeqAt / 8] == s1) {
+            return {};
+        }
     }
-    (void)::munmap(p, kFileSize);
-    const char* copy = reinterpret_cast<const char*>(words.data());
+    return Error(make_error_code(Errc::back_pressured),
+                 path + ": the writer kept it busy (no consistent copy)");
+}
+
+/// Whether `pid` runs as `owner` (its effective or file-system uid, /proc/PID/status).
+ProcessState process_state(std::uint64_t pid, uid_t owner) {
+    if (pid == 0 || pid > 0x7fffffffU) {
+        return ProcessState::exited;
+    }
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind("Uid:", 0) == 0) {
+            std::istringstream in(line.substr(4));
+            std::uint64_t real = 0;
+            std::uint64_t effective = 0;
+            std::uint64_t saved = 0;
+            std::uint64_t fs = 0;
+            in >> real >> effective >> saved >> fs;
+            return in && (effective == owner || fs == owner) ? ProcessState::running
+                                                             : ProcessState::other_user;
+        }
+    }
+    return ProcessState::exited;
+}
+
+/// The snapshot in a consistent copy of a file.
+Snapshot to_snapshot(const char* copy) {
     const auto* ch = reinterpret_cast<const FileHeader*>(copy);
-    if (!consistent) {
-        return fail("the writer kept it busy (no consistent copy)",
-                    make_error_code(Errc::back_pressured));
-    }
     Snapshot out;
     out.pid = ch->pid;
     out.updated_unix_ns = ch->updated_unix_ns;
@@ -276,6 +412,87 @@ Result<Snapshot, Error> read(const std::string& path) {
         c.sources_not_shown = r->sources_not_shown;
         out.channels.push_back(std::move(c));
     }
+    return out;
+}
+
+}  // namespace
+
+Result<Snapshot, Error> read(const std::string& path) {
+    auto invalid = [&](const char* why) -> Result<Snapshot, Error> {
+        return Error(make_error_code(Errc::invalid_argument),
+                     path + ": not a prizma stats file (" + why + ")");
+    };
+    // Not through a symbolic link; O_NONBLOCK: a FIFO planted in the directory cannot block us.
+    const posix::UniqueFd fd(
+        ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+    if (!fd.valid()) {
+        return read_error(path, errno);
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+        return read_error(path, errno);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return invalid("not a regular file");
+    }
+    if (static_cast<std::size_t>(st.st_size) != kFileSize) {
+        return invalid("size");
+    }
+    FileHeader h{};
+    if (const int r = pread_all(fd.get(), &h, sizeof h, 0); r != 0) {
+        return read_error(path, r);
+    }
+    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.version != kVersion) {
+        return invalid("magic/version");
+    }
+    std::vector<std::uint64_t> words(kFileSize / 8);
+    if (auto copied = copy_consistent(fd.get(), words, path); !copied) {
+        return copied.error();
+    }
+    Snapshot out = to_snapshot(reinterpret_cast<const char*>(words.data()));
+    out.file_uid = st.st_uid;
+    out.process = process_state(out.pid, st.st_uid);
+    return out;
+}
+
+std::string printable(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (const char c : s) {
+        const auto b = static_cast<unsigned char>(c);
+        if (b >= 0x20 && b < 0x7f) {
+            out += c;
+        } else {
+            static constexpr char kHex[] = "0123456789abcdef";
+            out += "\\x";
+            out += kHex[b >> 4U];
+            out += kHex[b & 0x0fU];
+        }
+    }
+    return out;
+}
+
+std::vector<std::string> readable_dirs() {
+    if (const char* d = posix::env("PRIZMA_STATS_DIR"); d != nullptr && *d != '\0') {
+        return {d};
+    }
+    const std::string own = default_dir();
+    std::vector<std::string> out;
+    std::vector<std::string> others;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+        const std::string name = e.path().filename().string();
+        std::error_code type_ec;
+        if (name.rfind("prizma-", 0) != 0 || name.size() == 7
+            || name.find_first_not_of("0123456789", 7) != std::string::npos
+            || !e.is_directory(type_ec) || e.is_symlink(type_ec)
+            || ::faccessat(AT_FDCWD, e.path().c_str(), R_OK | X_OK, AT_EACCESS) != 0) {
+            continue;
+        }
+        (e.path().string() == own ? out : others).push_back(e.path().string());
+    }
+    std::sort(others.begin(), others.end());
+    out.insert(out.end(), others.begin(), others.end());
     return out;
 }
 

@@ -6,8 +6,14 @@
 // Consistency: a sequence lock in the header (odd while the owner thread writes; readers copy,
 // then retry if the sequence moved).
 //
-// File: $PRIZMA_STATS_DIR (default /dev/shm/prizma)/<pid>-<n>.stats; removed when the Context
-// is destroyed. PRIZMA_STATS=0 turns it off.
+// File: $PRIZMA_STATS_DIR (default /dev/shm/prizma-<uid>)/<pid>-<n>.stats; removed when the
+// Context is destroyed. PRIZMA_STATS=0 turns it off.
+//
+// A shared host: another local user may have planted things in /dev/shm. The directory is
+// ours alone (made 0700; refused unless it is a real directory owned by us and writable by
+// nobody else), and the file is always a new one (O_EXCL|O_NOFOLLOW: never a symlink, never
+// a file somebody else made). Nobody but us (and root) can then open the file for writing,
+// so nobody can truncate it under our shared mapping (which would kill us with SIGBUS).
 #pragma once
 
 #include <cstddef>
@@ -19,6 +25,7 @@
 #include <prizma/counters.hpp>
 #include <prizma/stats.hpp>
 
+#include "lib/posix/unique_fd.hpp"
 #include "lib/protocol/receiver.hpp"
 
 namespace prizma::stats {
@@ -82,7 +89,8 @@ public:
     Writer& operator=(Writer&&) = delete;
     ~Writer();
 
-    /// Creates the file; an error (the writer stays disabled) says why it cannot.
+    /// Creates the file in `dir` (made if missing); an error (the writer stays disabled) says
+    /// why it cannot: a directory that is not ours alone is refused.
     Result<void, Error> open(const std::string& dir);
     [[nodiscard]] bool enabled() const noexcept { return base_ != nullptr; }
     [[nodiscard]] const std::string& path() const noexcept { return path_; }
@@ -92,6 +100,7 @@ public:
     /// How many channels there are now (after one was removed; not on the hot path).
     void set_channel_count(std::size_t count) noexcept;
     /// One update: begin(), values(...) for each channel, end(). No allocation, no syscall.
+    /// (A writer that has no file ignores them all.)
     void begin() noexcept;
     void values(std::size_t index, std::span<const NamedCounter> counters) noexcept;
     /// A subscriber channel's sources (`live` = how many it has, shown or not).
@@ -104,6 +113,8 @@ private:
     FileHeader* header() const noexcept { return static_cast<FileHeader*>(base_); }
     ChannelRecord* record(std::size_t i) const noexcept;
     void* base_ = nullptr;
+    posix::UniqueFd dir_fd_;  ///< the directory checked at open: the file is removed there
+    std::string name_;        ///< the file's name in it
     std::string path_;
 };
 

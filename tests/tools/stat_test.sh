@@ -77,7 +77,8 @@ cp "$f" "$tmp/copy"
 kill $rpid
 wait $rpid 2>/dev/null
 # Its URI made awkward for JSON: a quote, a backslash, a control character, UTF-8 and a byte
-# that is not UTF-8 (a URI cut in the middle of a character).
+# that is not UTF-8 (a URI cut in the middle of a character); a counter's name made a
+# terminal escape sequence (clear screen, set the window title).
 /usr/bin/python3 - "$tmp/copy" <<'PY' || fail "cannot patch the copy"
 import sys
 data = bytearray(open(sys.argv[1], "rb").read())
@@ -85,11 +86,23 @@ at = data.find(b"udp://239.192.80.1")
 assert at > 0
 uri = b'udp://q"b\\s\x01t\xc3\xa9\xff\x00'
 data[at:at + len(uri)] = uri
+rec = at  # the channel record (uri[192], role, count, names[64][32], values[64])
+at = data.find(b"odata_sent\x00", rec)
+assert at > 0 and (at - rec - 200) % 32 == 0
+name = b"\x1b[2J\x1b]0;x\x07\x00"
+data[at:at + len(name)] = name
+value = rec + 200 + 64 * 32 + 8 * ((at - rec - 200) // 32)
+data[value:value + 8] = (1).to_bytes(8, "little")  # non-zero: shown
 open(sys.argv[1], "wb").write(data)
 PY
 cp "$tmp/copy" "$PRIZMA_STATS_DIR/999999-0.stats"
 "$STAT" --once >/dev/null 2>&1 && fail "a stale file counted as a running process"
-"$STAT" --once --all | grep -q "stale" || fail "--all does not list the stale file"
+"$STAT" --once --all >"$tmp/stale.txt" || fail "--all exited $?"
+grep -q "stale" "$tmp/stale.txt" || fail "--all does not list the stale file"
+# Text output: nothing but printable ASCII and newlines; the bytes shown as \xNN.
+LC_ALL=C grep -q '[^[:print:]]' "$tmp/stale.txt" && fail "raw control bytes printed: $(cat -v "$tmp/stale.txt")"
+grep -qF 'udp://q"b\s\x01t\xc3\xa9\xff' "$tmp/stale.txt" || fail "URI not shown escaped: $(cat "$tmp/stale.txt")"
+grep -qF '\x1b[2J\x1b]0;x\x07' "$tmp/stale.txt" || fail "counter name not shown escaped: $(cat "$tmp/stale.txt")"
 "$STAT" --once --all --json >"$tmp/stale.json" || fail "--all --json exited $?"
 /usr/bin/python3 - "$tmp/stale.json" <<'PY' || fail "JSON escaping: $(cat "$tmp/stale.json")"
 import json, sys

@@ -25,6 +25,8 @@ struct ChannelCounters {
     std::uint64_t naks_received = 0;
     std::uint64_t back_pressured = 0;
     std::uint64_t rate_limited = 0;
+    std::uint64_t naks_ignored = 0;     ///< NAKed sqns not repaired: over a limit or budget
+    std::uint64_t repairs_dropped = 0;  ///< queued repairs dropped (evicted, over budget)
     // subscriber
     std::uint64_t messages_delivered = 0;
     std::uint64_t bytes_delivered = 0;
@@ -37,8 +39,13 @@ struct ChannelCounters {
     std::uint64_t duplicates = 0;
     std::uint64_t loss_events = 0;
     std::uint64_t lost_sqns = 0;
-    std::uint64_t window_full = 0;  ///< data beyond the receive window: dropped, NAKed later
-    std::uint64_t sources = 0;      ///< sources currently known
+    std::uint64_t window_full = 0;      ///< data beyond the receive window: dropped, NAKed later
+    std::uint64_t sources = 0;          ///< sources currently known
+    std::uint64_t sources_refused = 0;  ///< new sources refused (table or memory full)
+    std::uint64_t sources_evicted = 0;  ///< sources dropped to make room for a new one
+    std::uint64_t packets_refused = 0;  ///< packets moving a source's state too far, or
+                                        ///< from another sender than its pinned one
+    std::uint64_t conflicts = 0;        ///< same sqn seen again with different bytes
 };
 
 /// One field of ChannelCounters: its name (as prizma-stat, stats files and JSON show it) and
@@ -50,7 +57,7 @@ struct CounterField {
 
 /// Every field of ChannelCounters, in declaration order: the one list that sums, stats files,
 /// prizma-stat and the tools use. A field added to the struct and not here fails to compile.
-inline constexpr std::array<CounterField, 26> kChannelCounterFields{{
+inline constexpr std::array<CounterField, 32> kChannelCounterFields{{
     {"packets_sent", &ChannelCounters::packets_sent},
     {"packets_received", &ChannelCounters::packets_received},
     {"bytes_sent", &ChannelCounters::bytes_sent},
@@ -64,6 +71,8 @@ inline constexpr std::array<CounterField, 26> kChannelCounterFields{{
     {"naks_received", &ChannelCounters::naks_received},
     {"back_pressured", &ChannelCounters::back_pressured},
     {"rate_limited", &ChannelCounters::rate_limited},
+    {"naks_ignored", &ChannelCounters::naks_ignored},
+    {"repairs_dropped", &ChannelCounters::repairs_dropped},
     {"messages_delivered", &ChannelCounters::messages_delivered},
     {"bytes_delivered", &ChannelCounters::bytes_delivered},
     {"odata_received", &ChannelCounters::odata_received},
@@ -77,6 +86,10 @@ inline constexpr std::array<CounterField, 26> kChannelCounterFields{{
     {"lost_sqns", &ChannelCounters::lost_sqns},
     {"window_full", &ChannelCounters::window_full},
     {"sources", &ChannelCounters::sources},
+    {"sources_refused", &ChannelCounters::sources_refused},
+    {"sources_evicted", &ChannelCounters::sources_evicted},
+    {"packets_refused", &ChannelCounters::packets_refused},
+    {"conflicts", &ChannelCounters::conflicts},
 }};
 static_assert(sizeof(ChannelCounters) == kChannelCounterFields.size() * sizeof(std::uint64_t),
               "every ChannelCounters field must be listed in kChannelCounterFields");

@@ -58,6 +58,14 @@ struct ChannelOptions {
     std::chrono::nanoseconds retention{0};
     std::uint64_t rate_bytes_per_sec = 0;         ///< ODATA budget, 0 = unlimited
     std::uint64_t repair_rate_bytes_per_sec = 0;  ///< RDATA budget, 0 = unlimited
+    /// Publisher: every data byte sent earns this many percent of a byte of repair (RDATA +
+    /// NCF) for all NAKs together, and requester_budget_percent for the NAKs of any one host:
+    /// no NAK traffic makes the publisher send more than that on top of its data (see
+    /// docs/PROTOCOL.md, "Publisher repair limits").
+    std::uint32_t repair_budget_percent = 100;
+    std::uint32_t requester_budget_percent = 50;
+    /// Publisher: RDATA of one sequence number at most this many times in all.
+    std::uint32_t max_repairs_per_sqn = 16;
     /// Subscriber late join: false = start at the first packet seen (OpenPGM), true = recover
     /// back to the source's trail (at most max_recover_sqns).
     bool recover_history = false;
@@ -70,6 +78,10 @@ struct ChannelOptions {
     /// pass (the storage is then reused by later sources). Set it to the sources expected at
     /// once, e.g. 2 for a hot-standby pair. At most max_sources.
     std::size_t preallocated_sources = 1;
+    /// Subscriber: storage of all sources at once (each: the receive storage above), bytes;
+    /// 0 = that of max(preallocated_sources, 4) sources. A new source beyond it is refused
+    /// (sources_refused) while one that never sent an SPM, or fell silent, leaves for it.
+    std::size_t memory_budget_bytes = 0;
     bool passive = false;           ///< subscriber never NAKs
     std::uint16_t source_port = 0;  ///< PGM TSI source port; 0 = random
 };

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "lib/protocol/limits.hpp"
 
@@ -166,6 +167,17 @@ Result<void, Error> validate(const SourceConfig& c) {
     }
     if (!kRetention.holds_ns(c.txw_retention_ns)) {
         return refuse(kRetention);
+    }
+    const std::pair<const Bound&, std::uint64_t> repair_limits[] = {
+        {kRepairBudget, c.repair_budget_percent},
+        {kRequesterBudget, c.requester_budget_percent},
+        {kRepairBurst, c.repair_burst_bytes},
+        {kMaxRepairsPerSqn, c.max_repairs_per_sqn},
+    };
+    for (const auto& [bound, value] : repair_limits) {
+        if (!bound.holds(value)) {
+            return refuse(bound);
+        }
     }
     return {};
 }

@@ -69,7 +69,19 @@ struct SourceConfig {
     std::uint64_t odata_rate_bytes_per_sec = 0;  ///< 0 = unlimited
     std::uint64_t rdata_rate_bytes_per_sec = 0;  ///< separate repair budget; 0 = unlimited
     std::size_t rate_burst_bytes = 0;            ///< bucket depth; 0 = 1 ms of rate (≥ 1 APDU)
-    bool checksum = true;                        ///< may be false only on verbs (ICRC)
+    /// Repair limits (docs/PROTOCOL.md, "Publisher repair limits"): every ODATA byte sent
+    /// earns this many percent of a byte of RDATA + NCF, for all NAKs together ...
+    std::uint32_t repair_budget_percent = 100;
+    /// ... and for the NAKs of any one requester host (its address, any port).
+    std::uint32_t requester_budget_percent = 50;
+    /// The credit a source and a new requester start with, and the least that can be saved:
+    /// 0 = 64 packets of max_tpdu. Beyond it, at most what was earned over the last
+    /// max(nak_rpt_ivl, nak_rdata_ivl) is saved.
+    std::size_t repair_burst_bytes = 0;
+    /// RDATA for one sqn at most this many times (and at most once per max(nak_elimination,
+    /// nak_rdata_ivl / 2)).
+    std::uint32_t max_repairs_per_sqn = 16;
+    bool checksum = true;  ///< may be false only on verbs (ICRC)
     Sqn initial_sqn{};
     Timers timers{};
 };
@@ -89,6 +101,10 @@ struct ReceiverConfig {
     std::uint32_t max_recover_sqns = 1024;  ///< from_trail: history asked for at most
     bool passive = false;                   ///< never NAK (monitor)
     std::uint64_t seed = 1;                 ///< NAK back-off randomness
+    /// Storage of all sources at once (window slots + payload ring each; see peer_bytes()),
+    /// bytes; 0 = that of max(preallocated_peers, 4) sources. A new source past it is refused
+    /// (counted) while an unconfirmed or silent source is made to leave for it.
+    std::size_t storage_budget_bytes = 0;
     Timers timers{};
 };
 

@@ -38,6 +38,16 @@ inline constexpr Bound kMaxPeers{"max_peers", Bound::Kind::count, 1, 4096, ""};
 inline constexpr Bound kMaxFragments{"max_fragments", Bound::Kind::count, 1, 4096, ""};
 inline constexpr Bound kRetention{"txw_retention_ns", Bound::Kind::duration_ns, 0, INT64_MAX, ""};
 
+/// Publisher repair limits (docs/PROTOCOL.md, "Publisher repair limits").
+inline constexpr Bound kRepairBudget{"repair_budget_percent", Bound::Kind::count, 1, 10000,
+                                     "percent"};
+inline constexpr Bound kRequesterBudget{"requester_budget_percent", Bound::Kind::count, 1, 10000,
+                                        "percent"};
+inline constexpr Bound kRepairBurst{"repair_burst_bytes", Bound::Kind::count, 0, 1U << 30U,
+                                    "bytes"};
+inline constexpr Bound kMaxRepairsPerSqn{"max_repairs_per_sqn", Bound::Kind::count, 1, 255,
+                                         "RDATA"};
+
 /// The timers: intervals that must be positive, intervals that may be 0, retry counts.
 inline constexpr Bound kNakBackoff{"timers.nak_backoff", Bound::Kind::duration_ns, 1, kHourNs, ""};
 inline constexpr Bound kNakRepeat{"timers.nak_repeat", Bound::Kind::duration_ns, 1, kHourNs, ""};

@@ -5,6 +5,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <new>
 
 #include "lib/pgm/checksum.hpp"
 #include "lib/protocol/packed_ring.hpp"
@@ -43,6 +44,46 @@ bool is_missing(SlotState s) noexcept {
     return s == SlotState::back_off || s == SlotState::wait_ncf || s == SlotState::wait_data;
 }
 
+// Who sent a packet, as a source is pinned to it: the address (IP, GID, in-memory id) without
+// the port or QP number. OpenPGM sends SPMs and RDATA from another socket than ODATA.
+Endpoint sender_key(const Endpoint& from) noexcept {
+    Endpoint e = from;
+    e.port = 0;
+    e.id = 0;
+    return e;
+}
+
+// A keyed 64-bit fingerprint of a payload: two copies of one sqn with different bytes differ
+// (a key unknown on the wire keeps forged collisions out of reach of a casual attacker).
+std::uint64_t fingerprint(std::span<const std::byte> b, std::uint64_t key) noexcept {
+    std::uint64_t h = key ^ (b.size() * 0x9E3779B97F4A7C15ULL);
+    std::size_t i = 0;
+    for (; i + 8 <= b.size(); i += 8) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, b.data() + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32U;
+    }
+    std::uint64_t w = 0;
+    std::memcpy(&w, b.data() + i, b.size() - i);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 29U);
+}
+
+// Worst-case span of the §6.3 retry chain: a back-off, then every NAK retry and every NCF
+// retry with a back-off each. What other hosts' NAKs and NCFs do cannot extend it.
+std::int64_t repair_limit(const Timers& t) noexcept {
+    const std::int64_t per_try = t.nak_bo_ivl_ns + std::max(t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns);
+    const auto tries = static_cast<std::int64_t>(t.nak_ncf_retries)
+                       + static_cast<std::int64_t>(t.nak_data_retries);
+    return t.nak_bo_ivl_ns + tries * per_try;
+}
+
+// After a FIN the source only lingers: three rounds of NAK, NCF and RDATA.
+std::int64_t fin_limit(const Timers& t) noexcept {
+    return t.nak_bo_ivl_ns + 3 * (t.nak_bo_ivl_ns + t.nak_rpt_ivl_ns + t.nak_rdata_ivl_ns);
+}
+
 }  // namespace
 
 struct Receiver::Peer {
@@ -57,7 +98,22 @@ struct Receiver::Peer {
         std::uint32_t alloc = 0;  // index of its record in `allocs`
         pgm::FragmentInfo fragment{};
         std::int64_t rx_ns = 0;  // when it was received
-        TimerLink timer{};       // its NAK timer's place in the wheel while missing
+        // Missing: when it was found missing (the absolute repair deadline counts from it).
+        std::int64_t missing_since = 0;
+        // Another host's NAK or NCF held back our NAK once: the next round NAKs regardless.
+        bool yielded = false;
+        bool has_print = false;  // `print` is the fingerprint of print_sqn's payload
+        Sqn print_sqn{};         // kept after delivery: a later copy is still compared
+        std::uint64_t print = 0;
+        TimerLink timer{};  // its NAK timer's place in the wheel while missing
+    };
+    // SPMs that would move the window too far or change the sender, until kConfirmSpms agree.
+    struct Candidate {
+        Endpoint sender{};
+        pgm::Nla nla{};
+        Sqn spm_sqn{};
+        Sqn trail{};
+        std::uint8_t count = 0;
     };
     // Payloads are packed into `buffers` in arrival order; records in `allocs` (same order)
     // let the oldest space be reclaimed once delivered, even when repairs arrive late.
@@ -70,6 +126,25 @@ struct Receiver::Peer {
     Tsi tsi{};
     PeerCounters counters{};
     Endpoint from{};
+    bool pinned = false;             // sender and NLA fixed by the first SPM
+    Endpoint sender{};               // sender_key() of the pinned sender
+    std::int64_t pinned_spm_ns = 0;  // last SPM from it
+    Candidate cand{};
+    std::uint8_t spmrs = 0;                         // SPMRs sent while no SPM came (capped)
+    std::int64_t last_lead_ask_ns = INT64_MIN / 2;  // ask_lead
+    bool naks_parked = false;     // missing sqns waiting, without timers, for the first SPM
+    bool forget_pending = false;  // evicted: forget its address at the next timer run
+    std::uint8_t rst_spms = 0;    // SPMs with OPT_RST seen (two needed)
+    Sqn fin_lead{};
+    std::int64_t fin_deadline = kNever;  // FIN seen: what is missing is lost by then
+    Sqn resync_from{};                   // a confirmed resync lost [resync_from, +resync_lost)
+    std::uint32_t resync_lost = 0;
+    // Reassembly of the APDU at scan_head resumes at scan_next (offset scan_off): each
+    // fragment is checked once, not at every poll while the APDU waits.
+    bool scan_valid = false;
+    Sqn scan_head{};
+    Sqn scan_next{};
+    std::uint32_t scan_off = 0;
     bool has_nla = false;
     pgm::Nla nla{};
     bool has_spm = false;
@@ -163,15 +238,30 @@ Result<std::unique_ptr<Receiver>, Error> Receiver::create(const ReceiverConfig& 
     if (auto r = validate(cfg); !r) {
         return r.error();
     }
-    return std::unique_ptr<Receiver>(new Receiver(cfg));
+    try {
+        return std::unique_ptr<Receiver>(new Receiver(cfg));
+    } catch (const std::bad_alloc&) {
+        return Error(std::make_error_code(std::errc::not_enough_memory),
+                     "the receive windows of preallocated_peers sources: out of memory");
+    }
 }
 
 Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     capacity_ = std::bit_ceil(cfg.rxw_sqns);
     stride_ = cfg.max_tpdu - pgm::kDataHeaderBytes;
+    peer_bytes_ = rxw_ring_bytes(cfg) + capacity_ * sizeof(Peer::Slot)
+                  + (2 * std::size_t{capacity_} + 2) * sizeof(Peer::Alloc);
+    const std::size_t floor = std::max<std::size_t>(cfg.preallocated_peers, 1) * peer_bytes_;
+    storage_budget_ = cfg.storage_budget_bytes != 0
+                          ? std::max(cfg.storage_budget_bytes, floor)
+                          : std::max<std::size_t>(cfg.preallocated_peers, 4) * peer_bytes_;
+    repair_limit_ns_ = repair_limit(cfg.timers);
+    max_gap_ = std::min(capacity_, std::max(capacity_ / 16, 1024U));
+    fin_limit_ns_ = fin_limit(cfg.timers);
     peers_.resize(cfg.max_peers);
     for (std::size_t i = 0; i < cfg.preallocated_peers; ++i) {
         peers_[i] = new_peer(true);
+        storage_used_ += peer_bytes_;
     }
     live_.reserve(cfg.max_peers);
     reassembly_.resize(pgm::kMaxApduBytes);
@@ -179,6 +269,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     due_.reserve(capacity_);
     wheel_shift_ = wheel_shift_for(cfg.timers);
     rng_ = cfg.seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL;
+    print_key_ = rng_ ^ reinterpret_cast<std::uintptr_t>(this);
 }
 
 Receiver::~Receiver() = default;
@@ -229,45 +320,116 @@ std::unique_ptr<Receiver::Peer> Receiver::new_peer(bool prefault) const {
     return p;
 }
 
-// A new source: the storage of the first preallocated_peers was made by the constructor; a
-// peer slot beyond them gets its storage the first time it is used. Either is then reused.
+// A new source: the storage of the first preallocated_peers was made by the constructor; an
+// entry beyond them gets its storage when a source takes it, within the storage budget, and
+// gives it back when its source leaves. A full table or budget makes the least useful source
+// leave (evict_one) and refuses this one: its next packet finds the room.
 Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
                                       std::uint16_t sport,
                                       std::int64_t now_ns) noexcept {
     if (Peer* p = find(gsi, sport)) {
         return p;
     }
-    const Tsi tsi{gsi, sport};
-    for (auto& p : peers_) {
-        if (!p) {
-            p = new_peer(false);
-        }
-        if (!p->in_use) {
-            auto slots = std::move(p->slots);
-            auto buffers = std::move(p->buffers);
-            auto allocs = std::move(p->allocs);
-            if (p->used) {  // fresh storage is clear already: no pass over it at a join
-                std::fill(slots.begin(), slots.end(), Peer::Slot{});
-            }
-            *p = Peer{};
-            p->used = true;
-            p->slots = std::move(slots);
-            p->buffers = std::move(buffers);
-            p->allocs = std::move(allocs);
-            p->wheel.bind(Peer::SlotLinks{p->slots.data()});
-            p->wheel.reset(wheel_shift_);
-            p->in_use = true;
-            p->tsi = tsi;
-            p->counters.tsi = tsi;
-            p->last_heard_ns = now_ns;
-            p->joined_pending = true;
-            ++counters_.peers_joined;
-            live_.push_back(p.get());  // capacity reserved: no allocation
-            return p.get();
+    Peer* p = claim_entry(Tsi{gsi, sport}, now_ns);
+    if (p == nullptr) {
+        ++counters_.peers_refused;
+        evict_one(now_ns);
+    }
+    return p;
+}
+
+Receiver::Peer* Receiver::claim_entry(const Tsi& tsi, std::int64_t now_ns) noexcept {
+    std::unique_ptr<Peer>* entry = nullptr;
+    for (auto& e : peers_) {  // an entry with storage first, then an empty one
+        if (e && !e->in_use) {
+            entry = &e;
+            break;
         }
     }
-    ++counters_.peers_refused;
-    return nullptr;
+    for (auto it = peers_.begin(); entry == nullptr && it != peers_.end(); ++it) {
+        if (!*it && storage_used_ + peer_bytes_ <= storage_budget_) {
+            try {
+                *it = new_peer(false);
+            } catch (const std::bad_alloc&) {
+                ++counters_.alloc_failures;
+                return nullptr;
+            }
+            storage_used_ += peer_bytes_;
+            entry = &*it;
+        }
+    }
+    if (entry == nullptr) {
+        return nullptr;
+    }
+    Peer& p = **entry;
+    auto slots = std::move(p.slots);
+    auto buffers = std::move(p.buffers);
+    auto allocs = std::move(p.allocs);
+    if (p.used) {  // fresh storage is clear already: no pass over it at a join
+        std::fill(slots.begin(), slots.end(), Peer::Slot{});
+    }
+    p = Peer{};
+    p.used = true;
+    p.slots = std::move(slots);
+    p.buffers = std::move(buffers);
+    p.allocs = std::move(allocs);
+    p.wheel.bind(Peer::SlotLinks{p.slots.data()});
+    p.wheel.reset(wheel_shift_);
+    p.in_use = true;
+    p.tsi = tsi;
+    p.counters.tsi = tsi;
+    p.last_heard_ns = now_ns;
+    p.joined_pending = true;
+    ++counters_.peers_joined;
+    live_.push_back(&p);  // capacity reserved: no allocation
+    return &p;
+}
+
+// Makes one source leave for a new one: the least recently heard of those that never sent
+// an SPM, else of those silent for two ambient SPM intervals (a live source sends one at
+// least every interval). It leaves as an expired one does: its gaps are reported as loss and
+// `left` follows; its entry is free once the application has taken those events.
+void Receiver::evict_one(std::int64_t now_ns) noexcept {
+    Peer* victim = nullptr;
+    for (const bool confirmed : {false, true}) {
+        for (Peer* p : live_) {
+            if (p->expired || p->has_spm != confirmed) {
+                continue;
+            }
+            if (confirmed && now_ns - p->last_heard_ns < 2 * cfg_.timers.ambient_spm_ns) {
+                continue;
+            }
+            if (victim == nullptr || p->last_heard_ns < victim->last_heard_ns) {
+                victim = p;
+            }
+        }
+        if (victim != nullptr) {
+            break;
+        }
+    }
+    if (victim != nullptr) {
+        ++counters_.peers_evicted;
+        expire(*victim);
+        victim->forget_pending = true;
+    }
+}
+
+void Receiver::expire(Peer& p) noexcept {
+    p.expired = true;
+    lose_all_missing(p);
+    p.nak_deadline = kNever;
+    p.spmr_deadline = kNever;
+}
+
+// A source left: its storage goes back to the system unless it is one made at create().
+void Receiver::free_storage(const Peer* p) noexcept {
+    for (std::size_t i = cfg_.preallocated_peers; i < peers_.size(); ++i) {
+        if (peers_[i].get() == p) {
+            peers_[i].reset();
+            storage_used_ -= peer_bytes_;
+            return;
+        }
+    }
 }
 
 void Receiver::on_packet(const pgm::Packet& pkt,
@@ -300,26 +462,27 @@ void Receiver::on_packet(const pgm::Packet& pkt,
     }
     Peer* p =
         pkt.type == PacketType::ncf ? find(pkt.gsi, sport) : find_or_add(pkt.gsi, sport, now_ns);
-    if (p == nullptr) {
+    if (p == nullptr || p->expired) {
+        return;  // refused, or being drained (a new session after expiry starts fresh)
+    }
+    if (pkt.type != PacketType::spm && p->pinned && sender_key(from) != p->sender) {
+        ++counters_.refused;  // data or NCF from another host than the source's SPMs
         return;
     }
-    p->last_heard_ns = now_ns;
-    if (p->expired) {
-        return;  // being drained; a new session after expiry starts fresh
-    }
     switch (pkt.type) {
-        case PacketType::spm:
-            p->from = from;
-            on_spm(*p, pkt, now_ns);
-            break;
+        case PacketType::spm: on_spm(*p, pkt, from, now_ns); break;
         case PacketType::odata:
         case PacketType::rdata:
+            p->last_heard_ns = now_ns;
             if (!p->has_nla) {
                 p->from = from;
             }
             on_data(*p, pkt, now_ns, rx_ns != 0 ? rx_ns : now_ns);
             break;
-        case PacketType::ncf: on_ncf(*p, pkt, now_ns); break;
+        case PacketType::ncf:
+            p->last_heard_ns = now_ns;
+            on_ncf(*p, pkt, now_ns);
+            break;
         default: break;
     }
     (void)sink;
@@ -357,6 +520,7 @@ void Receiver::mark_missing(Peer& p, Sqn last, std::int64_t now_ns) noexcept {
         auto& sl = p.slot(s, mask);
         sl = Peer::Slot{};
         sl.state = SlotState::back_off;
+        sl.missing_since = now_ns;
         p.wheel.arm(s.value & mask, deadline);
         ++p.missing;
     }
@@ -385,6 +549,14 @@ void Receiver::lose_all_missing(Peer& p) noexcept {
             lose(p, p.sqn_of(idx, mask));  // cancels it
         }
     });
+    if (p.naks_parked) {  // missing without a timer (no SPM yet): found by a walk
+        p.naks_parked = false;
+        for (Sqn s = p.next; p.missing != 0 && p.in_range(s); ++s) {
+            if (is_missing(p.slot(s, mask).state)) {
+                lose(p, s);
+            }
+        }
+    }
 }
 
 // The source's trail (SPM, ODATA, RDATA) is the oldest sqn it can still repair: anything
@@ -430,19 +602,142 @@ void Receiver::note_trail(Peer& p, Sqn trail) noexcept {
     p.has_trail = true;
 }
 
-void Receiver::on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
-    ++counters_.spm_received;
-    // §6.2: SPMs are sequenced; only a newer one (within half the number space) counts.
-    if (p.has_spm && !precedes(p.spm_sqn, pkt.sqn)) {
+// An SPM far ahead (is_far) or from another sender than the pinned one is applied only when
+// kConfirmSpms of them agree (same sender and NLA, rising SPM sequence numbers in small steps,
+// trails not going back), and one from another sender only while the pinned sender has been
+// silent for two ambient SPM intervals. One spoofed SPM moves nothing.
+bool Receiver::spm_confirmed(Peer& p,
+                             const pgm::Packet& pkt,
+                             const Endpoint& who,
+                             std::int64_t now_ns) noexcept {
+    const bool other = p.pinned && (who != p.sender || pkt.nla != p.nla);
+    const bool far = p.has_spm && is_far(p, pkt);
+    if (!other && !far) {
+        p.cand.count = 0;
+        return true;
+    }
+    if (other && now_ns - p.pinned_spm_ns < 2 * cfg_.timers.ambient_spm_ns) {
+        return false;  // the pinned sender is alive
+    }
+    auto& c = p.cand;
+    const bool follows = c.count != 0 && c.sender == who && c.nla == pkt.nla
+                         && precedes(c.spm_sqn, pkt.sqn) && distance(c.spm_sqn, pkt.sqn) <= 64
+                         && !precedes(pkt.trail, c.trail);
+    if (follows) {
+        ++c.count;
+    } else {
+        c = Peer::Candidate{who, pkt.nla, pkt.sqn, pkt.trail, 1};
+    }
+    c.spm_sqn = pkt.sqn;
+    c.trail = pkt.trail;
+    if (c.count < kConfirmSpms) {
+        return false;
+    }
+    c.count = 0;
+    if (other) {
+        ++counters_.repins;
+        p.sender = who;
+    }
+    return true;
+}
+
+// Further than one packet may move a source: the SPM sequence by more than kMaxSpmJump, the
+// trail past the end of our window, or the lead more than a window past ours.
+bool Receiver::is_far(const Peer& p, const pgm::Packet& pkt) const noexcept {
+    if (precedes(p.spm_sqn, pkt.sqn)
+        && distance(p.spm_sqn, pkt.sqn) > static_cast<std::int32_t>(kMaxSpmJump)) {
+        return true;
+    }
+    if (!p.started) {
+        return false;
+    }
+    const Sqn window_end = p.next + (capacity_ - 1);
+    return precedes(window_end, pkt.trail)
+           || (precedes(p.lead, pkt.lead)
+               && distance(p.lead, pkt.lead) > static_cast<std::int32_t>(capacity_));
+}
+
+// A confirmed move of the window to `begin`: everything before it is lost (one loss event).
+void Receiver::resync(Peer& p, Sqn begin) noexcept {
+    if (!p.started || !precedes(p.next, begin)) {
         return;
     }
+    const std::uint32_t mask = capacity_ - 1;
+    p.wheel.drain([](std::uint32_t) {});
+    std::uint32_t counted = 0;  // lost sqns already counted in lost_sqns
+    for (Sqn s = p.next; p.in_range(s); ++s) {
+        auto& sl = p.slot(s, mask);
+        counted += sl.state == SlotState::lost ? 1U : 0U;
+        p.release(sl);
+        sl = Peer::Slot{};
+    }
+    const auto gone = static_cast<std::uint32_t>(distance(p.next, begin));
+    bump(p, &ReceiverCounters::lost_sqns, &PeerCounters::lost_sqns, gone - counted);
+    ++counters_.resyncs;
+    p.resync_from = p.next;
+    p.resync_lost = gone;
+    p.missing = 0;
+    p.next = begin;
+    p.lead = begin - 1;
+    p.trail_done = begin;
+    p.scan_valid = false;
+    p.nak_deadline = kNever;
+}
+
+// The first SPM gives the source's NLA: the missing sqns parked without timers get them now.
+void Receiver::unpark(Peer& p, std::int64_t now_ns) noexcept {
+    if (!p.naks_parked || !p.started) {
+        p.naks_parked = false;
+        return;
+    }
+    p.naks_parked = false;
+    const std::uint32_t mask = capacity_ - 1;
+    const std::int64_t deadline = backoff(now_ns);
+    for (Sqn s = p.next; p.in_range(s); ++s) {
+        auto& sl = p.slot(s, mask);
+        if (sl.state == SlotState::back_off && !p.wheel.armed(s.value & mask)) {
+            sl.missing_since = now_ns;  // NAKing becomes possible only now
+            p.wheel.arm(s.value & mask, deadline);
+        }
+    }
+    p.nak_deadline = std::min(p.nak_deadline, deadline);
+}
+
+void Receiver::on_spm(Peer& p,
+                      const pgm::Packet& pkt,
+                      const Endpoint& from,
+                      std::int64_t now_ns) noexcept {
+    ++counters_.spm_received;
+    const Endpoint who = sender_key(from);
+    const bool same = !p.pinned || (who == p.sender && pkt.nla == p.nla);
+    // §6.2: SPMs are sequenced; only a newer one (within half the number space) counts.
+    if (same && p.has_spm && !precedes(p.spm_sqn, pkt.sqn)) {
+        return;
+    }
+    if (precedes(pkt.lead + 1, pkt.trail) || !spm_confirmed(p, pkt, who, now_ns)) {
+        ++counters_.refused;  // a trail past the lead, too far, or another sender
+        return;
+    }
+    if (p.started && precedes(p.next + (capacity_ - 1), pkt.trail)) {
+        resync(p, pkt.trail);  // confirmed: the source's window has left ours behind
+    }
+    p.last_heard_ns = now_ns;
+    p.pinned = true;
+    p.sender = who;
+    p.pinned_spm_ns = now_ns;
+    p.from = from;
     p.has_spm = true;
     p.spm_sqn = pkt.sqn;
     p.has_nla = true;
     p.nla = pkt.nla;
     p.spmr_deadline = kNever;
+    p.spmrs = 0;
     if (pkt.opts.rst) {
-        // OPT_RST (§9.8): the source aborted; nothing missing will ever come.
+        // OPT_RST (§9.8): the source aborted; nothing missing will ever come. Two are needed
+        // (a source sends three), so one forged packet cannot turn repairs into loss.
+        if (++p.rst_spms < 2 && p.started) {
+            return;
+        }
         if (!p.started) {
             start(p, pkt.lead + 1, pkt.trail, false);
         }
@@ -454,19 +749,35 @@ void Receiver::on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noex
         // Empty window: lead = trail - 1. first_packet starts after the current lead.
         start(p, pkt.lead + 1, pkt.trail, true);
     }
+    unpark(p, now_ns);
     note_trail(p, pkt.trail);
     apply_trail(p, now_ns);
     // §6.3: SPM_LEAD beyond what we have reveals tail loss.
     mark_missing(p, pkt.lead, now_ns);
     if (pkt.opts.fin) {
+        // What is missing gets a few more rounds while the source lingers, then is lost.
         p.finished = true;
+        p.fin_lead = pkt.lead;
+        p.fin_deadline = std::min(p.fin_deadline, now_ns + fin_limit_ns_);
     }
 }
 
-void Receiver::on_data(Peer& p,
-                       const pgm::Packet& pkt,
-                       std::int64_t now_ns,
-                       std::int64_t rx_ns) noexcept {
+// The same sqn again, still held or delivered lately: different bytes are counted (never
+// silent); which copy was the source's, only authentication can tell.
+void Receiver::check_conflict(Peer& p, Sqn s, const pgm::Packet& pkt) noexcept {
+    const auto& sl = p.slot(s, capacity_ - 1);
+    if (!sl.has_print || sl.print_sqn != s) {
+        return;
+    }
+    if (sl.len != pkt.payload.size() || sl.print != fingerprint(pkt.payload, print_key_)) {
+        ++counters_.conflicts;
+    }
+}
+
+// Counts a data packet and takes what it tells of the source (start, trail, a FIN that was
+// not one); false when it goes no further: oversize, inconsistent, a duplicate, or outside
+// the window.
+bool Receiver::admit_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept {
     const bool is_rdata = pkt.type == PacketType::rdata;
     if (is_rdata) {
         bump(p, &ReceiverCounters::rdata_received, &PeerCounters::rdata_received);
@@ -476,9 +787,13 @@ void Receiver::on_data(Peer& p,
     counters_.bytes_received += pkt.raw.size();
     if (pkt.payload.size() > stride_) {
         ++counters_.oversize;
-        return;
+        return false;
     }
     const Sqn s = pkt.sqn;
+    if (precedes(s, pkt.trail)) {
+        ++counters_.refused;  // a source's trail is never past the packet it is in
+        return false;
+    }
     if (!p.started) {
         Sqn first = s;
         if (pkt.opts.has_fragment && precedes(pkt.opts.fragment.first_sqn, s)
@@ -486,28 +801,54 @@ void Receiver::on_data(Peer& p,
             first = pkt.opts.fragment.first_sqn;  // start at the APDU's head, NAK the rest
         }
         start(p, first, pkt.trail, true);
-        if (p.spmr_deadline == kNever && !p.has_nla) {
+        if (p.spmr_deadline == kNever && !p.has_nla && p.spmrs < kMaxSpmrs) {
             // §13: data before any SPM: ask for one after SPMR_EXPIRY unless another asks.
             p.spmr_deadline = now_ns + cfg_.timers.spmr_expiry_ns;
         }
     }
-    note_trail(p, pkt.trail);
     if (precedes(s, p.next)) {
+        if (distance(s, p.next) <= static_cast<std::int32_t>(capacity_)) {
+            check_conflict(p, s, pkt);
+        }
         bump(p, &ReceiverCounters::duplicates, &PeerCounters::duplicates);
-        apply_trail(p, now_ns);
-        return;
+        return false;
     }
     if (distance(p.next, s) >= static_cast<std::int32_t>(capacity_)) {
-        ++counters_.outside_window;  // no room: dropped now, NAKed once the window moves
-        apply_trail(p, now_ns);
+        // No room: dropped now, NAKed once the window moves. Its trail is not taken: one
+        // packet must not move a source by more than a window.
+        ++counters_.outside_window;
+        return false;
+    }
+    note_trail(p, pkt.trail);
+    if (p.finished && p.rst_spms == 0 && precedes(p.fin_lead, s)) {
+        p.finished = false;  // data after the FIN: that FIN was not the source's
+        p.fin_deadline = kNever;
+    }
+    return true;
+}
+
+void Receiver::on_data(Peer& p,
+                       const pgm::Packet& pkt,
+                       std::int64_t now_ns,
+                       std::int64_t rx_ns) noexcept {
+    if (!admit_data(p, pkt, now_ns)) {
         return;
     }
+    const Sqn s = pkt.sqn;
     const std::uint32_t mask = capacity_ - 1;
     const bool beyond_lead = precedes(p.lead, s);
+    if (beyond_lead && distance(p.lead, s) > static_cast<std::int32_t>(max_gap_)) {
+        // One packet opens at most max_gap_ missing sqns: beyond that, the source's own SPM
+        // (asked for at once) tells the lead, and the gap is NAKed from there.
+        ++counters_.refused;
+        ask_lead(p, now_ns);
+        return;
+    }
     bool was_missing = false;
     if (!beyond_lead) {
         const auto st = p.slot(s, mask).state;
         if (st == SlotState::have || st == SlotState::lost) {
+            check_conflict(p, s, pkt);
             bump(p, &ReceiverCounters::duplicates, &PeerCounters::duplicates);
             apply_trail(p, now_ns);
             return;
@@ -538,6 +879,9 @@ void Receiver::on_data(Peer& p,
     sl = fresh;
     sl.state = SlotState::have;
     sl.rx_ns = rx_ns;
+    sl.has_print = true;
+    sl.print_sqn = s;
+    sl.print = fingerprint(pkt.payload, print_key_);
     sl.len = static_cast<std::uint16_t>(pkt.payload.size());
     sl.has_fragment = pkt.opts.has_fragment;
     sl.fragment = pkt.opts.fragment;
@@ -563,13 +907,19 @@ void Receiver::on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noex
             mark_missing(p, s, now_ns);  // §6.3: an NCF also reveals loss
         }
         auto& sl = p.slot(s, mask);
-        if (!is_missing(sl.state)) {
+        // §6.3: NCF moves BACK-OFF / WAIT_NCF to WAIT_DATA. It does not restart WAIT_DATA, and
+        // holds back a NAK of ours once only: NCFs every millisecond (another receiver's, or
+        // forged) must not keep the repair waiting for ever.
+        if (!is_missing(sl.state) || sl.state == SlotState::wait_data) {
             continue;
         }
         if (sl.state == SlotState::back_off) {
+            if (sl.yielded) {
+                continue;  // held back once already: this round NAKs
+            }
+            sl.yielded = true;
             ++counters_.nak_suppressed;  // another receiver's NAK was confirmed: ours not needed
         }
-        // §6.3: NCF moves BACK-OFF / WAIT_NCF to WAIT_DATA, and restarts WAIT_DATA.
         sl.state = SlotState::wait_data;
         sl.ncf_retries = 0;
         p.wheel.arm(s.value & mask, now_ns + cfg_.timers.nak_rdata_ivl_ns);
@@ -590,41 +940,68 @@ void Receiver::on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns)
             continue;
         }
         auto& sl = p.slot(s, mask);
-        if (sl.state == SlotState::back_off) {
+        // Held back once per round at most, and a running WAIT_NCF is not restarted: another
+        // host's NAKs (or forged ones) cannot keep ours from going out.
+        if (sl.state == SlotState::back_off && !sl.yielded) {
             sl.state = SlotState::wait_ncf;
+            sl.yielded = true;
             p.wheel.arm(s.value & mask, now_ns + cfg_.timers.nak_rpt_ivl_ns);
             ++counters_.nak_suppressed;
-        } else if (sl.state == SlotState::wait_ncf) {
-            p.wheel.arm(s.value & mask, now_ns + cfg_.timers.nak_rpt_ivl_ns);
+            p.nak_deadline = std::min(p.nak_deadline, p.wheel.deadline(s.value & mask));
         }
-        p.nak_deadline = std::min(p.nak_deadline, p.wheel.deadline(s.value & mask));
     }
 }
 
 void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
     for (Peer* pp : live_) {
         Peer& p = *pp;
+        if (p.forget_pending) {
+            p.forget_pending = false;
+            sink.forget(p.from);  // evicted: e.g. the verbs address handle of its source
+        }
         if (!p.expired && now_ns - p.last_heard_ns >= cfg_.timers.peer_expiry_ns) {
-            p.expired = true;
-            lose_all_missing(p);
-            p.nak_deadline = kNever;
-            p.spmr_deadline = kNever;
+            expire(p);
             sink.forget(p.from);  // e.g. the verbs address handle of its source
             continue;
         }
         if (p.expired) {
             continue;
         }
-        if (now_ns >= p.spmr_deadline) {
-            send_spmr(p, sink);
-            p.spmr_deadline = now_ns + cfg_.timers.spmr_expiry_ns;
-        }
+        spmr_timer(p, now_ns, sink);
         if (p.missing != 0 && now_ns >= p.nak_deadline) {
             run_naks(p, now_ns, sink);
         } else if (p.missing == 0) {
             p.nak_deadline = kNever;
         }
     }
+}
+
+// Data far past the lead: an SPMR for the source's lead, at most once per SPMR_EXPIRY.
+void Receiver::ask_lead(Peer& p, std::int64_t now_ns) const noexcept {
+    if (cfg_.passive || now_ns - p.last_lead_ask_ns < cfg_.timers.spmr_expiry_ns) {
+        return;
+    }
+    p.last_lead_ask_ns = now_ns;
+    if (p.spmr_deadline == kNever && p.spmrs < kMaxSpmrs) {
+        p.spmr_deadline = now_ns;
+    }
+}
+
+// §13.5: SPMRs for a source heard without SPM, at doubling intervals, kMaxSpmrs at most
+// (ambient SPMs come anyway): a forged source costs every receiver a few packets, not a stream.
+void Receiver::spmr_timer(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept {
+    if (now_ns < p.spmr_deadline) {
+        return;
+    }
+    if (p.spmrs >= kMaxSpmrs) {
+        p.spmr_deadline = kNever;
+        return;
+    }
+    send_spmr(p, sink);
+    ++p.spmrs;
+    // Without an SPM yet: again at doubling intervals. A known source asked for its lead
+    // (ask_lead): once; the next far packet asks again.
+    p.spmr_deadline = p.has_spm ? kNever : now_ns + (cfg_.timers.spmr_expiry_ns << p.spmrs);
 }
 
 // Takes the expired NAK timers from the wheel, oldest sqn first (§6.3 "NAKs sent in order"),
@@ -645,6 +1022,12 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
     for (const std::uint32_t idx : due_) {
         auto& sl = p.slots[idx];
         const Sqn s = p.sqn_of(idx, mask);
+        if (is_missing(sl.state)
+            && now_ns >= std::min(sl.missing_since + repair_limit_ns_, p.fin_deadline)) {
+            ++counters_.repair_timeouts;  // the absolute deadline: nothing extends it
+            lose(p, s);
+            continue;
+        }
         switch (sl.state) {
             case SlotState::back_off:
                 if (cfg_.passive) {
@@ -652,13 +1035,18 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
                     sl.state = SlotState::wait_data;
                     p.wheel.arm(idx, now_ns + t.nak_rdata_ivl_ns);
                 } else if (!p.has_nla) {
-                    p.wheel.arm(idx, backoff(now_ns));  // §6.2: no NAK before the first SPM
-                    if (p.spmr_deadline == kNever) {
+                    // §6.2: no NAK before the first SPM. Parked without a timer until it comes
+                    // (unpark): a source that never sends one costs no timer runs.
+                    p.wheel.cancel(idx);
+                    p.naks_parked = true;
+                    if (p.spmr_deadline == kNever && p.spmrs < kMaxSpmrs) {
                         p.spmr_deadline = now_ns + t.spmr_expiry_ns;
                     }
+                    continue;
                 } else {
                     batch[nb++] = s;
                     sl.state = SlotState::wait_ncf;
+                    sl.yielded = false;
                     ++sl.ncf_retries;
                     p.wheel.arm(idx, now_ns + t.nak_rpt_ivl_ns);
                 }
@@ -763,6 +1151,7 @@ bool Receiver::next_event(Event& out) noexcept {
         const bool got = peer_event(*p, out);
         if (!p->in_use) {
             live_.erase(live_.begin() + static_cast<std::ptrdiff_t>(j));  // a source left: rare
+            free_storage(p);
             if (got) {
                 return true;
             }
@@ -825,9 +1214,19 @@ Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
     const std::uint32_t apdu_len = sl.fragment.apdu_length;
     std::uint32_t off = 0;
     Sqn x = s;
+    if (p.scan_valid && p.scan_head == s) {
+        x = p.scan_next;  // the fragments before it were checked by an earlier call
+        off = p.scan_off;
+    }
+    p.scan_valid = false;
     bool broken = apdu_len > pgm::kMaxApduBytes;
     bool waiting = false;
     while (!broken && off < apdu_len) {
+        ++counters_.reassembly_steps;
+        if (distance(s, x) >= static_cast<std::int32_t>(kMaxApduFragments)) {
+            broken = true;  // more fragments than any sender makes
+            break;
+        }
         if (!p.in_range(x) || distance(s, x) >= static_cast<std::int32_t>(capacity_)) {
             waiting = true;  // the rest is not even known yet
             break;
@@ -867,6 +1266,10 @@ Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
         return Assembly::broken;  // the caller now reports the lost run
     }
     if (waiting) {
+        p.scan_valid = true;
+        p.scan_head = s;
+        p.scan_next = x;
+        p.scan_off = off;
         return Assembly::waiting;
     }
     std::size_t pos = 0;
@@ -915,6 +1318,14 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
     if (p.joined_pending) {
         p.joined_pending = false;
         out.kind = Event::Kind::joined;
+        return true;
+    }
+    if (p.resync_lost != 0) {  // a confirmed resync skipped this range
+        bump(p, &ReceiverCounters::loss_events, &PeerCounters::loss_events);
+        out.kind = Event::Kind::loss;
+        out.sqn = p.resync_from;
+        out.count = p.resync_lost;
+        p.resync_lost = 0;
         return true;
     }
     const std::uint32_t mask = capacity_ - 1;

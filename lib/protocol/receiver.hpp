@@ -55,7 +55,15 @@ struct ReceiverCounters {
     std::uint64_t foreign_dport = 0;   ///< another session's packets
     std::uint64_t peers_joined = 0;
     std::uint64_t peers_left = 0;
-    std::uint64_t peers_refused = 0;  ///< new sources beyond max_peers
+    std::uint64_t peers_refused = 0;     ///< new sources refused (table or memory full)
+    std::uint64_t peers_evicted = 0;     ///< sources dropped to make room for a new one
+    std::uint64_t refused = 0;           ///< packets moving state too far / from another sender
+    std::uint64_t conflicts = 0;         ///< a sqn seen again with different bytes
+    std::uint64_t resyncs = 0;           ///< windows moved by confirmed far SPMs (range lost)
+    std::uint64_t repins = 0;            ///< sources whose sender moved (confirmed SPMs)
+    std::uint64_t alloc_failures = 0;    ///< source storage the system refused (source refused)
+    std::uint64_t repair_timeouts = 0;   ///< sqns lost at their absolute repair deadline
+    std::uint64_t reassembly_steps = 0;  ///< fragments checked by reassembly (work bound)
 };
 
 /// What Receiver::poll hands to the application.
@@ -121,15 +129,56 @@ public:
     /// Writes the counters of up to out.size() live sources (join order); returns how many.
     std::size_t source_counters(std::span<PeerCounters> out) const noexcept;
     [[nodiscard]] const ReceiverConfig& config() const noexcept { return cfg_; }
+    /// A missing sqn is repaired or reported lost within this long of being found missing
+    /// (plus one NAK interval), whatever other hosts' NAKs and NCFs do: the natural retry
+    /// chain (back-off, then every NAK and NCF retry) of the timers.
+    [[nodiscard]] std::int64_t repair_limit_ns() const noexcept { return repair_limit_ns_; }
+    /// After a source's FIN, what is still missing is repaired or reported within this long.
+    [[nodiscard]] std::int64_t fin_limit_ns() const noexcept { return fin_limit_ns_; }
+    /// Bytes of one source's storage (window slots, payload ring, allocation records).
+    [[nodiscard]] std::size_t peer_bytes() const noexcept { return peer_bytes_; }
+    /// The most missing sqns one data packet may open (a sixteenth of the window, at least 1024, at
+    /// most the window).
+    [[nodiscard]] std::uint32_t max_gap() const noexcept { return max_gap_; }
+    /// Bytes of source storage held now (at most the budget).
+    [[nodiscard]] std::size_t storage_used() const noexcept { return storage_used_; }
+
+    /// SPMs that must agree before a source's window moves further than a window at once,
+    /// or its sender (address, NLA) changes.
+    static constexpr std::uint8_t kConfirmSpms = 3;
+    /// The furthest one SPM may move the SPM sequence number without confirmation.
+    static constexpr std::uint32_t kMaxSpmJump = 1U << 16U;
+    /// SPMRs a receiver sends for a source it has no SPM from (doubling intervals).
+    static constexpr std::uint8_t kMaxSpmrs = 4;
+    /// Fragments of one APDU at most (prizma publishers send at most 4096).
+    static constexpr std::uint32_t kMaxApduFragments = 4096;
 
 private:
     struct Peer;
     explicit Receiver(const ReceiverConfig& cfg);
     [[nodiscard]] std::unique_ptr<Peer> new_peer(bool prefault) const;
     Peer* find_or_add(const Gsi& gsi, std::uint16_t sport, std::int64_t now_ns) noexcept;
+    Peer* claim_entry(const Tsi& tsi, std::int64_t now_ns) noexcept;
+    void evict_one(std::int64_t now_ns) noexcept;
+    void expire(Peer& p) noexcept;
+    void free_storage(const Peer* p) noexcept;
+    bool spm_confirmed(Peer& p,
+                       const pgm::Packet& pkt,
+                       const Endpoint& who,
+                       std::int64_t now_ns) noexcept;
+    [[nodiscard]] bool is_far(const Peer& p, const pgm::Packet& pkt) const noexcept;
+    void resync(Peer& p, Sqn begin) noexcept;
+    void unpark(Peer& p, std::int64_t now_ns) noexcept;
+    void spmr_timer(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept;
+    void ask_lead(Peer& p, std::int64_t now_ns) const noexcept;
+    bool admit_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
+    void check_conflict(Peer& p, Sqn s, const pgm::Packet& pkt) noexcept;
     Peer* find(const Gsi& gsi, std::uint16_t sport) noexcept;
     void on_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns, std::int64_t rx_ns) noexcept;
-    void on_spm(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
+    void on_spm(Peer& p,
+                const pgm::Packet& pkt,
+                const Endpoint& from,
+                std::int64_t now_ns) noexcept;
     void on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
     void on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
     void start(Peer& p, Sqn first, Sqn trail, bool has_trail) const noexcept;
@@ -164,6 +213,13 @@ private:
     std::vector<std::uint32_t> due_;  // run_naks: slots whose NAK timer expired
     unsigned wheel_shift_ = 10;       // NAK timer wheel tick = 2^shift ns (from the timers)
     std::uint64_t rng_ = 0;
+    std::uint64_t print_key_ = 0;  // key of the payload fingerprints (conflict detection)
+    std::int64_t repair_limit_ns_ = 0;
+    std::int64_t fin_limit_ns_ = 0;
+    std::uint32_t max_gap_ = 0;  // most missing sqns one data packet may open
+    std::size_t peer_bytes_ = 0;
+    std::size_t storage_budget_ = 0;
+    std::size_t storage_used_ = 0;
     ReceiverCounters counters_;
 };
 

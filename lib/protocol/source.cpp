@@ -15,6 +15,14 @@ namespace prizma::protocol {
 using pgm::PacketSpec;
 using pgm::PacketType;
 
+namespace {
+
+/// repair_burst_bytes = 0: the credit a source and a new requester start with, and the least
+/// that can be saved, in packets of max_tpdu.
+constexpr std::size_t kDefaultBurstPackets = 64;
+
+}  // namespace
+
 // ---- token bucket (RFC 3208 §5.1.1: rate-limited transmission) -------------------------------
 
 void Source::Bucket::refill(std::int64_t now_ns) noexcept {
@@ -47,6 +55,13 @@ std::int64_t Source::Bucket::when_available(std::size_t bytes, std::int64_t now_
     }
     const double missing = static_cast<double>(bytes) - tokens;
     return now_ns + static_cast<std::int64_t>(missing * 1e9 / static_cast<double>(rate)) + 1;
+}
+
+// ---- repair credit (docs/PROTOCOL.md, "Publisher repair limits") --------------------------
+
+void Source::Credit::earn(std::uint64_t odata_bytes, double fraction, double depth) noexcept {
+    bytes = std::min(depth, bytes + fraction * static_cast<double>(odata_bytes - mark));
+    mark = odata_bytes;
 }
 
 // ---- construction ---------------------------------------------------------------------------
@@ -94,6 +109,14 @@ Source::Source(const SourceConfig& cfg) : cfg_(cfg) {
     rdata_bucket_.rate = cfg.rdata_rate_bytes_per_sec;
     rdata_bucket_.depth = rate_depth(rdata_bucket_.rate);
     rdata_bucket_.tokens = rdata_bucket_.depth;
+    repair_fraction_ = static_cast<double>(cfg.repair_budget_percent) / 100.0;
+    requester_fraction_ = static_cast<double>(cfg.requester_budget_percent) / 100.0;
+    min_credit_ = static_cast<double>(
+        cfg.repair_burst_bytes != 0 ? cfg.repair_burst_bytes : kDefaultBurstPackets * cfg.max_tpdu);
+    repair_credit_.bytes = min_credit_;
+    // A receiver NAKs again only nak_rdata_ivl after an NCF: a faster repeat helps nobody.
+    repeat_ivl_ns_ = std::max(cfg.timers.nak_elimination_ns, cfg.timers.nak_rdata_ivl_ns / 2);
+    save_ivl_ns_ = std::max(cfg.timers.nak_rpt_ivl_ns, cfg.timers.nak_rdata_ivl_ns);
 }
 
 void Source::open(std::int64_t now_ns, PacketSink& sink) noexcept {
@@ -314,6 +337,7 @@ void Source::emit_odata(Sqn s,
     sl.tsdu_len = static_cast<std::uint16_t>(len);
     sl.has_fragment = frag != nullptr;
     sl.repair_pending = false;
+    sl.rdata_count = 0;
     if (frag != nullptr) {
         sl.fragment = *frag;
     }
@@ -352,13 +376,17 @@ void Source::send_spm(std::int64_t now_ns, PacketSink& sink) noexcept {
     ++spm_sqn_;
     ++counters_.spm_sent;
     counters_.bytes_sent += n;
+    other_bytes_ += n;
     sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), n), {}, Route::downstream, {}});
     (void)now_ns;
 }
 
-void Source::on_packet(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept {
+void Source::on_packet(const pgm::Packet& p,
+                       const Endpoint& from,
+                       std::int64_t now_ns,
+                       PacketSink& sink) noexcept {
     switch (p.type) {
-        case PacketType::nak: handle_nak(p, now_ns, sink); break;
+        case PacketType::nak: handle_nak(p, from, now_ns, sink); break;
         case PacketType::nnak: ++counters_.nnak_received; break;
         case PacketType::spmr:
             // RFC 3208 §13.6: answer with an SPM, at most once per spmr_answer_ivl.
@@ -378,7 +406,103 @@ void Source::answer_with_spm(std::int64_t now_ns, PacketSink& sink) noexcept {
     }
 }
 
-void Source::handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept {
+// ---- NAK → NCF + RDATA, within the repair limits ------------------------------------------
+
+// Bytes of the packets sent in the last save_ivl_ns_, as they lie in the ring (rounded up to
+// cache lines): bisection for the oldest, send times growing with sqns.
+std::size_t Source::recent_bytes(std::int64_t now_ns) const noexcept {
+    const std::int64_t since = now_ns - save_ivl_ns_;
+    std::uint32_t lo = 0;
+    std::uint32_t hi = in_window();
+    while (lo < hi) {
+        const std::uint32_t mid = lo + (hi - lo) / 2;
+        if (slots_[(trail_.value + mid) & mask_].sent_ns < since) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if (lo == in_window()) {
+        return 0;
+    }
+    const std::size_t first = slots_[(trail_.value + lo) & mask_].offset;
+    return head_off_ > first ? head_off_ - first : buffers_.size() - first + head_off_;
+}
+
+// Bytes of the packets in the transmit window, as they lie in the ring.
+std::size_t Source::window_bytes() const noexcept {
+    if (in_window() == 0) {
+        return 0;
+    }
+    const std::size_t first = slots_[trail_.value & mask_].offset;
+    return head_off_ > first ? head_off_ - first : buffers_.size() - first + head_off_;
+}
+
+Source::Requester* Source::find_requester(const Endpoint& from) noexcept {
+    for (auto& r : requesters_) {
+        if (r.used && r.family == from.family && r.addr == from.addr) {
+            return &r;
+        }
+    }
+    return nullptr;
+}
+
+// The table is small and fixed: a new host takes a free entry or the least recently heard
+// one's (a flood of spoofed addresses then only resets honest hosts to a new one's credit).
+Source::Requester& Source::requester(const Endpoint& from, std::int64_t now_ns) noexcept {
+    Requester* r = find_requester(from);
+    if (r == nullptr) {
+        r = requesters_.data();
+        for (auto& e : requesters_) {
+            if (!e.used) {
+                r = &e;
+                break;
+            }
+            if (e.last_ns < r->last_ns) {
+                r = &e;
+            }
+        }
+        if (r->used) {
+            ++counters_.requesters_replaced;
+        }
+        r->used = true;
+        r->family = from.family;
+        r->addr = from.addr;
+        r->credit.bytes = min_credit_;
+        r->credit.mark = odata_bytes();
+    }
+    r->last_ns = now_ns;
+    return *r;
+}
+
+// Credit saved is bounded: the budget's share of what the transmit window holds (every
+// packet in it repaired once: the most honest receivers can need, also after the source fell
+// quiet), or of what was sent over the last save_ivl_ns_ (one NAK repeat interval), or the
+// burst. A flood cashes that in once; after it, only new data earns credit.
+void Source::earn(Requester& rq, std::int64_t now_ns) noexcept {
+    const auto recent = static_cast<double>(std::max(recent_bytes(now_ns), window_bytes()));
+    const std::uint64_t sent = odata_bytes();
+    repair_credit_.earn(sent, repair_fraction_, std::max(min_credit_, repair_fraction_ * recent));
+    rq.credit.earn(sent, requester_fraction_, std::max(min_credit_, requester_fraction_ * recent));
+}
+
+Source::Pay Source::pay(Requester& rq, std::size_t bytes) noexcept {
+    const auto b = static_cast<double>(bytes);
+    if (rq.credit.bytes < b) {
+        return Pay::requester;
+    }
+    if (repair_credit_.bytes < b) {
+        return Pay::budget;
+    }
+    rq.credit.bytes -= b;
+    repair_credit_.bytes -= b;
+    return Pay::ok;
+}
+
+void Source::handle_nak(const pgm::Packet& p,
+                        const Endpoint& from,
+                        std::int64_t now_ns,
+                        PacketSink& sink) noexcept {
     // OpenPGM drops NAKs whose ports, source NLA or group NLA are not its own
     // (docs/PROTOCOL.md §6).
     if (p.sport != cfg_.dport || p.dport != cfg_.tsi.sport || p.nla != cfg_.nla
@@ -387,37 +511,34 @@ void Source::handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& s
         return;
     }
     ++counters_.nak_received;
-    std::array<Sqn, pgm::kMaxNakList + 1> in_window{};
+    Requester& rq = requester(from, now_ns);
+    earn(rq, now_ns);
+    // What the NCF confirms: sqns queued for an RDATA, by this NAK or before it.
+    std::array<Sqn, pgm::kMaxNakList + 1> confirmed{};
+    std::size_t n_confirmed = 0;
     std::size_t n_in = 0;
     const std::size_t total = p.requested_count();
-    bool out_of_window = false;
     for (std::size_t i = 0; i < total; ++i) {
         const Sqn s = p.requested(i);
         ++counters_.nak_sqns_received;
         if (!contains(s)) {
             ++counters_.nak_out_of_window;
-            out_of_window = true;
             continue;
         }
-        in_window[n_in++] = s;
-        Slot& sl = slot(s);
-        if (sl.repair_pending) {
-            continue;  // already queued: one RDATA answers every NAK for it
+        ++n_in;
+        // Already queued: one RDATA answers every NAK for it.
+        if (slot(s).repair_pending || admit(s, rq, now_ns)) {
+            confirmed[n_confirmed++] = s;
         }
-        if (now_ns - sl.last_rdata_ns < cfg_.timers.nak_elimination_ns) {
-            ++counters_.nak_eliminated;  // §5.3: an RDATA just went out; NCF still confirms
-            continue;
-        }
-        sl.repair_pending = true;
-        repair_queue_[(repair_head_ + repair_count_) & mask_] = s;
-        ++repair_count_;
     }
-    // RFC 3208 §5.2: an NCF to the group for every NAK, at once, mirroring it, so that other
-    // receivers' NAKs for the same data are suppressed.
-    if (n_in != 0) {
-        send_ncf(p, std::span<const Sqn>(in_window.data(), n_in), sink);
+    // RFC 3208 §5.2: an NCF to the group, at once, so that other receivers' NAKs for the same
+    // data are suppressed; but only for data that will come, and within the budget.
+    if (n_confirmed != 0) {
+        send_ncf(p, std::span<const Sqn>(confirmed.data(), n_confirmed), rq, sink);
+    } else if (n_in != 0) {
+        ++counters_.ncf_suppressed;
     }
-    if (out_of_window) {
+    if (n_in != total) {
         // Tell receivers the trail, so they report the loss instead of NAKing on: at once, but
         // at most once per spmr_answer_ivl (a lagging receiver's NAK storm must not become an
         // SPM storm into the same overfull receive buffers); a later one is scheduled.
@@ -426,7 +547,63 @@ void Source::handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& s
     flush_repairs(now_ns, sink);
 }
 
-void Source::send_ncf(const pgm::Packet& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept {
+bool Source::admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept {
+    Slot& sl = slot(s);
+    if (now_ns - sl.last_rdata_ns < repeat_ivl_ns_) {
+        ++counters_.nak_eliminated;  // §5.3: an RDATA for it has just gone out
+        return false;
+    }
+    if (sl.rdata_count >= cfg_.max_repairs_per_sqn) {
+        ++counters_.nak_repeat_limited;
+        ++counters_.nak_ignored;
+        return false;
+    }
+    switch (pay(rq, static_cast<std::size_t>(sl.header_len) + sl.tsdu_len)) {
+        case Pay::ok: break;
+        case Pay::requester:
+            ++counters_.nak_requester_limited;
+            ++counters_.nak_ignored;
+            return false;
+        case Pay::budget:
+            ++counters_.nak_budget_limited;
+            ++counters_.nak_ignored;
+            return false;
+    }
+    sl.repair_pending = true;
+    ++counters_.rdata_queued;
+    push_repair(s);
+    return true;
+}
+
+// The queue has a slot per window slot. An entry whose sqn left the window stays until it is
+// reached (and dropped); when such entries fill the queue they are dropped at once, so that
+// they never block or overwrite a live one: live entries are distinct in-window sqns other
+// than `s`, so there is room after that.
+void Source::push_repair(Sqn s) noexcept {
+    if (repair_count_ > mask_) {
+        drop_stale_repairs();
+    }
+    repair_queue_[(repair_head_ + repair_count_) & mask_] = s;
+    ++repair_count_;
+}
+
+void Source::drop_stale_repairs() noexcept {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < repair_count_; ++i) {
+        const Sqn s = repair_queue_[(repair_head_ + i) & mask_];
+        if (contains(s)) {
+            repair_queue_[(repair_head_ + kept++) & mask_] = s;
+        } else {
+            ++counters_.repairs_dropped;
+        }
+    }
+    repair_count_ = kept;
+}
+
+void Source::send_ncf(const pgm::Packet& p,
+                      std::span<const Sqn> sqns,
+                      Requester& rq,
+                      PacketSink& sink) noexcept {
     PacketSpec spec;
     spec.type = PacketType::ncf;
     spec.sport = cfg_.tsi.sport;
@@ -436,6 +613,10 @@ void Source::send_ncf(const pgm::Packet& p, std::span<const Sqn> sqns, PacketSin
     spec.nla = p.nla;
     spec.group = p.group;
     spec.nak_list = sqns.subspan(1);
+    if (pay(rq, pgm::encoded_size(spec)) != Pay::ok) {
+        ++counters_.ncf_suppressed;  // the RDATA still comes
+        return;
+    }
     const std::size_t n = pgm::encode(scratch_, spec);
     if (n == 0) {
         return;
@@ -445,6 +626,7 @@ void Source::send_ncf(const pgm::Packet& p, std::span<const Sqn> sqns, PacketSin
     }
     ++counters_.ncf_sent;
     counters_.bytes_sent += n;
+    other_bytes_ += n;
     sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), n), {}, Route::downstream, {}});
 }
 
@@ -457,7 +639,8 @@ void Source::flush_repairs(std::int64_t now_ns, PacketSink& sink) noexcept {
         if (!contains(s)) {
             repair_head_ = (repair_head_ + 1) & mask_;
             --repair_count_;
-            continue;  // fell off the window while queued
+            ++counters_.repairs_dropped;  // fell off the window while queued
+            continue;
         }
         Slot& sl = slot(s);
         const std::size_t wire = static_cast<std::size_t>(sl.header_len) + sl.tsdu_len;
@@ -492,8 +675,12 @@ void Source::flush_repairs(std::int64_t now_ns, PacketSink& sink) noexcept {
         }
         sl.repair_pending = false;
         sl.last_rdata_ns = now_ns;
+        if (sl.rdata_count != UINT8_MAX) {
+            ++sl.rdata_count;
+        }
         ++counters_.rdata_sent;
         counters_.bytes_sent += hlen + sl.tsdu_len;
+        other_bytes_ += hlen + sl.tsdu_len;
         sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), hlen),
                            std::span<const std::byte>(slot_buf(s) + sl.header_len, sl.tsdu_len),
                            Route::downstream,

@@ -29,12 +29,23 @@ struct SourceCounters {
     std::uint64_t nak_sqns_received = 0;  ///< sequence numbers asked for
     std::uint64_t nak_invalid = 0;        ///< wrong NLA/group/ports: dropped (docs/PROTOCOL.md §6)
     std::uint64_t nak_out_of_window = 0;  ///< sqns no longer (or not yet) in the window
-    std::uint64_t nak_eliminated = 0;     ///< §5.3 repeat NAKs inside the elimination interval
+    std::uint64_t nak_eliminated = 0;     ///< §5.3 repeats within max(nak_elimination,
+                                          ///< nak_rdata_ivl / 2) of the sqn's RDATA
     std::uint64_t nnak_received = 0;
     std::uint64_t spmr_received = 0;
     std::uint64_t back_pressured = 0;
     std::uint64_t rate_limited = 0;
     std::uint64_t window_evictions = 0;
+    std::uint64_t nak_ignored = 0;      ///< in-window sqns not repaired: a limit or budget
+    std::uint64_t repairs_dropped = 0;  ///< queued repairs dropped (evicted, over budget)
+    // Repair limits (docs/PROTOCOL.md, "Publisher repair limits"). nak_ignored is the sum of
+    // the three *_limited counters.
+    std::uint64_t rdata_queued = 0;           ///< sqns accepted for an RDATA
+    std::uint64_t nak_requester_limited = 0;  ///< over the requester's share of the budget
+    std::uint64_t nak_budget_limited = 0;     ///< over the source's repair budget
+    std::uint64_t nak_repeat_limited = 0;     ///< the sqn had max_repairs_per_sqn RDATA
+    std::uint64_t ncf_suppressed = 0;         ///< NAKs with nothing accepted, or no budget left
+    std::uint64_t requesters_replaced = 0;    ///< requester table full: the oldest was forgotten
 };
 
 /// The sending half of a PGM transport session (RFC 3208 §5): transmit window, ODATA framing
@@ -64,8 +75,13 @@ public:
         claim_active_ = false;
     }
 
-    /// Handles a NAK, NNAK or SPMR addressed to this source (TSI already matched).
-    void on_packet(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept;
+    /// Handles a NAK, NNAK or SPMR addressed to this source (TSI already matched). `from`: the
+    /// sender's transport address; NAKs are limited per requester host (its family and
+    /// address, not its port).
+    void on_packet(const pgm::Packet& p,
+                   const Endpoint& from,
+                   std::int64_t now_ns,
+                   PacketSink& sink) noexcept;
     /// Runs due timers: SPMs, pending RDATA held back by the repair budget.
     void on_timer(std::int64_t now_ns, PacketSink& sink) noexcept;
     [[nodiscard]] std::int64_t next_deadline() const noexcept;
@@ -81,6 +97,12 @@ public:
     [[nodiscard]] Sqn next_sqn() const noexcept { return next_; }
     [[nodiscard]] const SourceCounters& counters() const noexcept { return counters_; }
     [[nodiscard]] const SourceConfig& config() const noexcept { return cfg_; }
+    /// Repairs waiting for the RDATA rate budget (entries of sqns that left the window
+    /// included), never more than window_capacity().
+    [[nodiscard]] std::size_t repairs_queued() const noexcept { return repair_count_; }
+    [[nodiscard]] std::size_t window_capacity() const noexcept { return mask_ + std::size_t{1}; }
+    /// Requesters in the table (at most kMaxRequesters).
+    static constexpr std::size_t kMaxRequesters = 64;
     /// The rate limit or the retention compares the times given to send()/claim()/commit():
     /// they must be exact. Otherwise those times only schedule heartbeat SPMs.
     [[nodiscard]] bool needs_exact_time() const noexcept {
@@ -98,8 +120,25 @@ private:
         std::uint16_t packet_sum = 0;  // ODATA header + payload, checksum field zero
         bool has_fragment = false;
         bool repair_pending = false;
+        std::uint8_t rdata_count = 0;  // RDATA sent for this sqn (saturates at 255)
         pgm::FragmentInfo fragment{};
     };
+    /// A token bucket filled by data sent, not by time: `fraction` bytes of repair per ODATA
+    /// byte (docs/PROTOCOL.md, "Publisher repair limits"). Earned lazily, when spent.
+    struct Credit {
+        double bytes = 0;
+        std::uint64_t mark = 0;  // ODATA bytes sent when last earned
+        void earn(std::uint64_t odata_bytes, double fraction, double depth) noexcept;
+    };
+    /// One NAKing host (transport family + address, any port).
+    struct Requester {
+        std::array<std::uint8_t, 16> addr{};
+        std::uint16_t family = 0;
+        bool used = false;
+        std::int64_t last_ns = 0;
+        Credit credit;
+    };
+    enum class Pay : std::uint8_t { ok, requester, budget };
     struct Bucket {
         std::uint64_t rate = 0;  // bytes per second; 0 = unlimited
         double tokens = 0;
@@ -130,9 +169,29 @@ private:
     void after_data(std::int64_t now_ns) noexcept;
     void send_spm(std::int64_t now_ns, PacketSink& sink) noexcept;
     void answer_with_spm(std::int64_t now_ns, PacketSink& sink) noexcept;
-    void handle_nak(const pgm::Packet& p, std::int64_t now_ns, PacketSink& sink) noexcept;
+    void handle_nak(const pgm::Packet& p,
+                    const Endpoint& from,
+                    std::int64_t now_ns,
+                    PacketSink& sink) noexcept;
+    /// Accepts in-window `s` for an RDATA unless a limit says no (counted).
+    bool admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept;
+    void push_repair(Sqn s) noexcept;
+    void drop_stale_repairs() noexcept;
     void flush_repairs(std::int64_t now_ns, PacketSink& sink) noexcept;
-    void send_ncf(const pgm::Packet& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept;
+    void send_ncf(const pgm::Packet& p,
+                  std::span<const Sqn> sqns,
+                  Requester& rq,
+                  PacketSink& sink) noexcept;
+    [[nodiscard]] std::uint64_t odata_bytes() const noexcept {
+        return counters_.bytes_sent - other_bytes_;
+    }
+    [[nodiscard]] std::size_t recent_bytes(std::int64_t now_ns) const noexcept;
+    [[nodiscard]] std::size_t window_bytes() const noexcept;
+    Requester* find_requester(const Endpoint& from) noexcept;
+    Requester& requester(const Endpoint& from, std::int64_t now_ns) noexcept;
+    void earn(Requester& rq, std::int64_t now_ns) noexcept;
+    /// Takes `bytes` from the requester's and the source's credit, or from neither.
+    Pay pay(Requester& rq, std::size_t bytes) noexcept;
 
     SourceConfig cfg_;
     std::size_t max_tsdu_ = 0;
@@ -164,6 +223,16 @@ private:
     std::int64_t repair_retry_ns_ = kNever;
     Bucket odata_bucket_;
     Bucket rdata_bucket_;
+    // Repair limits: fractions of ODATA bytes, the least credit saved, the repeat interval
+    // of one sqn's RDATA, and how long credit earned is saved.
+    double repair_fraction_ = 0;
+    double requester_fraction_ = 0;
+    double min_credit_ = 0;
+    std::int64_t repeat_ivl_ns_ = 0;
+    std::int64_t save_ivl_ns_ = 0;
+    std::uint64_t other_bytes_ = 0;  // bytes_sent that were not ODATA (SPM, NCF, RDATA)
+    Credit repair_credit_;
+    std::array<Requester, kMaxRequesters> requesters_{};
     SourceCounters counters_;
 };
 

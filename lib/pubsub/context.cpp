@@ -229,6 +229,9 @@ protocol::SourceConfig Context::Impl::source_config(const TransportChannel& tc,
     c.max_tpdu = t.caps().max_datagram;
     c.odata_rate_bytes_per_sec = o.rate_bytes_per_sec;
     c.rdata_rate_bytes_per_sec = o.repair_rate_bytes_per_sec;
+    c.repair_budget_percent = o.repair_budget_percent;
+    c.requester_budget_percent = o.requester_budget_percent;
+    c.max_repairs_per_sqn = o.max_repairs_per_sqn;
     c.timers = timers;
     return c;
 }
@@ -248,6 +251,7 @@ protocol::ReceiverConfig Context::Impl::receiver_config(const TransportChannel& 
         o.recover_history ? protocol::JoinPolicy::from_trail : protocol::JoinPolicy::first_packet;
     c.max_recover_sqns = std::min(o.max_recover_sqns, o.window_sqns - 1);
     c.passive = o.passive;
+    c.storage_budget_bytes = o.memory_budget_bytes;
     c.seed = rng();
     c.timers = timers;
     return c;
@@ -558,6 +562,8 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.naks_received = k.nak_received;
         c.back_pressured = k.back_pressured;
         c.rate_limited = k.rate_limited;
+        c.naks_ignored = k.nak_ignored;
+        c.repairs_dropped = k.repairs_dropped;
     }
     if (const auto* rcv = ch.session->receiver()) {
         const auto& k = rcv->counters();
@@ -574,6 +580,10 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.lost_sqns = k.lost_sqns;
         c.window_full = k.outside_window;
         c.sources = rcv->peer_count();
+        c.sources_refused = k.peers_refused;
+        c.sources_evicted = k.peers_evicted;
+        c.packets_refused = k.refused;
+        c.conflicts = k.conflicts;
     }
     return c;
 }

@@ -51,6 +51,9 @@ struct Row {
 
 std::vector<Row> make_rows() {
     using protocol::kMaxPeers;
+    using protocol::kMaxRepairsPerSqn;
+    using protocol::kRepairBudget;
+    using protocol::kRequesterBudget;
     using protocol::kRetention;
     using protocol::kRxwSqns;
     using protocol::kTxwSqns;
@@ -83,6 +86,21 @@ std::vector<Row> make_rows() {
           [](O o) {
               return text(o.repair_rate_bytes_per_sec);
           }}},
+        {{"repair_budget_percent", "publisher", kRepairBudget.text(),
+          [](O o) {
+              return text(o.repair_budget_percent);
+          }},
+         kRepairBudget.field},
+        {{"requester_budget_percent", "publisher", kRequesterBudget.text(),
+          [](O o) {
+              return text(o.requester_budget_percent);
+          }},
+         kRequesterBudget.field},
+        {{"max_repairs_per_sqn", "publisher", kMaxRepairsPerSqn.text(),
+          [](O o) {
+              return text(o.max_repairs_per_sqn);
+          }},
+         kMaxRepairsPerSqn.field},
         {{"recover_history", "subscriber", "true or false",
           [](O o) {
               return text(o.recover_history);
@@ -102,6 +120,11 @@ std::vector<Row> make_rows() {
               return text(o.preallocated_sources);
           }},
          "preallocated_peers"},
+        {{"memory_budget_bytes", "subscriber",
+          "any (less than preallocated_sources need is taken as that)",
+          [](O o) {
+              return text(o.memory_budget_bytes);
+          }}},
         {{"passive", "subscriber", "true or false",
           [](O o) {
               return text(o.passive);

@@ -146,7 +146,7 @@ void Session::dispatch(const RxPacket& rx, std::int64_t now_ns) noexcept {
     const bool ours = source_ && pkt.source_tsi() == source_->config().tsi;
     if (pkt.is_upstream()) {
         if (ours) {
-            source_->on_packet(pkt, now_ns, *this);
+            source_->on_packet(pkt, rx.from, now_ns, *this);
         } else if (receiver_) {
             receiver_->on_packet(pkt, rx.from, now_ns, *this);  // another receiver's NAK/SPMR
         } else {

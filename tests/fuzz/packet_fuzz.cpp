@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     st.now += 7000;
     if (p.is_upstream()) {
-        st.source->on_packet(p, st.now, sink);
+        st.source->on_packet(p, prizma::Endpoint{}, st.now, sink);
     }
     st.receiver->on_packet(p, prizma::Endpoint{}, st.now, sink);
     st.receiver->on_timer(st.now, sink);

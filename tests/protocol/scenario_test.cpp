@@ -56,9 +56,12 @@ void require_in_order(const Sim::Node& r,
 TEST_CASE("lost ODATA is repaired: NAK after back-off, NCF, RDATA delivered in order",
           "[protocol][nak]") {
     Sim sim;
-    auto& src = sim.add_source(source_config());
+    // The receiver is there first: the source's opening SPMs give it the NLA, so its first
+    // NAK waits one back-off from detection (not the SPMR exchange).
     auto& rcv = sim.add_receiver(receiver_config(7), drop({{kOdata, 3, 1}}));
+    auto& src = sim.add_source(source_config());
     sim.pump();
+    REQUIRE(rcv.receiver().counters().spm_received == 3);
     publish_n(sim, src, 0, 10);
     sim.pump();
     // Gap detected at once (sqn 4 arrived after 2), but no NAK before the back-off expires.

@@ -2,7 +2,9 @@
 // The source state machine driven directly: packets out are captured and parsed.
 #include "lib/protocol/source.hpp"
 
+#include <algorithm>
 #include <array>
+#include <string>
 #include <vector>
 
 #include "lib/pgm/checksum.hpp"
@@ -134,12 +136,12 @@ TEST_CASE("NAKs with a foreign NLA, group or ports are dropped; valid ones get N
     }
     cap.packets.clear();
     const auto bad = nak(cfg, Sqn{2}, {}, pgm::Nla::ipv4(10, 0, 0, 99));
-    src->on_packet(parse(bad), 1000, cap);
+    src->on_packet(parse(bad), Endpoint{}, 1000, cap);
     CHECK(cap.packets.empty());
     CHECK(src->counters().nak_invalid == 1);
 
     const auto good = nak(cfg, Sqn{1}, {Sqn{3}, Sqn{4}});
-    src->on_packet(parse(good), 2000, cap);
+    src->on_packet(parse(good), Endpoint{}, 2000, cap);
     const auto out = cap.parsed();
     REQUIRE(out.size() == 4);
     CHECK(out[0].type == PacketType::ncf);  // NCF first, mirroring the list
@@ -151,15 +153,23 @@ TEST_CASE("NAKs with a foreign NLA, group or ports are dropped; valid ones get N
     }
     CHECK(out[1].sqn == Sqn{1});
     CHECK(out[3].sqn == Sqn{4});
-    // NAK elimination: the same NAK again at once gets an NCF but no second RDATA.
+    // NAK elimination: the same NAK again at once gets no second RDATA, and no NCF either:
+    // nothing it asks for is coming (docs/PROTOCOL.md, "Publisher repair limits").
     cap.packets.clear();
-    src->on_packet(parse(good), 3000, cap);
-    CHECK(cap.count(PacketType::ncf) == 1);
+    src->on_packet(parse(good), Endpoint{}, 3000, cap);
+    CHECK(cap.count(PacketType::ncf) == 0);
     CHECK(cap.count(PacketType::rdata) == 0);
     CHECK(src->counters().nak_eliminated == 3);
-    // After the elimination interval it is served again.
+    CHECK(src->counters().ncf_suppressed == 1);
+    // The repeat interval is max(nak_elimination, nak_rdata_ivl / 2): a receiver NAKs again
+    // only nak_rdata_ivl after an NCF. After it, the sqns are served again.
+    const std::int64_t repeat =
+        std::max(cfg.timers.nak_elimination_ns, cfg.timers.nak_rdata_ivl_ns / 2);
     cap.packets.clear();
-    src->on_packet(parse(good), 3000 + cfg.timers.nak_elimination_ns, cap);
+    src->on_packet(parse(good), Endpoint{}, 2000 + repeat - 1, cap);
+    CHECK(cap.count(PacketType::rdata) == 0);
+    src->on_packet(parse(good), Endpoint{}, 2000 + repeat, cap);
+    CHECK(cap.count(PacketType::ncf) == 1);
     CHECK(cap.count(PacketType::rdata) == 3);
 }
 
@@ -176,7 +186,7 @@ TEST_CASE("a NAK for data that left the window gets an SPM with the trail, no RD
     }
     CHECK(src->trail() == Sqn{12});
     cap.packets.clear();
-    src->on_packet(parse(nak(cfg, Sqn{3})), 10, cap);
+    src->on_packet(parse(nak(cfg, Sqn{3})), Endpoint{}, 10, cap);
     const auto out = cap.parsed();
     REQUIRE(out.size() == 1);
     CHECK(out[0].type == PacketType::spm);
@@ -188,16 +198,16 @@ TEST_CASE("a NAK for data that left the window gets an SPM with the trail, no RD
     cap.packets.clear();
     const std::int64_t ivl = cfg.timers.spmr_answer_ivl_ns;
     for (int i = 0; i < 100; ++i) {
-        src->on_packet(parse(nak(cfg, Sqn{static_cast<std::uint32_t>(i % 10)})),
+        src->on_packet(parse(nak(cfg, Sqn{static_cast<std::uint32_t>(i % 10)})), Endpoint{},
                        20 + i * (ivl / 200), cap);
     }
     CHECK(src->counters().nak_out_of_window == 101);
     CHECK(cap.count(PacketType::spm) == 0);  // the first SPM went out at t=10, < ivl ago
     src->on_timer(10 + ivl, cap);
     CHECK(cap.count(PacketType::spm) == 1);
-    src->on_packet(parse(nak(cfg, Sqn{3})), 10 + ivl + 1, cap);
+    src->on_packet(parse(nak(cfg, Sqn{3})), Endpoint{}, 10 + ivl + 1, cap);
     CHECK(cap.count(PacketType::spm) == 1);
-    src->on_packet(parse(nak(cfg, Sqn{3})), 10 + 2 * ivl, cap);
+    src->on_packet(parse(nak(cfg, Sqn{3})), Endpoint{}, 10 + 2 * ivl, cap);
     CHECK(cap.count(PacketType::spm) == 2);
     CHECK(cap.parsed().back().trail == Sqn{12});
 }
@@ -217,9 +227,9 @@ TEST_CASE("SPMRs are answered at most once per interval; heartbeats follow data"
     std::vector<std::byte> spmr(16);
     REQUIRE(pgm::encode(spmr, spec) == 16);
     pgm::store_checksum(spmr, 0);
-    src->on_packet(parse(spmr), 10 * kMs, cap);
-    src->on_packet(parse(spmr), 10 * kMs + 1, cap);
-    src->on_packet(parse(spmr), 10 * kMs + 2, cap);
+    src->on_packet(parse(spmr), Endpoint{}, 10 * kMs, cap);
+    src->on_packet(parse(spmr), Endpoint{}, 10 * kMs + 1, cap);
+    src->on_packet(parse(spmr), Endpoint{}, 10 * kMs + 2, cap);
     CHECK(cap.count(PacketType::spm) == 1);
     CHECK(src->next_deadline() == 10 * kMs + cfg.timers.spmr_answer_ivl_ns);
     src->on_timer(src->next_deadline(), cap);
@@ -260,7 +270,7 @@ TEST_CASE("close sends 3 SPMs with OPT_FIN and still repairs", "[protocol][sourc
         CHECK(p.opts.fin);
     }
     cap.packets.clear();
-    src->on_packet(parse(nak(cfg, Sqn{0})), 10, cap);
+    src->on_packet(parse(nak(cfg, Sqn{0})), Endpoint{}, 10, cap);
     CHECK(cap.count(PacketType::rdata) == 1);
 }
 
@@ -279,7 +289,7 @@ TEST_CASE("RDATA respects its own rate budget and is sent later, not dropped",
     for (std::uint32_t s = 1; s < 60; ++s) {
         list.push_back(Sqn{s});
     }
-    src->on_packet(parse(nak(cfg, Sqn{0}, list)), 0, cap);
+    src->on_packet(parse(nak(cfg, Sqn{0}, list)), Endpoint{}, 0, cap);
     const std::size_t first_burst = cap.count(PacketType::rdata);
     CHECK(first_burst > 0);
     CHECK(first_burst < 60);
@@ -291,4 +301,81 @@ TEST_CASE("RDATA respects its own rate budget and is sent later, not dropped",
     CHECK(cap.count(PacketType::rdata) == 60);
     // 60 x 1424 B at 100 kB/s after the initial bucket: the last RDATA waits ~0.6 s.
     CHECK(t > 300 * kMs);
+}
+
+TEST_CASE("repair limits are refused outside their bounds, named", "[protocol][source][config]") {
+    auto why = [](const protocol::SourceConfig& c) {
+        auto r = protocol::Source::create(c);
+        REQUIRE_FALSE(r.has_value());
+        return std::string(r.error().detail());
+    };
+    auto c = testing::source_config();
+    c.repair_budget_percent = 0;
+    CHECK(why(c) == "repair_budget_percent: 1 to 10000 percent");
+    c = testing::source_config();
+    c.requester_budget_percent = 10001;
+    CHECK(why(c) == "requester_budget_percent: 1 to 10000 percent");
+    c = testing::source_config();
+    c.repair_burst_bytes = (1U << 30U) + 1;
+    CHECK(why(c) == "repair_burst_bytes: 0 to 1073741824 bytes");
+    c = testing::source_config();
+    c.max_repairs_per_sqn = 0;
+    CHECK(why(c) == "max_repairs_per_sqn: 1 to 255 RDATA");
+}
+
+TEST_CASE("a quiet source still repairs a small loss out of the credit it saved",
+          "[protocol][source][budget]") {
+    auto cfg = testing::source_config();
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    for (int i = 0; i < 10; ++i) {
+        REQUIRE(src->send(testing::make_message(1, 1400), 0, cap).has_value());
+    }
+    cap.packets.clear();
+    // An hour later: the saved credit (64 packets of max_tpdu) is still there, no more.
+    std::vector<Sqn> list;
+    for (std::uint32_t s = 1; s < 10; ++s) {
+        list.push_back(Sqn{s});
+    }
+    const std::int64_t later = 3600 * protocol::kSec;
+    src->on_packet(parse(nak(cfg, Sqn{0}, list)), Endpoint{}, later, cap);
+    CHECK(cap.count(PacketType::rdata) == 10);
+    CHECK(cap.count(PacketType::ncf) == 1);
+    CHECK(src->counters().nak_ignored == 0);
+}
+
+TEST_CASE("requesters are told apart by address, not port; a full table forgets the oldest",
+          "[protocol][source][budget]") {
+    auto cfg = testing::source_config();
+    cfg.requester_budget_percent = 1;
+    cfg.repair_burst_bytes = 1500;  // a new requester: one 1000-byte RDATA (and its NCF)
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    for (int i = 0; i < 100; ++i) {
+        REQUIRE(src->send(testing::make_message(1, 1000), 0, cap).has_value());
+    }
+    cap.packets.clear();
+    auto from = [](std::uint8_t host, std::uint16_t port) {
+        Endpoint e;
+        e.family = 2;
+        e.port = port;
+        e.addr[3] = host;
+        return e;
+    };
+    // Two sqns from one host on two ports: its one share answers the first only.
+    src->on_packet(parse(nak(cfg, Sqn{0})), from(1, 1000), 10, cap);
+    src->on_packet(parse(nak(cfg, Sqn{1})), from(1, 2000), 20, cap);
+    CHECK(cap.count(PacketType::rdata) == 1);
+    CHECK(src->counters().nak_requester_limited == 1);
+    // 64 other hosts fill the table and push host 1 out: it comes back as a new requester.
+    for (std::uint8_t h = 2; h < 2 + protocol::Source::kMaxRequesters; ++h) {
+        src->on_packet(parse(nak(cfg, Sqn{h})), from(h, 1000), 30 + h, cap);
+    }
+    CHECK(src->counters().requesters_replaced == 1);
+    CHECK(cap.count(PacketType::rdata) == 1 + protocol::Source::kMaxRequesters);
+    src->on_packet(parse(nak(cfg, Sqn{1})), from(1, 1000), 200, cap);
+    CHECK(cap.count(PacketType::rdata) == 2 + protocol::Source::kMaxRequesters);
+    CHECK(src->counters().requesters_replaced == 2);
 }

@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
     cmake g++ ninja-build pkg-config git
     libibverbs-dev libibumad-dev ibverbs-providers
-    libpgm-dev libbenchmark-dev catch2 libfmt-dev libcli11-dev
+    libpgm-dev libbenchmark-dev catch2 libfmt-dev libcli11-dev libsodium-dev
     clang libclang-rt-14-dev clang-format tshark iproute2 iptables
 )
 missing=()

@@ -130,15 +130,24 @@ static void BM_NakScan(benchmark::State& state) {
 BENCHMARK(BM_NakScan)->Arg(64)->Arg(1024)->Iterations(3000);
 
 // End to end over the memory transport: publish -> batch -> ring -> parse -> window -> deliver.
+// Arguments: message size, messages per batch, authentication (0 off, 1 on: every packet
+// signed by the publisher's Session and verified by the subscriber's).
 static void BM_PublishDeliverMemory(benchmark::State& state) {
     memory::MemoryNetwork net(memory::MemoryNetwork::Config{1472, 4096, 64, false});
     auto tp = net.attach();
     auto tr = net.attach();
     pubsub::SessionConfig pc;
     pc.source = source_cfg();
-    auto pub = std::move(*pubsub::Session::create(*tp, pc));
     pubsub::SessionConfig rc;
     rc.receiver = receiver_cfg();
+    if (state.range(2) != 0) {
+        AuthOptions keys;
+        keys.keys.push_back(AuthKey{1, {}});
+        pc.auth = *pubsub::Authenticator::create(keys);
+        rc.auth = pc.auth;
+        pc.source->max_tpdu -= pgm::kAuthOverheadBytes;
+    }
+    auto pub = std::move(*pubsub::Session::create(*tp, pc));
     auto sub = std::move(*pubsub::Session::create(*tr, rc));
     const auto batch = static_cast<int>(state.range(1));
     std::vector<std::byte> msg(static_cast<std::size_t>(state.range(0)), std::byte{9});
@@ -162,10 +171,14 @@ static void BM_PublishDeliverMemory(benchmark::State& state) {
     state.counters["delivered"] = static_cast<double>(delivered);
 }
 BENCHMARK(BM_PublishDeliverMemory)
-    ->Args({100, 8})
-    ->Args({100, 64})
-    ->Args({500, 8})
-    ->Args({500, 64});
+    ->Args({100, 8, 0})
+    ->Args({100, 8, 1})
+    ->Args({100, 64, 0})
+    ->Args({100, 64, 1})
+    ->Args({500, 8, 0})
+    ->Args({500, 8, 1})
+    ->Args({500, 64, 0})
+    ->Args({500, 64, 1});
 
 // The protocol core alone, publish -> deliver on one core: Source::send emits into a sink that
 // parses (with checksum verification) and feeds the Receiver, which delivers in order.

@@ -15,8 +15,9 @@ struct ChannelCounters {
     std::uint64_t packets_received = 0;
     std::uint64_t bytes_sent = 0;
     std::uint64_t bytes_received = 0;
-    std::uint64_t malformed = 0;    ///< packets that failed validation (dropped)
-    std::uint64_t short_sends = 0;  ///< the transport took fewer packets than offered
+    std::uint64_t malformed = 0;     ///< packets that failed validation (dropped)
+    std::uint64_t short_sends = 0;   ///< the transport took fewer packets than offered
+    std::uint64_t auth_refused = 0;  ///< packets without a valid MAC (authenticated channels)
     // publisher
     std::uint64_t odata_sent = 0;
     std::uint64_t rdata_sent = 0;
@@ -57,13 +58,14 @@ struct CounterField {
 
 /// Every field of ChannelCounters, in declaration order: the one list that sums, stats files,
 /// prizma-stat and the tools use. A field added to the struct and not here fails to compile.
-inline constexpr std::array<CounterField, 32> kChannelCounterFields{{
+inline constexpr std::array<CounterField, 33> kChannelCounterFields{{
     {"packets_sent", &ChannelCounters::packets_sent},
     {"packets_received", &ChannelCounters::packets_received},
     {"bytes_sent", &ChannelCounters::bytes_sent},
     {"bytes_received", &ChannelCounters::bytes_received},
     {"malformed", &ChannelCounters::malformed},
     {"short_sends", &ChannelCounters::short_sends},
+    {"auth_refused", &ChannelCounters::auth_refused},
     {"odata_sent", &ChannelCounters::odata_sent},
     {"rdata_sent", &ChannelCounters::rdata_sent},
     {"spm_sent", &ChannelCounters::spm_sent},

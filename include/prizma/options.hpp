@@ -9,6 +9,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include <prizma/error.hpp>
+#include <prizma/result.hpp>
 
 namespace prizma {
 
@@ -43,6 +47,31 @@ struct Timers {
     /// The values of a preset.
     static Timers of(TimerPreset preset) noexcept;
 };
+
+/// One key of a channel's packet authentication: 16 secret bytes and the id packets name it
+/// by (so keys can be rotated: receivers hold the old and the new one for a while).
+struct AuthKey {
+    std::uint32_t id = 0;
+    std::array<std::uint8_t, 16> bytes{};
+};
+
+/// Packet authentication (docs/PROTOCOL.md, "Authentication"): every packet between prizma
+/// peers carries a keyed MAC; packets without a valid one, or whose sender clock is more
+/// than max_clock_skew away (replays), are dropped and counted (`auth_refused`).
+struct AuthOptions {
+    /// 1 to 4 keys with distinct ids; the first signs, any of them verifies.
+    std::vector<AuthKey> keys;
+    /// Largest difference between a sender's clock and ours (both UTC). Sequence numbers
+    /// wrap after about an hour at 1 M messages/s: an old packet replayed is refused long
+    /// before it could be taken for a new one.
+    std::chrono::seconds max_clock_skew{30};
+};
+
+/// Reads a key file: one key per line, `ID HEX` (a decimal id, 32 hex digits), `#` comments;
+/// the first key signs. The file must be a regular file of the caller's own with no group or
+/// other permission bits (0600 or 0400): anything else is refused. The key never appears in
+/// an error.
+Result<AuthOptions, Error> read_key_file(const std::string& path);
 
 /// Per-channel settings. Channel URIs carry the addressing; these carry the protocol.
 struct ChannelOptions {
@@ -82,7 +111,10 @@ struct ChannelOptions {
     /// 0 = that of max(preallocated_sources, 4) sources. A new source beyond it is refused
     /// (sources_refused) while one that never sent an SPM, or fell silent, leaves for it.
     std::size_t memory_budget_bytes = 0;
-    bool passive = false;           ///< subscriber never NAKs
+    bool passive = false;  ///< subscriber never NAKs
+    /// Packet authentication between prizma peers (or `key_file=PATH` in the URI: not both).
+    /// Unset: packets are as OpenPGM sends them, and any MAC option is ignored.
+    std::optional<AuthOptions> auth;
     std::uint16_t source_port = 0;  ///< PGM TSI source port; 0 = random
 };
 

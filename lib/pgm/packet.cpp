@@ -119,6 +119,15 @@ ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options
                 break;
             case OptionType::syn: o.syn = true; break;
             case OptionType::fin: o.fin = true; break;
+            case OptionType::auth:
+                if (len != kAuthOptionBytes || o.has_auth) {
+                    return ParseStatus::bad_options;
+                }
+                o.has_auth = true;
+                o.auth_offset = static_cast<std::uint16_t>(p);
+                o.auth_key_id = load_be32(body + 4);
+                o.auth_time_ms = (std::uint64_t{load_be32(body + 8)} << 32U) | load_be32(body + 12);
+                break;
             case OptionType::rst: {
                 o.rst = true;
                 const auto b = std::to_integer<std::uint8_t>(body[3]);
@@ -257,12 +266,12 @@ ParseStatus parse(std::span<const std::byte> d, Packet& out, const ParseConfig& 
     return ParseStatus::ok;
 }
 
-std::size_t wire_length(std::span<const std::byte> d) noexcept {
+std::size_t options_offset(std::span<const std::byte> header) noexcept {
+    const std::span<const std::byte> d = header;
     if (d.size() < kHeaderBytes) {
         return 0;
     }
-    const std::byte* h = d.data();
-    const auto type = static_cast<PacketType>(std::to_integer<std::uint8_t>(h[4]));
+    const auto type = static_cast<PacketType>(std::to_integer<std::uint8_t>(d[4]));
     std::size_t off = kHeaderBytes;
     Nla nla;
     switch (type) {
@@ -286,14 +295,75 @@ std::size_t wire_length(std::span<const std::byte> d) noexcept {
         case PacketType::spmr: break;
         default: return 0;  // unknown, or POLL/POLR/ACK (header-only to parse())
     }
-    if ((std::to_integer<std::uint8_t>(h[5]) & kOptPresent) != 0) {
+    return off <= d.size() ? off : 0;
+}
+
+std::size_t wire_length(std::span<const std::byte> d) noexcept {
+    std::size_t off = options_offset(d);
+    if (off == 0) {
+        return 0;
+    }
+    if ((std::to_integer<std::uint8_t>(d[5]) & kOptPresent) != 0) {
         std::uint16_t total = 0;
         if (read_opt_length(d, off, total) != ParseStatus::ok) {
             return 0;
         }
         off += total;
     }
-    return off + load_be16(h + 14);
+    return off + load_be16(d.data() + 14);
+}
+
+std::size_t append_auth_option(std::span<std::byte> buf,
+                               std::size_t hlen,
+                               std::uint32_t key_id,
+                               std::uint64_t time_ms) noexcept {
+    if (buf.size() < hlen + kAuthOverheadBytes) {
+        return 0;
+    }
+    const std::size_t opt = options_offset(buf.first(hlen));
+    if (opt == 0) {
+        return 0;
+    }
+    std::byte* h = buf.data();
+    std::size_t at = hlen;  // where the auth option goes: the end of the header
+    if ((std::to_integer<std::uint8_t>(h[5]) & kOptPresent) != 0) {
+        std::uint16_t total = 0;
+        if (read_opt_length(buf.first(hlen), opt, total) != ParseStatus::ok
+            || opt + total != hlen) {
+            return 0;
+        }
+        // Clear OPT_END on the last option: walk the TLVs after OPT_LENGTH.
+        std::size_t p = opt + 4;
+        std::size_t last = 0;
+        while (p + 4 <= hlen) {
+            const std::size_t len = std::to_integer<std::uint8_t>(h[p + 1]);
+            if (len < 4 || p + len > hlen) {
+                return 0;
+            }
+            last = p;
+            p += len;
+        }
+        if (last == 0) {
+            return 0;
+        }
+        h[last] &= std::byte{static_cast<std::uint8_t>(~kOptEnd)};
+        store_be16(h + opt + 2, static_cast<std::uint16_t>(total + kAuthOptionBytes));
+    } else {
+        h[5] |= std::byte{kOptPresent};
+        h[at] = std::byte{static_cast<std::uint8_t>(OptionType::length)};
+        h[at + 1] = std::byte{4};
+        store_be16(h + at + 2, static_cast<std::uint16_t>(4 + kAuthOptionBytes));
+        at += 4;
+    }
+    std::byte* o = h + at;
+    std::memset(o, 0, kAuthOptionBytes);
+    o[0] =
+        std::byte{static_cast<std::uint8_t>(static_cast<std::uint8_t>(OptionType::auth) | kOptEnd)};
+    o[1] = std::byte{static_cast<std::uint8_t>(kAuthOptionBytes)};
+    store_be32(o + 4, key_id);
+    store_be32(o + 8, static_cast<std::uint32_t>(time_ms >> 32U));
+    store_be32(o + 12, static_cast<std::uint32_t>(time_ms));
+    return at + kAuthOptionBytes;
 }
 
 namespace {

@@ -50,7 +50,16 @@ enum class OptionType : std::uint8_t {
     syn = 0x0d,
     fin = 0x0e,
     rst = 0x0f,
+    /// prizma's authentication option (docs/PROTOCOL.md, "Authentication"): a type RFC 3208
+    /// and OpenPGM leave unassigned, sent with OPX = 00 ("ignore when unknown"), so OpenPGM
+    /// and Wireshark skip it. Key id, sender time, 16-byte tag.
+    auth = 0x3d,
 };
+inline constexpr std::size_t kAuthOptionBytes = 32;  ///< type, length, OPX, 0, id, time, tag
+inline constexpr std::size_t kAuthTagBytes = 16;
+/// What authentication adds to a packet at most: the option, and OPT_LENGTH when the packet
+/// had no options.
+inline constexpr std::size_t kAuthOverheadBytes = kAuthOptionBytes + 4;
 
 /// Network Layer Address with its RFC 1700 AFI: 1 = IPv4 (4 bytes), 2 = IPv6 (16 bytes, also
 /// used for InfiniBand/RoCE GIDs).
@@ -91,6 +100,10 @@ struct Options {
     std::uint8_t rst_code = 0;
     std::uint8_t nak_list_count = 0;
     std::uint8_t unknown_count = 0;  ///< options skipped by length
+    bool has_auth = false;
+    std::uint16_t auth_offset = 0;  ///< of the auth option in the packet (its tag at +16)
+    std::uint32_t auth_key_id = 0;
+    std::uint64_t auth_time_ms = 0;  ///< the sender's clock, ms since the Unix epoch
     FragmentInfo fragment{};
     Sqn join_min{};
     const std::byte* nak_list = nullptr;  ///< nak_list_count big-endian u32s
@@ -188,6 +201,20 @@ struct PacketSpec {
     bool rst = false;
     std::uint8_t rst_code = 0;
 };
+
+/// Where a packet's options (or, without options, its payload) start: after the common header
+/// and its type's fixed part. 0 when the type has no such layout (POLL, POLR, ACK, unknown)
+/// or the bytes end first.
+std::size_t options_offset(std::span<const std::byte> header) noexcept;
+
+/// Appends prizma's auth option (tag zero) to the packet header in buf[0, hlen): into its
+/// options (OPT_LENGTH's total grown, OPT_END moved), or as new options with OPT_LENGTH.
+/// buf needs kAuthOverheadBytes of room after hlen; whatever follows hlen (the payload) is
+/// not moved. Returns the new header length, 0 when the header cannot take it.
+std::size_t append_auth_option(std::span<std::byte> buf,
+                               std::size_t hlen,
+                               std::uint32_t key_id,
+                               std::uint64_t time_ms) noexcept;
 
 /// Bytes encode() writes for `spec` (header + fixed part + options).
 std::size_t encoded_size(const PacketSpec& spec) noexcept;

@@ -23,6 +23,7 @@
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/protocol/config.hpp"
+#include "lib/pubsub/auth.hpp"
 #include "lib/pubsub/options_convert.hpp"
 #include "lib/pubsub/session.hpp"
 #include "lib/pubsub/stats_file.hpp"
@@ -93,6 +94,8 @@ pgm::Nla nla_of(const IpAddress& ip) {
 struct Faults {
     memory::LossyTransport::Config config;
     bool any = false;
+    /// key_file=PATH (every scheme): the channel's authentication keys, read from the file.
+    std::optional<AuthOptions> auth;
 };
 
 Result<Faults, Error> take_fault_keys(ChannelUri& uri) {
@@ -101,7 +104,14 @@ Result<Faults, Error> take_fault_keys(ChannelUri& uri) {
     for (auto it = ps.begin(); it != ps.end();) {
         const std::string& k = it->key;
         const std::string& v = it->value;
-        if (k == "seed") {
+        if (k == "key_file") {
+            auto keys = read_key_file(v);
+            if (!keys) {
+                return Error(keys.error().code(),
+                             keys.error().detail() + " (in '" + uri.text + "')");
+            }
+            f.auth = std::move(*keys);
+        } else if (k == "seed") {
             const auto x = runtime::parse_uint(v);
             if (!x) {
                 return Error(Errc::invalid_argument,
@@ -277,8 +287,25 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
     }
     Transport& t = ch->lossy ? static_cast<Transport&>(*ch->lossy) : *ch->base;
     pubsub::SessionConfig sc;
+    if (faults.auth && o.auth) {
+        return Error(Errc::invalid_argument,
+                     "'" + ch->name
+                         + "': the keys come from key_file= or from ChannelOptions::auth, "
+                           "not both");
+    }
+    if (const auto& keys = faults.auth ? faults.auth : o.auth) {
+        auto a = pubsub::Authenticator::create(*keys);
+        if (!a) {
+            return Error(a.error().code(),
+                         "bad channel options for '" + ch->name + "': " + a.error().detail());
+        }
+        sc.auth = *a;
+    }
     if (publisher) {
         sc.source = source_config(tc, t, o, timers);
+        if (sc.auth) {
+            sc.source->max_tpdu -= pgm::kAuthOverheadBytes;  // room for the auth option
+        }
         if (ch->base->caps().poll_is_syscall) {
             // A publisher only hears NAKs and SPMRs: it polls its transport at most every
             // 10 us (a quarter of the NAK back-off, if shorter) while it is quiet, so that a
@@ -562,6 +589,7 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.naks_received = k.nak_received;
         c.back_pressured = k.back_pressured;
         c.rate_limited = k.rate_limited;
+        c.auth_refused = s.auth_refused;
         c.naks_ignored = k.nak_ignored;
         c.repairs_dropped = k.repairs_dropped;
     }
@@ -580,6 +608,7 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.lost_sqns = k.lost_sqns;
         c.window_full = k.outside_window;
         c.sources = rcv->peer_count();
+        c.auth_refused = s.auth_refused;
         c.sources_refused = k.peers_refused;
         c.sources_evicted = k.peers_evicted;
         c.packets_refused = k.refused;

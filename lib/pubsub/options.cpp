@@ -129,6 +129,10 @@ std::vector<Row> make_rows() {
           [](O o) {
               return text(o.passive);
           }}},
+        {{"auth", "both", "1 to 4 keys of distinct ids; max_clock_skew 1 s to 1 h",
+          [](O o) {
+              return o.auth ? std::to_string(o.auth->keys.size()) + " keys" : std::string("unset");
+          }}},
         {{"source_port", "publisher", "0 to 65535",
           [](O o) {
               return text(o.source_port);

@@ -48,6 +48,9 @@ Session::Session(Transport& t, const SessionConfig& cfg) : transport_(t), cfg_(c
     rx_.resize(cfg.rx_batch);
     tx_.resize(batch);
     tx_bytes_.resize(batch * max_datagram_);
+    if (cfg.auth) {
+        auth_scratch_.resize(std::max<std::size_t>(max_datagram_, 65536));
+    }
 }
 
 Session::~Session() = default;
@@ -68,15 +71,29 @@ void Session::emit(const TxPacket& packet) noexcept {
     // Packed back to back (each fits: at most tx_.size() packets of max_datagram_ each), so
     // a run of packets is one contiguous range the transport can hand over as one iovec.
     std::byte* buf = tx_bytes_.data() + tx_used_;
-    tx_used_ += len;
-    std::memcpy(buf, packet.header.data(), packet.header.size());
-    if (!packet.payload.empty()) {
-        std::memcpy(buf + packet.header.size(), packet.payload.data(), packet.payload.size());
+    std::size_t out_len = len;
+    if (cfg_.auth) {
+        // Signed in place: header, auth option, payload. The source's packets leave room for
+        // the option (max_tpdu); the receiver's (NAK, SPMR) are small.
+        const std::size_t room = tx_bytes_.size() - tx_used_;
+        out_len = cfg_.auth->sign(packet.header, packet.payload,
+                                  std::span<std::byte>(buf, std::min(room, max_datagram_)),
+                                  Authenticator::wall_now_ms());
+        if (out_len == 0) {
+            ++counters_.tx_dropped;
+            return;
+        }
+    } else {
+        std::memcpy(buf, packet.header.data(), packet.header.size());
+        if (!packet.payload.empty()) {
+            std::memcpy(buf + packet.header.size(), packet.payload.data(), packet.payload.size());
+        }
     }
+    tx_used_ += out_len;
     // Field by field: a whole TxPacket built on the stack and copied in stalled on store
     // forwarding (a tenth of a 100-byte message's send cost); `to` only matters for unicast.
     TxPacket& out = tx_[tx_count_];
-    out.header = std::span<const std::byte>(buf, len);
+    out.header = std::span<const std::byte>(buf, out_len);
     out.payload = {};
     out.route = packet.route;
     if (packet.route == Route::unicast) {
@@ -139,6 +156,12 @@ void Session::dispatch(const RxPacket& rx, std::int64_t now_ns) noexcept {
     const auto st = pgm::parse(rx.data, pkt, cfg_.parse);
     if (st != pgm::ParseStatus::ok) {
         ++counters_.malformed[static_cast<std::size_t>(st)];
+        return;
+    }
+    if (cfg_.auth
+        && cfg_.auth->verify(pkt, auth_scratch_, Authenticator::wall_now_ms())
+               != Authenticator::Verdict::ok) {
+        ++counters_.auth_refused;
         return;
     }
     // No Tsi temporary: built from three small stores and copied as one 8-byte word, it

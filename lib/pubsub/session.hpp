@@ -17,6 +17,7 @@
 #include "lib/protocol/receiver.hpp"
 #include "lib/protocol/sink.hpp"
 #include "lib/protocol/source.hpp"
+#include "lib/pubsub/auth.hpp"
 
 namespace prizma::pubsub {
 
@@ -34,6 +35,8 @@ struct SessionConfig {
     /// Source-only sessions: after a poll that found nothing, the transport is not polled
     /// again for this long (0 = every do_work). Upstream traffic is NAKs and SPMRs only.
     std::int64_t upstream_poll_ns = 0;
+    /// Packet authentication: every packet sent is signed, every one received verified.
+    std::optional<Authenticator> auth;
 };
 
 struct SessionCounters {
@@ -48,6 +51,7 @@ struct SessionCounters {
     std::uint64_t rx_errors = 0;
     std::uint64_t own_dropped = 0;  ///< our own multicast heard back
     std::uint64_t unknown_upstream = 0;
+    std::uint64_t auth_refused = 0;  ///< no valid MAC: missing, unknown key, stale, bad tag
     std::array<std::uint64_t, 8> malformed{};  ///< by pgm::ParseStatus
     [[nodiscard]] std::uint64_t malformed_total() const noexcept {
         std::uint64_t n = 0;
@@ -108,6 +112,7 @@ private:
     std::size_t tx_count_ = 0;
     std::size_t tx_used_ = 0;  // bytes of tx_bytes_ the queued packets take, from its start
     std::int64_t next_rx_poll_ns_ = INT64_MIN;  // upstream_poll_ns: quiet until then
+    std::vector<std::byte> auth_scratch_;       // a received packet's copy, for its MAC
     SessionCounters counters_;
 };
 

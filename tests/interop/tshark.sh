@@ -3,21 +3,29 @@
 # SPMR, fragments) with no malformed packet and no bad checksum. The sender runs with gso=0:
 # on lo a capture sees a GSO send as one unsegmented super-packet, which no dissector parses
 # (on a NIC the segments are split before the wire).
-# Usage: tshark.sh PRIZMA_SEND PRIZMA_RECV
+# With `auth`, both ends authenticate every packet (key_file=): the capture must still decode
+# as PGM with no malformed packet, prizma's auth option skipped as an unknown option.
+# Usage: tshark.sh PRIZMA_SEND PRIZMA_RECV [auth]
 set -u
-send=$1 recv=$2
+send=$1 recv=$2 mode=${3:-plain}
 port=$(( 23000 + ($$ % 400) * 2 ))
 group=239.192.78.$(( $$ % 200 + 10 ))
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cap=$dir/prizma.pcap
+key=""
+if [ "$mode" = auth ]; then
+    printf '3 00112233445566778899aabbccddeeff\n' >"$dir/key"
+    chmod 600 "$dir/key"
+    key="&key_file=$dir/key"
+fi
 tshark -q -i lo -f "udp port $port" -w "$cap" -a duration:8 >"$dir/tshark.log" 2>&1 &
 tpid=$!
 sleep 1.5
-"$recv" "udp://$group:$port?iface=127.0.0.1&loss=0.03&seed=3" --count 1000 --timeout 5 >"$dir/recv.log" 2>&1 &
+"$recv" "udp://$group:$port?iface=127.0.0.1&loss=0.03&seed=3$key" --count 1000 --timeout 5 >"$dir/recv.log" 2>&1 &
 rpid=$!
 sleep 0.3
-"$send" "udp://$group:$port?iface=127.0.0.1&tx_loss=0.03&seed=9&gso=0" --count 1000 --size 3000 --rate 2000 \
+"$send" "udp://$group:$port?iface=127.0.0.1&tx_loss=0.03&seed=9&gso=0$key" --count 1000 --size 3000 --rate 2000 \
     --linger 1.5 >"$dir/send.log" 2>&1
 wait "$rpid"; rrc=$?
 wait "$tpid"
@@ -31,6 +39,12 @@ malformed=$(grep -c -i "malformed" "$decode")
 # raw checksum field through the status names, e.g. "Checksum Status: Unknown [correct]").
 badsum=$(grep -c "^ *\[Checksum Status: Bad\]" "$decode")
 goodsum=$(grep -c "^ *\[Checksum Status: Good\]" "$decode")
+if [ "$mode" = auth ]; then
+    # Every PGM packet carries the auth option, decoded as an unknown option of 32 bytes.
+    tagged=$(grep -c "Option: Unknown (0x3d), Length: 32" "$decode")
+    echo "auth: $tagged of $packets PGM packets carry prizma's auth option"
+    [ "$tagged" -eq "$packets" ] || exit 1
+fi
 echo "decoded $packets PGM packets, $malformed malformed, $badsum bad and $goodsum good checksums; receiver exit $rrc"
 for t in 0x00 0x04 0x05 0x08 0x0a; do  # SPM ODATA RDATA NAK NCF must all be present
     if ! echo "$types" | grep -q " $t\$"; then echo "missing PGM type $t"; exit 1; fi

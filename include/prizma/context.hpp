@@ -65,7 +65,20 @@ public:
     /// also sends it, after whatever channels come first): for a latency-critical reply.
     void flush() noexcept;
     /// Sends the 3 OPT_FIN SPMs; the channel keeps answering NAKs until the Context ends.
+    /// To close without cutting short the repair of the last messages, keep polling the
+    /// Context until quiet(), then close() (and poll a little for the FIN SPMs to go out):
+    /// @code
+    ///   while (!pub.quiet()) { if (ctx.poll() == 0) ctx.wait(std::chrono::milliseconds(1)); }
+    ///   pub.close();
+    /// @endcode
     void close() noexcept;
+    /// True once no NAK has come for two NAK rounds of the timers (plus the first two
+    /// heartbeat SPMs) since the later of the last message and the last NAK, with no repair
+    /// queued; or once the receivers' repair deadline has passed since the last message
+    /// (docs/PROTOCOL.md §3.2). False for a removed handle.
+    [[nodiscard]] bool quiet() const noexcept;
+    /// The longest quiet() can take after the last message (the receivers' repair deadline).
+    [[nodiscard]] std::chrono::nanoseconds linger_cap() const noexcept;
     [[nodiscard]] std::size_t max_message_size() const noexcept;
     [[nodiscard]] std::size_t max_packet_payload() const noexcept;
     [[nodiscard]] Tsi tsi() const noexcept;

@@ -119,7 +119,29 @@ Source::Source(const SourceConfig& cfg) : cfg_(cfg) {
     save_ivl_ns_ = std::max(cfg.timers.nak_rpt_ivl_ns, cfg.timers.nak_rdata_ivl_ns);
 }
 
+std::int64_t Source::quiet_ns() const noexcept {
+    const auto& t = cfg_.timers;
+    return 2 * (t.nak_bo_ivl_ns + std::max(t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns))
+           + t.heartbeat_spm_ns[0] + t.heartbeat_spm_ns[1];
+}
+
+std::int64_t Source::linger_cap_ns() const noexcept {
+    const auto& t = cfg_.timers;
+    const auto tries = static_cast<std::int64_t>(t.nak_ncf_retries)
+                       + static_cast<std::int64_t>(t.nak_data_retries);
+    return t.nak_bo_ivl_ns
+           + tries * (t.nak_bo_ivl_ns + std::max(t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns));
+}
+
+bool Source::quiet(std::int64_t now_ns) const noexcept {
+    if (now_ns - last_data_ns_ >= linger_cap_ns()) {
+        return true;
+    }
+    return repair_count_ == 0 && now_ns - std::max(last_data_ns_, last_nak_ns_) >= quiet_ns();
+}
+
 void Source::open(std::int64_t now_ns, PacketSink& sink) noexcept {
+    last_data_ns_ = now_ns;
     odata_bucket_.last_ns = now_ns;
     rdata_bucket_.last_ns = now_ns;
     for (int i = 0; i < 3; ++i) {
@@ -349,6 +371,7 @@ void Source::emit_odata(Sqn s,
 
 // RFC 3208 §5.1.5: heartbeat SPMs follow the last data packet at growing intervals.
 void Source::after_data(std::int64_t now_ns) noexcept {
+    last_data_ns_ = now_ns;
     heartbeat_index_ = 0;
     const std::int64_t first = cfg_.timers.heartbeat_spm_ns[0];
     next_heartbeat_ns_ = first > 0 ? now_ns + first : kNever;
@@ -511,6 +534,7 @@ void Source::handle_nak(const pgm::Packet& p,
         return;
     }
     ++counters_.nak_received;
+    last_nak_ns_ = now_ns;
     Requester& rq = requester(from, now_ns);
     earn(rq, now_ns);
     // What the NCF confirms: sqns queued for an RDATA, by this NAK or before it.

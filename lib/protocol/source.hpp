@@ -88,6 +88,16 @@ public:
 
     /// Sends SPMs with OPT_FIN (3, as OpenPGM) and refuses further data; repairs go on.
     void close(std::int64_t now_ns, PacketSink& sink) noexcept;
+    /// Closing without cutting a receiver's tail repair short (docs/PROTOCOL.md §3.2): after
+    /// its last message a source keeps serving NAKs until quiet(): no NAK for quiet_ns() since
+    /// the later of its last data and its last NAK, and no repair queued; or linger_cap_ns()
+    /// after its last data, whatever comes.
+    [[nodiscard]] bool quiet(std::int64_t now_ns) const noexcept;
+    /// Two NAK rounds (back-off and the longer of NAK_RPT_IVL and NAK_RDATA_IVL) plus the
+    /// first two heartbeat SPMs (which tell receivers the lead, revealing tail loss).
+    [[nodiscard]] std::int64_t quiet_ns() const noexcept;
+    /// The receivers' repair deadline (Receiver::repair_limit_ns() of the same timers).
+    [[nodiscard]] std::int64_t linger_cap_ns() const noexcept;
     /// Aborts the session: SPMs with OPT_RST; receivers report everything missing as lost.
     void reset(std::int64_t now_ns, PacketSink& sink) noexcept;
 
@@ -221,6 +231,8 @@ private:
     std::int64_t last_spmr_answer_ns_ = INT64_MIN / 2;
     std::int64_t spmr_answer_due_ns_ = kNever;
     std::int64_t repair_retry_ns_ = kNever;
+    std::int64_t last_data_ns_ = 0;             // quiet(): the last ODATA sent
+    std::int64_t last_nak_ns_ = INT64_MIN / 2;  // quiet(): the last valid NAK heard
     Bucket odata_bucket_;
     Bucket rdata_bucket_;
     // Repair limits: fractions of ODATA bytes, the least credit saved, the repeat interval

@@ -735,6 +735,14 @@ void Publisher::close() noexcept {
     ch_->session->flush();
 }
 
+bool Publisher::quiet() const noexcept {
+    return ch_ != nullptr && ch_->session->source()->quiet(Context::now_ns());
+}
+
+std::chrono::nanoseconds Publisher::linger_cap() const noexcept {
+    return std::chrono::nanoseconds(ch_ != nullptr ? ch_->session->source()->linger_cap_ns() : 0);
+}
+
 std::size_t Publisher::max_message_size() const noexcept {
     return ch_ != nullptr ? ch_->session->source()->max_apdu() : 0;
 }

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
+
+#include <prizma/transport.hpp>
 
 namespace prizma::udp {
 
@@ -78,5 +81,27 @@ private:
     bool seen_ = false;  // UDP_GRO has been on at some point
     std::uint32_t lone_reads_ = 0;
 };
+
+/// A datagram read without its UDP_GRO control message may be several same-size datagrams
+/// merged by the kernel (the last one may be shorter). The layer above knows its packets'
+/// lengths (UdpConfig::frame_length): the first packet's is the segment size if every piece
+/// after it agrees, the last one included; otherwise, or without a frame_length, it is one
+/// datagram (whose junk the layer above refuses and counts). Returns the segment size.
+[[nodiscard]] inline std::size_t gro_segment_size(FrameLength frame_length,
+                                                  std::span<const std::byte> d) noexcept {
+    if (frame_length == nullptr) {
+        return d.size();
+    }
+    const std::size_t seg = frame_length(d);
+    if (seg == 0 || seg >= d.size()) {
+        return d.size();
+    }
+    for (std::size_t off = seg; off < d.size(); off += seg) {
+        if (frame_length(d.subspan(off)) != std::min(seg, d.size() - off)) {
+            return d.size();
+        }
+    }
+    return seg;
+}
 
 }  // namespace prizma::udp

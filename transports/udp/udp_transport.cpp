@@ -76,27 +76,6 @@ bool make_addr(const std::string& host, std::uint16_t port, Addr& out) noexcept 
     return false;
 }
 
-// A datagram read without its UDP_GRO control message may be several same-size datagrams
-// merged by the kernel (the last one may be shorter). The layer above knows its packets'
-// lengths (UdpConfig::frame_length): the first packet's is the segment size if every piece
-// after it agrees; otherwise, or without a frame_length, it is one datagram. Returns the
-// segment size.
-std::size_t gro_segment_size(FrameLength frame_length, std::span<const std::byte> d) noexcept {
-    if (frame_length == nullptr) {
-        return d.size();
-    }
-    const std::size_t seg = frame_length(d);
-    if (seg == 0 || seg >= d.size()) {
-        return d.size();
-    }
-    for (std::size_t off = seg; off < d.size(); off += seg) {
-        if (frame_length(d.subspan(off)) != std::min(seg, d.size() - off)) {
-            return d.size();
-        }
-    }
-    return seg;
-}
-
 Endpoint to_endpoint(const sockaddr_storage& ss) noexcept {
     Endpoint e;
     if (ss.ss_family == AF_INET) {
@@ -227,6 +206,18 @@ KeyResult set_key(UdpConfig& cfg, const std::string& k, const std::string& v) {
         ok = parse_flag(v, cfg.loop);
     } else if (k == "gso") {
         ok = parse_flag(v, cfg.gso);
+    } else if (k == "sources") {
+        cfg.sources.clear();
+        std::string_view rest = v;
+        while (ok && !rest.empty()) {
+            const auto comma = rest.find(',');
+            const std::string one(rest.substr(0, comma));
+            Addr a;
+            ok = make_addr(one, 0, a);
+            cfg.sources.push_back(one);
+            rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+        }
+        ok = ok && !cfg.sources.empty();
     } else if (k == "gro") {
         bool on = false;
         ok = v == "auto" || parse_flag(v, on);
@@ -305,12 +296,13 @@ Result<UdpConfig, Error> config_from(const ChannelUri& uri) {
 
 struct UdpTransport::Impl {
     // Set-up, in the order create() runs them.
-    Result<void, Error> resolve(unsigned& ifindex);  // addresses, interface, datagram size
-    Result<void, Error> open_sockets();              // bound sockets and their buffers
-    Result<void, Error> join(unsigned ifindex);      // group membership, multicast sends, tos
-    void read_back(UdpCounters& c) const noexcept;   // buffer sizes the kernel granted
-    bool setup_gro() noexcept;                       // UDP_GRO per GroMode; true if merging
-    void size_rings(bool gro_on);                    // receive slots and send scratch
+    Result<void, Error> resolve(unsigned& ifindex);      // addresses, interface, datagram size
+    Result<void, Error> open_sockets();                  // bound sockets and their buffers
+    Result<void, Error> join(unsigned ifindex);          // group membership, multicast sends, tos
+    Result<void, Error> join_sources(unsigned ifindex);  // sources=: source-specific joins
+    void read_back(UdpCounters& c) const noexcept;       // buffer sizes the kernel granted
+    bool setup_gro() noexcept;                           // UDP_GRO per GroMode; true if merging
+    void size_rings(bool gro_on);                        // receive slots and send scratch
     // send_batch's pieces.
     std::size_t gather_run(std::span<const TxPacket> packets,
                            std::size_t& consumed,
@@ -473,7 +465,7 @@ Result<void, Error> UdpTransport::Impl::join(unsigned ifindex) {
             mreq.imr_multiaddr = reinterpret_cast<const sockaddr_in*>(&group.ss)->sin_addr;
             mreq.imr_address = reinterpret_cast<const sockaddr_in*>(&iface.ss)->sin_addr;
             mreq.imr_ifindex = static_cast<int>(ifindex);
-            if (cfg.join
+            if (cfg.join && cfg.sources.empty()
                 && ::setsockopt(rx.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof mreq) != 0) {
                 return setup_error("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
             }
@@ -492,7 +484,7 @@ Result<void, Error> UdpTransport::Impl::join(unsigned ifindex) {
             ipv6_mreq mreq{};
             mreq.ipv6mr_multiaddr = reinterpret_cast<const sockaddr_in6*>(&group.ss)->sin6_addr;
             mreq.ipv6mr_interface = ifindex;
-            if (cfg.join
+            if (cfg.join && cfg.sources.empty()
                 && ::setsockopt(rx.get(), IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &mreq, sizeof mreq)
                        != 0) {
                 return setup_error("cannot join " + cfg.group + " on " + cfg.iface, errno_code());
@@ -502,12 +494,39 @@ Result<void, Error> UdpTransport::Impl::join(unsigned ifindex) {
             (void)set_opt(tx, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, cfg.loop ? 1U : 0U);
         }
     }
+    if (multicast && cfg.join && !cfg.sources.empty()) {
+        if (auto r = join_sources(ifindex); !r) {
+            return r;
+        }
+    }
     // DSCP/ECN byte of every datagram sent (IP_TOS / IPV6_TCLASS); 0 leaves the default.
     if (cfg.tos != 0) {
         const bool set = fam == AF_INET ? set_opt(tx, IPPROTO_IP, IP_TOS, cfg.tos)
                                         : set_opt(tx, IPPROTO_IPV6, IPV6_TCLASS, cfg.tos);
         if (!set) {
             return setup_error("cannot set tos=" + std::to_string(cfg.tos), errno_code());
+        }
+    }
+    return {};
+}
+
+// sources=: one source-specific join per sender (MCAST_JOIN_SOURCE_GROUP, both families).
+Result<void, Error> UdpTransport::Impl::join_sources(unsigned ifindex) {
+    for (const auto& src : cfg.sources) {
+        Addr a;
+        if (!make_addr(src, 0, a) || a.family() != fam) {
+            return setup_error("sources: " + src + " is not an address of the group's family",
+                               Errc::invalid_argument);
+        }
+        group_source_req req{};
+        req.gsr_interface = ifindex;
+        std::memcpy(&req.gsr_group, &group.ss, sizeof req.gsr_group);
+        std::memcpy(&req.gsr_source, &a.ss, sizeof req.gsr_source);
+        const int level = fam == AF_INET ? IPPROTO_IP : IPPROTO_IPV6;
+        if (::setsockopt(rx.get(), level, MCAST_JOIN_SOURCE_GROUP, &req, sizeof req) != 0) {
+            return setup_error(
+                "cannot join " + cfg.group + " for source " + src + " on " + cfg.iface,
+                errno_code());
         }
     }
     return {};

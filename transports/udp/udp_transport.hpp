@@ -59,6 +59,10 @@ struct UdpConfig {
     /// A multicast channel that does not join has no group socket; without bind_unicast too
     /// it sends from an unbound socket (an ephemeral source port).
     bool join = true;
+    /// Source-specific multicast (sources=A,B): join the group for these senders only, so the
+    /// kernel drops every other host's datagrams to it (an allow-list by address; IGMPv3 /
+    /// MLDv2 on the network). Empty: any source (IP_ADD_MEMBERSHIP).
+    std::vector<std::string> sources;
     std::size_t max_datagram = 0;  ///< 0 = 1472 (IPv4) / 1452 (IPv6)
     /// Splits a datagram merged by GRO that arrived without its segment size (one read after
     /// GRO was switched off). Without it such a datagram is handed up whole.
@@ -67,8 +71,8 @@ struct UdpConfig {
 };
 
 /// Parses `udp://GROUP:PORT?iface=ADDR&dport=N&ttl=N&tos=N&loop=0|1&rcvbuf=N&sndbuf=N&gso=0|1&
-/// gro=0|1|auto&busy_poll=US` ([v6]:PORT for IPv6). Any other key is refused, naming it.
-/// Errors: Errc::invalid_argument with a detail naming the bad part.
+/// gro=0|1|auto&busy_poll=US&sources=A,B` ([v6]:PORT for IPv6). Any other key is refused, naming
+/// it. Errors: Errc::invalid_argument with a detail naming the bad part.
 Result<UdpConfig, Error> parse_uri(std::string_view uri);
 /// The same, from a URI already split into its parts (the registry's factory uses this).
 Result<UdpConfig, Error> config_from(const ChannelUri& uri);

@@ -132,6 +132,7 @@ struct Receiver::Peer {
     Candidate cand{};
     std::uint8_t spmrs = 0;                         // SPMRs sent while no SPM came (capped)
     std::int64_t last_lead_ask_ns = INT64_MIN / 2;  // ask_lead
+    Sqn dropped_lead{};           // the furthest sqn dropped outside the window (see admit_data)
     bool naks_parked = false;     // missing sqns waiting, without timers, for the first SPM
     bool forget_pending = false;  // evicted: forget its address at the next timer run
     std::uint8_t rst_spms = 0;    // SPMs with OPT_RST seen (two needed)
@@ -498,6 +499,7 @@ void Receiver::start(Peer& p, Sqn first, Sqn trail, bool has_trail) const noexce
     p.started = true;
     p.next = begin;
     p.lead = begin - 1;
+    p.dropped_lead = begin - 1;
     p.trail_done = begin;
 }
 
@@ -679,6 +681,7 @@ void Receiver::resync(Peer& p, Sqn begin) noexcept {
     p.missing = 0;
     p.next = begin;
     p.lead = begin - 1;
+    p.dropped_lead = begin - 1;
     p.trail_done = begin;
     p.scan_valid = false;
     p.nak_deadline = kNever;
@@ -815,8 +818,14 @@ bool Receiver::admit_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) 
     }
     if (distance(p.next, s) >= static_cast<std::int32_t>(capacity_)) {
         // No room: dropped now, NAKed once the window moves. Its trail is not taken: one
-        // packet must not move a source by more than a window.
+        // packet must not move a source by more than a window. Its sqn is remembered (up to
+        // max_gap_ past the window) so that the gap our own drops leave is not taken for a
+        // forged jump when the window moves on.
         ++counters_.outside_window;
+        if (distance(p.next, s) < static_cast<std::int32_t>(capacity_ + max_gap_)
+            && precedes(p.dropped_lead, s)) {
+            p.dropped_lead = s;
+        }
         return false;
     }
     note_trail(p, pkt.trail);
@@ -837,7 +846,9 @@ void Receiver::on_data(Peer& p,
     const Sqn s = pkt.sqn;
     const std::uint32_t mask = capacity_ - 1;
     const bool beyond_lead = precedes(p.lead, s);
-    if (beyond_lead && distance(p.lead, s) > static_cast<std::int32_t>(max_gap_)) {
+    const Sqn known = precedes(p.lead, p.dropped_lead) ? p.dropped_lead : p.lead;
+    if (beyond_lead && precedes(known, s)
+        && distance(known, s) > static_cast<std::int32_t>(max_gap_)) {
         // One packet opens at most max_gap_ missing sqns: beyond that, the source's own SPM
         // (asked for at once) tells the lead, and the gap is NAKed from there.
         ++counters_.refused;

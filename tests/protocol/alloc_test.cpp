@@ -71,13 +71,24 @@ using namespace prizma::testing;  // NOLINT(google-build-using-namespace): test 
 
 namespace {
 
-void steady_state(double loss) {
+void steady_state(double loss, bool auth = false) {
     memory::LossyTransport::Config lc;
     lc.seed = 5;
     lc.drop = loss;
     Sim sim;
-    auto& src = sim.add_source(source_config());
-    auto& rcv = sim.add_receiver(receiver_config(1), lc);
+    pubsub::SessionConfig sc;
+    sc.source = source_config();
+    pubsub::SessionConfig rc;
+    rc.receiver = receiver_config(1);
+    if (auth) {  // every packet signed and verified (made before the counting starts)
+        AuthOptions keys;
+        keys.keys.push_back(AuthKey{1, {}});
+        sc.auth = *pubsub::Authenticator::create(keys);
+        rc.auth = sc.auth;
+        sc.source->max_tpdu -= pgm::kAuthOverheadBytes;
+    }
+    auto& rcv = sim.add(rc, &lc);  // first: it hears the source's opening SPMs
+    auto& src = sim.add(sc);
     const auto msg = make_message(1, 100);
     auto* receiver = rcv.session->receiver();
     std::uint64_t delivered = 0;
@@ -130,8 +141,14 @@ TEST_CASE("steady-state loss repair (NAK, NCF, RDATA) allocates nothing", "[prot
     steady_state(0.05);
 }
 
+TEST_CASE("authenticated: signing and verifying every packet allocates nothing",
+          "[protocol][alloc][auth]") {
+    steady_state(0.0, true);
+    steady_state(0.05, true);
+}
+
 TEST_CASE(
-    "a source's first packets allocate nothing when its storage was made at create; "
+    "a source's first packets allocate nothing when its storage was made at create, "
     "one beyond preallocated_peers allocates",
     "[protocol][alloc]") {
     // Its storage is ~100 MB at the default window: made at its first packet, it was a pause

@@ -111,6 +111,11 @@ struct ChannelOptions {
     /// 0 = that of max(preallocated_sources, 4) sources. A new source beyond it is refused
     /// (sources_refused) while one that never sent an SPM, or fell silent, leaves for it.
     std::size_t memory_budget_bytes = 0;
+    /// Subscriber: keep a keyed fingerprint of every payload so that a second copy of a
+    /// sequence number with other bytes (a forgery, without a key) is counted as `conflicts`,
+    /// also after delivery. Costs a hash of each payload (~5 ns at 100 bytes, ~35 ns at 500:
+    /// docs/PERFORMANCE.md); off on authenticated channels, where only the source signs.
+    bool detect_conflicts = true;
     bool passive = false;  ///< subscriber never NAKs
     /// Packet authentication between prizma peers (or `key_file=PATH` in the URI: not both).
     /// Unset: packets are as OpenPGM sends them, and any MAC option is ignored.

@@ -105,6 +105,10 @@ struct ReceiverConfig {
     /// bytes; 0 = that of max(preallocated_peers, 4) sources. A new source past it is refused
     /// (counted) while an unconfirmed or silent source is made to leave for it.
     std::size_t storage_budget_bytes = 0;
+    /// Keep a keyed fingerprint of every payload (~5 ns a packet) so that a second copy of a
+    /// sequence number with other bytes is counted (conflicts), also after delivery. Off on
+    /// authenticated channels: only the source can make a packet there.
+    bool detect_conflicts = true;
     Timers timers{};
 };
 

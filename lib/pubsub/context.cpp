@@ -314,6 +314,7 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
         }
     } else {
         sc.receiver = receiver_config(tc, t, o, timers);
+        sc.receiver->detect_conflicts = o.detect_conflicts && !sc.auth;  // key: source signs
     }
     // The windows' storage is made here (a subscriber's preallocated sources included): too
     // much of it is an error for the caller, not an exception through a Result API.

@@ -125,6 +125,10 @@ std::vector<Row> make_rows() {
           [](O o) {
               return text(o.memory_budget_bytes);
           }}},
+        {{"detect_conflicts", "subscriber", "true or false",
+          [](O o) {
+              return text(o.detect_conflicts);
+          }}},
         {{"passive", "subscriber", "true or false",
           [](O o) {
               return text(o.passive);

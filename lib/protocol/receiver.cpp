@@ -161,6 +161,9 @@ struct Receiver::Peer {
     std::int64_t fin_deadline = kNever;  // FIN seen: what is missing is lost by then
     Sqn resync_from{};                   // a confirmed resync lost [resync_from, +resync_lost)
     std::uint32_t resync_lost = 0;
+    Sqn tail_from{};  // an RST's lead past our window: lost, reported last
+    std::uint32_t tail_lost = 0;
+    bool give_up = false;  // expired, evicted, reset or past its FIN deadline: no more waiting
     // Reassembly of the APDU at scan_head resumes at scan_next (offset scan_off): each
     // fragment is checked once, not at every poll while the APDU waits.
     bool scan_valid = false;
@@ -438,6 +441,7 @@ void Receiver::evict_one(std::int64_t now_ns) noexcept {
 
 void Receiver::expire(Peer& p) noexcept {
     p.expired = true;
+    p.give_up = true;
     lose_all_missing(p);
     p.nak_deadline = kNever;
     p.spmr_deadline = kNever;
@@ -484,8 +488,10 @@ void Receiver::on_packet(const pgm::Packet& pkt,
     }
     Peer* p =
         pkt.type == PacketType::ncf ? find(pkt.gsi, sport) : find_or_add(pkt.gsi, sport, now_ns);
-    if (p == nullptr || p->expired) {
-        return;  // refused, or being drained (a new session after expiry starts fresh)
+    if (p == nullptr || p->expired || p->left_reported) {
+        // Refused, being drained (a new session after expiry starts fresh), or gone: nothing
+        // follows a source's `left`.
+        return;
     }
     if (pkt.type != PacketType::spm && p->pinned && sender_key(from) != p->sender) {
         ++counters_.refused;  // data or NCF from another host than the source's SPMs
@@ -697,8 +703,10 @@ void Receiver::resync(Peer& p, Sqn begin) noexcept {
     const auto gone = static_cast<std::uint32_t>(distance(p.next, begin));
     bump(p, &ReceiverCounters::lost_sqns, &PeerCounters::lost_sqns, gone - counted);
     ++counters_.resyncs;
-    p.resync_from = p.next;
-    p.resync_lost = gone;
+    if (p.resync_lost == 0) {
+        p.resync_from = p.next;
+    }  // else: an earlier resync not yet reported; one event covers both ranges
+    p.resync_lost = static_cast<std::uint32_t>(distance(p.resync_from, begin));
     p.missing = 0;
     p.next = begin;
     p.lead = begin - 1;
@@ -706,6 +714,20 @@ void Receiver::resync(Peer& p, Sqn begin) noexcept {
     p.trail_done = begin;
     p.scan_valid = false;
     p.nak_deadline = kNever;
+}
+
+// Everything up to `last` that we have not seen becomes missing (within the window) and the
+// rest past the window a tail run, reported once the window is drained (before `left`).
+void Receiver::lose_tail(Peer& p, Sqn last, std::int64_t now_ns) noexcept {
+    if (!p.started || !precedes(p.lead, last)) {
+        return;
+    }
+    mark_missing(p, last, now_ns);
+    if (precedes(p.lead, last) && p.tail_lost == 0) {  // past the window's end
+        p.tail_from = p.lead + 1;
+        p.tail_lost = static_cast<std::uint32_t>(distance(p.lead, last));
+        bump(p, &ReceiverCounters::lost_sqns, &PeerCounters::lost_sqns, p.tail_lost);
+    }
 }
 
 // The first SPM gives the source's NLA: the missing sqns parked without timers get them now.
@@ -759,14 +781,16 @@ void Receiver::on_spm(Peer& p,
     if (pkt.opts.rst) {
         // OPT_RST (§9.8): the source aborted; nothing missing will ever come. Two are needed
         // (a source sends three), so one forged packet cannot turn repairs into loss.
-        if (++p.rst_spms < 2 && p.started) {
+        if (++p.rst_spms < 2) {
             return;
         }
         if (!p.started) {
             start(p, pkt.lead + 1, pkt.trail, false);
         }
         p.finished = true;
+        lose_tail(p, pkt.lead, now_ns);  // what it sent and we never saw is lost too
         lose_all_missing(p);
+        p.give_up = true;
         return;
     }
     if (!p.started) {
@@ -1001,6 +1025,9 @@ void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
         if (p.expired) {
             continue;
         }
+        if (p.finished && now_ns >= p.fin_deadline) {
+            p.give_up = true;  // an APDU still waiting for fragments is lost now
+        }
         spmr_timer(p, now_ns, sink);
         if (p.missing != 0 && now_ns >= p.nak_deadline) {
             run_naks(p, now_ns, sink);
@@ -1163,6 +1190,9 @@ std::int64_t Receiver::next_deadline() const noexcept {
         if (!p.expired) {
             d = std::min(
                 {d, p.nak_deadline, p.spmr_deadline, p.last_heard_ns + cfg_.timers.peer_expiry_ns});
+            if (p.finished && !p.give_up) {
+                d = std::min(d, p.fin_deadline);
+            }
         }
     }
     return d;
@@ -1281,6 +1311,9 @@ Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
     }
     if (!broken && off != apdu_len && !waiting) {
         broken = true;
+    }
+    if (waiting && p.give_up) {
+        broken = true;  // the source is gone: the rest of this APDU will never come
     }
     if (broken) {
         // Inconsistent fragments: report the APDU's sequence numbers as lost.
@@ -1403,6 +1436,16 @@ bool Receiver::peer_event(Peer& p, Event& out) noexcept {
             break;
         }
         // broken: its sequence numbers are now lost; the loop reports them
+    }
+    if (p.tail_lost != 0 && p.started && !p.in_range(p.next)) {  // lose_tail's run, last
+        bump(p, &ReceiverCounters::loss_events, &PeerCounters::loss_events);
+        out.kind = Event::Kind::loss;
+        out.sqn = p.tail_from;
+        out.count = p.tail_lost;
+        p.next = p.tail_from + p.tail_lost;
+        p.lead = p.next - 1;
+        p.tail_lost = 0;
+        return true;
     }
     return left_event(p, out);
 }

@@ -168,6 +168,7 @@ private:
                        std::int64_t now_ns) noexcept;
     [[nodiscard]] bool is_far(const Peer& p, const pgm::Packet& pkt) const noexcept;
     void resync(Peer& p, Sqn begin) noexcept;
+    void lose_tail(Peer& p, Sqn last, std::int64_t now_ns) noexcept;
     void unpark(Peer& p, std::int64_t now_ns) noexcept;
     void spmr_timer(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept;
     void ask_lead(Peer& p, std::int64_t now_ns) const noexcept;

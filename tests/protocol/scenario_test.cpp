@@ -456,7 +456,7 @@ TEST_CASE("zero-copy claim/commit publishes in place", "[protocol][claim]") {
     CHECK(rcv.data()[0] == msg);
 }
 
-TEST_CASE("malformed and foreign packets are counted and dropped; delivery goes on",
+TEST_CASE("malformed and foreign packets are counted and dropped, delivery goes on",
           "[protocol][malformed]") {
     Sim sim;
     auto& src = sim.add_source(source_config());

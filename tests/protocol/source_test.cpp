@@ -124,7 +124,7 @@ TEST_CASE("ODATA checksums verify for every payload size, across the sqn wrap, s
     CHECK(src->next_sqn() == Sqn{0xfffffff0U + static_cast<std::uint32_t>(sent)});
 }
 
-TEST_CASE("NAKs with a foreign NLA, group or ports are dropped; valid ones get NCF + RDATA",
+TEST_CASE("NAKs with a foreign NLA, group or ports are dropped, valid ones get NCF + RDATA",
           "[protocol][source]") {
     auto cfg = testing::source_config();
     auto src = std::move(*protocol::Source::create(cfg));
@@ -212,7 +212,7 @@ TEST_CASE("a NAK for data that left the window gets an SPM with the trail, no RD
     CHECK(cap.parsed().back().trail == Sqn{12});
 }
 
-TEST_CASE("SPMRs are answered at most once per interval; heartbeats follow data",
+TEST_CASE("SPMRs are answered at most once per interval, heartbeats follow data",
           "[protocol][source][spm]") {
     auto cfg = testing::source_config();
     auto src = std::move(*protocol::Source::create(cfg));
@@ -345,7 +345,7 @@ TEST_CASE("a quiet source still repairs a small loss out of the credit it saved"
     CHECK(src->counters().nak_ignored == 0);
 }
 
-TEST_CASE("requesters are told apart by address, not port; a full table forgets the oldest",
+TEST_CASE("requesters are told apart by address, not port, a full table forgets the oldest",
           "[protocol][source][budget]") {
     auto cfg = testing::source_config();
     cfg.requester_budget_percent = 1;
@@ -378,4 +378,58 @@ TEST_CASE("requesters are told apart by address, not port; a full table forgets 
     src->on_packet(parse(nak(cfg, Sqn{1})), from(1, 1000), 200, cap);
     CHECK(cap.count(PacketType::rdata) == 2 + protocol::Source::kMaxRequesters);
     CHECK(src->counters().requesters_replaced == 2);
+}
+
+TEST_CASE("an NNAK for an in-window sqn is counted, and nothing is sent: no NCF, no RDATA",
+          "[protocol][source][nnak]") {
+    auto cfg = testing::source_config();
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    for (int i = 0; i < 5; ++i) {
+        REQUIRE(src->send(testing::make_message(static_cast<std::uint64_t>(i), 100), 0, cap)
+                    .has_value());
+    }
+    cap.packets.clear();
+    // The NAK the source answers below, as an NNAK (RFC 3208 §8.3: a null NAK, sent by a
+    // network element that suppressed NAKs; a source answers it with nothing).
+    auto nnak = nak(cfg, Sqn{2});
+    nnak[4] = std::byte{static_cast<std::uint8_t>(PacketType::nnak)};
+    pgm::store_checksum(nnak, 0);
+    src->on_packet(parse(nnak), Endpoint{}, kMs, cap);
+    CHECK(src->counters().nnak_received == 1);
+    CHECK(src->counters().nak_received == 0);
+    CHECK(cap.packets.empty());
+    src->on_timer(kMs, cap);  // nothing queued for later either
+    CHECK(cap.count(PacketType::ncf) == 0);
+    CHECK(cap.count(PacketType::rdata) == 0);
+    CHECK(src->counters().ncf_sent == 0);
+    CHECK(src->counters().rdata_sent == 0);
+    // The same sqn as a NAK: answered (the NNAK above was one the source could serve).
+    cap.packets.clear();
+    src->on_packet(parse(nak(cfg, Sqn{2})), Endpoint{}, 2 * kMs, cap);
+    CHECK(cap.count(PacketType::ncf) == 1);
+    CHECK(cap.count(PacketType::rdata) == 1);
+}
+
+TEST_CASE("a NAK for the sqn after the lead (not sent yet) gets no NCF and no RDATA",
+          "[protocol][source]") {
+    auto cfg = testing::source_config();
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    for (int i = 0; i < 5; ++i) {
+        REQUIRE(src->send(testing::make_message(static_cast<std::uint64_t>(i), 100), 0, cap)
+                    .has_value());
+    }
+    cap.packets.clear();
+    src->on_packet(parse(nak(cfg, Sqn{5})), Endpoint{}, kMs, cap);  // lead + 1
+    src->on_timer(kMs, cap);
+    CHECK(src->counters().nak_out_of_window == 1);
+    CHECK(cap.count(PacketType::ncf) == 0);
+    CHECK(cap.count(PacketType::rdata) == 0);
+    CHECK(src->counters().rdata_queued == 0);
+    // The lead itself is served.
+    src->on_packet(parse(nak(cfg, Sqn{4})), Endpoint{}, 2 * kMs, cap);
+    CHECK(cap.count(PacketType::rdata) == 1);
 }

@@ -728,6 +728,23 @@ TEST_CASE(
     CHECK(got[0].data.size() == 400);
     rx->release_rx(1);
     CHECK(rx->counters().rx_single_reads == 2);
+    // A valid packet merged with junk of its own size (or after more valid ones): split only
+    // when every piece is a packet, so it comes up whole, never as a packet plus junk.
+    const OdataBurst two = odata_burst({76, 76});
+    for (const std::size_t good : {1U, 2U}) {
+        INFO(good << " valid packets, then junk");
+        std::vector<TxPacket> mix(two.packets.begin(),
+                                  two.packets.begin() + static_cast<std::ptrdiff_t>(good));
+        mix.push_back(jb[0]);
+        const std::uint64_t segments = rx->counters().rx_gro_segments;
+        quiet();
+        REQUIRE(tx->send_batch(mix).value() == mix.size());
+        REQUIRE(wait_rx(*rx, got) == 1);
+        CHECK(got[0].data.size() == 100 * mix.size());
+        CHECK(std::equal(two.bodies[0].begin(), two.bodies[0].end(), got[0].data.begin()));
+        rx->release_rx(1);
+        CHECK(rx->counters().rx_gro_segments == segments);
+    }
 }
 
 TEST_CASE(

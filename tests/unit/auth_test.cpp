@@ -223,7 +223,7 @@ TEST_CASE("auth: a changed byte, another key, an old packet or none at all is re
     CHECK(a.verify(parse(packet_of(s, msg)), scratch, now) == V::missing);
 }
 
-TEST_CASE("auth: peers with the key repair loss; a sender without it changes nothing",
+TEST_CASE("auth: peers with the key repair loss, a sender without it changes nothing",
           "[unit][auth]") {
     testing::Sim sim;
     const auto k = make_auth(keys({{1, 0x33}}));

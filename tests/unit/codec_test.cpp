@@ -145,7 +145,7 @@ TEST_CASE("SPM with OPT_FIN, and IPv6 (GID) NLAs", "[unit][codec]") {
     CHECK(p.opts.rst_code == 5);
 }
 
-TEST_CASE("OPT_JOIN and OPT_SYN on ODATA; NCF and SPMR", "[unit][codec]") {
+TEST_CASE("OPT_JOIN and OPT_SYN on ODATA, NCF and SPMR", "[unit][codec]") {
     const Sqn join{100};
     PacketSpec s;
     s.type = PacketType::odata;
@@ -195,7 +195,7 @@ TEST_CASE("encode refuses small buffers and missing NLAs", "[unit][codec]") {
     CHECK(encode(buf, s) == 36);
 }
 
-TEST_CASE("wire_length finds each packet's end from its own fields; 0 when it cannot",
+TEST_CASE("wire_length finds each packet's end from its own fields, 0 when it cannot",
           "[unit][codec]") {
     std::vector<std::vector<std::byte>> all;
     std::vector<std::byte> payload(333, std::byte{0x11});

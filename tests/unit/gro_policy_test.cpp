@@ -2,8 +2,13 @@
 // gro=auto's switching rule on its own, without sockets (transports/udp/gro_policy.hpp).
 #include "transports/udp/gro_policy.hpp"
 
+#include <vector>
+
+#include "lib/pgm/checksum.hpp"
+#include "lib/pgm/packet.hpp"
 #include "tests/support/catch.hpp"
 
+using prizma::udp::gro_segment_size;
 using prizma::udp::GroPolicy;
 using Action = GroPolicy::Action;
 
@@ -72,4 +77,72 @@ TEST_CASE("GRO policy: small read batches, failed switches", "[unit][gro]") {
     q.reset(false, true);
     CHECK_FALSE(q.on());
     CHECK(q.maybe_merged(false));
+}
+
+namespace {
+
+namespace pgm = prizma::pgm;
+
+/// A checksum-valid ODATA packet of 24 + `payload` bytes.
+std::vector<std::byte> odata(std::uint32_t sqn, std::size_t payload) {
+    pgm::PacketSpec s;
+    s.type = pgm::PacketType::odata;
+    s.sport = 1000;
+    s.dport = 7500;
+    s.sqn = pgm::Sqn{sqn};
+    s.tsdu_length = static_cast<std::uint16_t>(payload);
+    std::vector<std::byte> b(pgm::encoded_size(s) + payload, std::byte{0x5a});
+    REQUIRE(pgm::encode(b, s) == pgm::encoded_size(s));
+    pgm::store_checksum(
+        std::span<std::byte>(b.data(), pgm::encoded_size(s)),
+        pgm::csum_partial(std::span<const std::byte>(b).subspan(pgm::encoded_size(s))));
+    return b;
+}
+
+std::vector<std::byte> merged(std::initializer_list<std::vector<std::byte>> pieces) {
+    std::vector<std::byte> d;
+    for (const auto& p : pieces) {
+        d.insert(d.end(), p.begin(), p.end());
+    }
+    return d;
+}
+
+}  // namespace
+
+TEST_CASE("GRO split: only when every piece is a packet of the first one's length",
+          "[unit][gro][boundary]") {
+    // A datagram read without its segment size is cut at the first packet's length (as the
+    // Context's udp:// channels frame it: pgm::wire_length) only when every piece after it,
+    // the last one included, is framed as a packet of that length (the last may be shorter).
+    // Otherwise it goes up whole, and the layer above refuses it as one malformed datagram.
+    const auto a = odata(1, 76);  // 100 bytes
+    const auto b = odata(2, 76);
+    const auto c = odata(3, 30);  // shorter: a last segment
+    REQUIRE(a.size() == 100);
+    const std::vector<std::byte> junk(100, std::byte{0xee});
+    const std::vector<std::byte> short_junk(46, std::byte{0xee});
+    const auto split = [](const std::vector<std::byte>& d) {
+        return gro_segment_size(&pgm::wire_length, d);
+    };
+    // Packets only: split.
+    CHECK(split(merged({a, b})) == 100);
+    CHECK(split(merged({a, b, c})) == 100);
+    CHECK(split(a) == 100);  // one packet: itself
+    // A valid packet followed by junk of the same size, or shorter, or after several good
+    // pieces: one datagram, never a good packet plus a junk one.
+    for (const auto& d : {merged({a, junk}), merged({a, short_junk}), merged({a, b, junk}),
+                          merged({a, b, short_junk}), merged({a, junk, b})}) {
+        INFO(d.size() << " bytes");
+        CHECK(split(d) == d.size());
+        pgm::Packet p;
+        CHECK(pgm::parse(d, p) != pgm::ParseStatus::ok);  // counted malformed above
+    }
+    // A last piece framed as longer than what is left, or pieces of another length.
+    auto cut = merged({a, b});
+    cut.resize(cut.size() - 1);
+    CHECK(split(cut) == cut.size());
+    const auto acb = merged({a, c, b});
+    CHECK(split(acb) == acb.size());
+    // Without a frame length nothing is split.
+    CHECK(gro_segment_size(nullptr, merged({a, b})) == 200);
 }

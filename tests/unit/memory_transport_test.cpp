@@ -101,3 +101,19 @@ TEST_CASE("lossy decorator: seeded drop, duplicate, reorder and sqn rules", "[un
     }
     CHECK(out_of_order);
 }
+
+TEST_CASE("memory network: a packet of exactly max_datagram arrives, one byte more is dropped",
+          "[unit][memory]") {
+    MemoryNetwork net(MemoryNetwork::Config{64, 4, 16});
+    auto a = net.attach();
+    auto b = net.attach();
+    auto head = fake_packet(4, 9);  // 24 bytes
+    std::array<std::byte, 40> fits{};
+    std::array<std::byte, 41> over{};
+    const TxPacket exact{head, fits, Route::downstream, {}};
+    REQUIRE(*a->send_batch(std::span<const TxPacket>(&exact, 1)) == 1);
+    CHECK(drain(*b) == std::vector<std::uint32_t>{9});
+    const TxPacket too_long{head, over, Route::downstream, {}};
+    REQUIRE(*a->send_batch(std::span<const TxPacket>(&too_long, 1)) == 1);
+    CHECK(drain(*b).empty());
+}

@@ -91,7 +91,7 @@ TEST_CASE("publishing from 4 threads through a PublishQueue to a runner-owned Co
           == prizma::Errc::message_too_large);
 }
 
-TEST_CASE("Backoff spins, yields, then parks with a doubling period; work resets it",
+TEST_CASE("Backoff spins, yields, then parks with a doubling period, work resets it",
           "[unit][runner]") {
     using us = std::chrono::microseconds;
     prizma::Backoff b(2, 2, us(50), us(200));

@@ -21,7 +21,7 @@ std::vector<std::uint32_t> due_at(TimerWheel& w, std::int64_t now) {
 }
 }  // namespace
 
-TEST_CASE("timer wheel: due exactly at the deadline, not before; cancel; re-arm", "[unit][wheel]") {
+TEST_CASE("timer wheel: due exactly at the deadline, not before, cancel, re-arm", "[unit][wheel]") {
     std::vector<TimerLink> links(64);
     TimerWheel w;
     w.bind(VectorLinks{&links});
@@ -45,7 +45,7 @@ TEST_CASE("timer wheel: due exactly at the deadline, not before; cancel; re-arm"
     CHECK(due_at(w, 30'000) == std::vector<std::uint32_t>{7});
 }
 
-TEST_CASE("timer wheel: a deadline in the past fires at the next run; whole turns",
+TEST_CASE("timer wheel: a deadline in the past fires at the next run, whole turns",
           "[unit][wheel]") {
     std::vector<TimerLink> links(1024);
     TimerWheel w;
@@ -67,7 +67,7 @@ TEST_CASE("timer wheel: a deadline in the past fires at the next run; whole turn
     CHECK(w.next_armed() == TimerWheel::kNever);
 }
 
-TEST_CASE("timer wheel: a run visits buckets, not entries; drain; reset", "[unit][wheel]") {
+TEST_CASE("timer wheel: a run visits buckets, not entries, drain, reset", "[unit][wheel]") {
     std::vector<TimerLink> links(50'000);
     TimerWheel w;
     w.bind(VectorLinks{&links});

@@ -106,7 +106,7 @@ TEST_CASE("SA component masks: join vs create", "[verbs][sa]") {
     CHECK(sa::kCompJoinState == 1ULL << 16U);
 }
 
-TEST_CASE("SA response decode: MLID and SL from the SA's answer; junk refused", "[verbs][sa]") {
+TEST_CASE("SA response decode: MLID and SL from the SA's answer, junk refused", "[verbs][sa]") {
     sa::McMemberRecord r;
     r.mgid[0] = 0xff;
     r.mlid = 0xc00a;
@@ -136,7 +136,7 @@ TEST_CASE("SA response decode: MLID and SL from the SA's answer; junk refused", 
 }
 
 #if PRIZMA_HAVE_VERBS
-TEST_CASE("verbs:// URIs: device or address, group, dport, keys; errors name the value",
+TEST_CASE("verbs:// URIs: device or address, group, dport, keys, errors name the value",
           "[verbs][uri]") {
     auto a = verbs::parse_uri("verbs://rxe0:1/239.192.0.1:7500?gid_index=1&qkey=0x11111111");
     REQUIRE(a.has_value());

@@ -17,6 +17,7 @@
 #include <prizma/prizma.hpp>
 
 #include "cli.hpp"
+#include "tool_util.hpp"
 
 namespace {
 
@@ -193,6 +194,7 @@ int report(const Args& a, End end, const Tally& t, const prizma::Subscriber& sub
         "window-full {}\n",
         c.repaired, c.naks_sent, t.gaps, t.duplicates, t.out_of_range, t.loss_events, c.malformed,
         c.window_full);
+    fmt::print("{}\n", prizma::tools::counters_line(c));
     if (const auto tc = sub.transport_counters(); !tc.empty()) {
         fmt::print("transport");
         for (const auto& k : tc) {

@@ -17,6 +17,7 @@
 #include <prizma/prizma.hpp>
 
 #include "cli.hpp"
+#include "tool_util.hpp"
 
 namespace {
 
@@ -136,11 +137,13 @@ void linger_and_close(prizma::Context& ctx, prizma::Publisher& pub, double linge
     }
 }
 
-/// The publisher's counters, then the transport's own (when it has any).
+/// The publisher's counters (the main ones, then all of them), then the transport's own (when
+/// it has any).
 void print_counters(const prizma::Publisher& pub) {
     const auto c = pub.counters();
     fmt::print("odata {} rdata {} naks received {} ncf {} spm {}\n", c.odata_sent, c.rdata_sent,
                c.naks_received, c.ncf_sent, c.spm_sent);
+    fmt::print("{}\n", prizma::tools::counters_line(c));
     if (const auto t = pub.transport_counters(); !t.empty()) {
         fmt::print("transport");
         for (const auto& k : t) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Small helpers shared by the command-line tools (CPU pinning, JSON text). Command lines:
-// cli.hpp.
+// Small helpers shared by the command-line tools (CPU pinning, JSON text, counter lines).
+// Command lines: cli.hpp.
 #pragma once
 
 #include <sched.h>
@@ -11,7 +11,22 @@
 #include <string_view>
 #include <system_error>
 
+#include <prizma/counters.hpp>
+
 namespace prizma::tools {
+
+/// "counters NAME VALUE NAME VALUE ...": every ChannelCounters field, zeros included, on one
+/// line (scripts take one with `sed -n 's/^counters.* naks_ignored \([0-9]*\).*/\1/p'`).
+inline std::string counters_line(const ChannelCounters& c) {
+    std::string line = "counters";
+    for (const auto& f : kChannelCounterFields) {
+        line += ' ';
+        line += f.name;
+        line += ' ';
+        line += std::to_string(c.*f.member);
+    }
+    return line;
+}
 
 /// Pins the calling thread to one CPU; returns an error text, empty on success.
 inline std::string pin_to_cpu(int cpu) {

@@ -79,6 +79,31 @@ rep=$(grep -o 'repairs [0-9]*' "$OUT/recv3.log" | head -1)
 result "processes: 5% loss, $N x 3000 B fragmented APDUs, all delivered ($rep) [$(($(date +%s) - s))s]" \
 	$((src | rc1)) "$OUT/proc3.log"
 
+# 3b. authenticated channel (key_file=): with the key every message is delivered and repaired
+#     under 5% loss; a receiver holding another key takes nothing and counts what it refused.
+G=239.192.0.43
+N=300
+s=$(date +%s)
+printf '9 0123456789abcdef0123456789abcdef\n' >"$OUT/key"
+printf '9 ffffffffffffffffffffffffffffffff\n' >"$OUT/badkey"
+chmod 600 "$OUT/key" "$OUT/badkey"
+"$RECV" "verbs://$RXE_DEV:1/$G:7500?loss=0.05&seed=3&key_file=$OUT/key" --count $N --timeout 90 >"$OUT/recv3b.log" 2>&1 &
+r1=$!
+"$RECV" "verbs://${RXE_DEV2:-$RXE_DEV}:1/$G:7500?key_file=$OUT/badkey" --count 1 --timeout 30 >"$OUT/recv3c.log" 2>&1 &
+r2=$!
+wait_ready "$OUT/recv3b.log" "$OUT/recv3c.log"
+"$SEND" "verbs://$RXE_DEV:1/$G:7500?key_file=$OUT/key" --count $N --size 1500 --rate 250 --linger 10 >"$OUT/send3b.log" 2>&1
+src=$?
+wait $r1; rc1=$?
+wait $r2; rc2=$?
+{ cat "$OUT/send3b.log" "$OUT/recv3b.log" "$OUT/recv3c.log"; diag; } >"$OUT/proc3b.log"
+bad_ok=1
+if [ $rc2 -ne 0 ] && grep -q '^received 0 messages' "$OUT/recv3c.log" \
+	&& grep -Eq ' auth_refused [1-9]' "$OUT/recv3c.log"; then bad_ok=0; fi
+rep=$(grep -o 'repairs [0-9]*' "$OUT/recv3b.log" | head -1)
+result "processes: authenticated, 5% loss, $N x 1500 B delivered ($rep); another key takes nothing [$(($(date +%s) - s))s]" \
+	$((src | rc1 | bad_ok)) "$OUT/proc3b.log"
+
 # 4. ping-pong RTT over verbs (rxe0 -> rxe1 -> rxe0) and, side by side, over UDP between the
 #    same two addresses. Functional: under TCG the numbers say nothing about RDMA hardware.
 PING=$BUILD/examples/prizma-ping

@@ -3,7 +3,13 @@
 // what anyone on the group can read (TSI, sequence numbers, NLA). Each case asserts what the
 // attack can no longer do, as counts under a manual clock: messages delivered, loss events,
 // NAKs and SPMRs sent, timer runs, reassembly steps, storage held.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <vector>
 
 #include "tests/support/rx_harness.hpp"
@@ -309,4 +315,48 @@ TEST_CASE("spoofed sources cannot hold more than the storage budget, a new sourc
     CHECK(real_data >= 400);
     CHECK(real_loss == 0);
     CHECK(rx.r->storage_used() <= budget);
+}
+
+// Under an address-space limit the storage of a new source cannot be had: the receiver
+// refuses the source and counts it (std::bad_alloc used to escape a noexcept path and end
+// the process). Run in a child process, whose limit cannot hurt the test runner.
+TEST_CASE("storage the system refuses: the source is refused and counted, no crash",
+          "[hostile][receiver][memory]") {
+#if defined(__SANITIZE_ADDRESS__)
+    PRIZMA_SKIP("ASan reserves its shadow memory: an address-space limit breaks it");
+#endif
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        auto c = receiver_config(3);
+        c.rxw_sqns = 1U << 16U;  // ~100 MB of storage per source
+        c.max_peers = 8;
+        c.storage_budget_bytes = std::size_t{8} << 30U;  // the budget does not stop it first
+        Rx rx(c);
+        // Room for what exists and a little more, not for another source's storage.
+        rlimit lim{};
+        REQUIRE(::getrlimit(RLIMIT_AS, &lim) == 0);
+        std::size_t vm = 0;
+        {
+            std::ifstream st("/proc/self/statm");
+            st >> vm;
+        }
+        lim.rlim_cur = vm * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) + (48U << 20U);
+        REQUIRE(::setrlimit(RLIMIT_AS, &lim) == 0);
+        const auto m = make_message(1, 100);
+        for (std::uint16_t k = 0; k < 6; ++k) {
+            Forge f;
+            f.tsi.sport = static_cast<std::uint16_t>(5000 + k);
+            rx.feed(f.data(Sqn{0}, Sqn{0}, m), kSource);
+        }
+        // The first source had preallocated storage; later ones are refused when the system
+        // refuses theirs (an unconfirmed one is made to leave, so some join after it).
+        const bool ok = rx.counters().alloc_failures >= 1 && rx.counters().peers_refused >= 1
+                        && rx.counters().peers_joined >= 1;
+        std::_Exit(ok ? 0 : 3);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));  // not killed by std::terminate
+    CHECK(WEXITSTATUS(status) == 0);
 }

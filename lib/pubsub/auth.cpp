@@ -8,13 +8,13 @@
 
 #include <algorithm>
 #include <charconv>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <string>
 
 #include "lib/pgm/bytes.hpp"
-#include "lib/posix/errors.hpp"
 #include "lib/pgm/checksum.hpp"
+#include "lib/posix/errors.hpp"
 
 namespace prizma {
 

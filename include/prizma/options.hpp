@@ -13,6 +13,7 @@
 
 #include <prizma/error.hpp>
 #include <prizma/result.hpp>
+#include <prizma/types.hpp>
 
 namespace prizma {
 
@@ -117,6 +118,12 @@ struct ChannelOptions {
     /// docs/PERFORMANCE.md); off on authenticated channels, where only the source signs.
     bool detect_conflicts = true;
     bool passive = false;  ///< subscriber never NAKs
+    /// Publisher: the GSI of its TSI (default: the Context's, random per Context). A fixed
+    /// one lets subscribers allow this publisher by name (allowed_sources).
+    std::optional<Gsi> gsi;
+    /// Subscriber: take only sources with one of these GSIs (at most 64; empty: any). Packets
+    /// of any other source are dropped before they make state (`packets_refused`).
+    std::vector<Gsi> allowed_sources;
     /// Packet authentication between prizma peers (or `key_file=PATH` in the URI: not both).
     /// Unset: packets are as OpenPGM sends them, and any MAC option is ignored.
     std::optional<AuthOptions> auth;

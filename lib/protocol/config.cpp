@@ -222,6 +222,9 @@ Result<void, Error> validate(const ReceiverConfig& c) {
     if (!kMaxPeers.holds(c.max_peers)) {
         return refuse(kMaxPeers);
     }
+    if (!kAllowedGsis.holds(c.allowed_gsis.size())) {
+        return refuse(kAllowedGsis);
+    }
     if (c.preallocated_peers > c.max_peers) {
         return refuse("preallocated_peers: at most max_peers");
     }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include <prizma/result.hpp>
 #include <prizma/types.hpp>
@@ -109,6 +110,8 @@ struct ReceiverConfig {
     /// sequence number with other bytes is counted (conflicts), also after delivery. Off on
     /// authenticated channels: only the source can make a packet there.
     bool detect_conflicts = true;
+    /// Only sources with one of these GSIs are taken (empty: any); at most 64.
+    std::vector<Gsi> allowed_gsis;
     Timers timers{};
 };
 

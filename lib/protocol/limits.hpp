@@ -35,6 +35,7 @@ inline constexpr std::uint64_t kHourNs = 3'600'000'000'000;
 inline constexpr Bound kTxwSqns{"txw_sqns", Bound::Kind::count, 1, 1U << 24U, "packets"};
 inline constexpr Bound kRxwSqns{"rxw_sqns", Bound::Kind::count, 2, 1U << 20U, "packets"};
 inline constexpr Bound kMaxPeers{"max_peers", Bound::Kind::count, 1, 4096, ""};
+inline constexpr Bound kAllowedGsis{"allowed_gsis", Bound::Kind::count, 0, 64, "GSIs"};
 inline constexpr Bound kMaxFragments{"max_fragments", Bound::Kind::count, 1, 4096, ""};
 inline constexpr Bound kRetention{"txw_retention_ns", Bound::Kind::duration_ns, 0, INT64_MAX, ""};
 

@@ -469,6 +469,12 @@ void Receiver::on_packet(const pgm::Packet& pkt,
         ++counters_.foreign_dport;
         return;
     }
+    if (!cfg_.allowed_gsis.empty()
+        && std::find(cfg_.allowed_gsis.begin(), cfg_.allowed_gsis.end(), pkt.gsi)
+               == cfg_.allowed_gsis.end()) {
+        ++counters_.refused;  // not an allowed source: no state, no reply
+        return;
+    }
     const std::uint16_t sport = upstream ? pkt.dport : pkt.sport;  // the source's port
     if (upstream) {
         if (Peer* p = find(pkt.gsi, sport)) {

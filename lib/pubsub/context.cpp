@@ -223,7 +223,7 @@ protocol::SourceConfig Context::Impl::source_config(const TransportChannel& tc,
                                                     const protocol::Timers& timers) {
     protocol::SourceConfig c;
     const std::uint16_t dport = dport_of(tc);
-    c.tsi.gsi = gsi;
+    c.tsi.gsi = o.gsi ? *o.gsi : gsi;
     c.tsi.sport = o.source_port;
     while (c.tsi.sport == 0 || c.tsi.sport == dport) {
         c.tsi.sport = static_cast<std::uint16_t>(1024 + rng() % 64000);
@@ -262,6 +262,7 @@ protocol::ReceiverConfig Context::Impl::receiver_config(const TransportChannel& 
     c.max_recover_sqns = std::min(o.max_recover_sqns, o.window_sqns - 1);
     c.passive = o.passive;
     c.storage_budget_bytes = o.memory_budget_bytes;
+    c.allowed_gsis = o.allowed_sources;
     c.seed = rng();
     c.timers = timers;
     return c;

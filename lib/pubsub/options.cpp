@@ -42,6 +42,16 @@ std::string text(T v) {
     return std::to_string(v);
 }
 
+std::string hex(const Gsi& g) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    std::string s;
+    for (const auto b : g.bytes) {
+        s += kDigits[b >> 4U];
+        s += kDigits[b & 0xfU];
+    }
+    return s;
+}
+
 /// A row of the option table and the protocol-level fields it becomes (for refusals).
 struct Row {
     OptionInfo info;
@@ -49,8 +59,8 @@ struct Row {
     std::string_view field_b{};  // a second one (window_sqns is txw_sqns or rxw_sqns)
 };
 
-std::vector<Row> make_rows() {
-    using protocol::kMaxPeers;
+// The rows in ChannelOptions order, in two parts (a function fits on a screen).
+std::vector<Row> first_rows() {
     using protocol::kMaxRepairsPerSqn;
     using protocol::kRepairBudget;
     using protocol::kRequesterBudget;
@@ -101,6 +111,15 @@ std::vector<Row> make_rows() {
               return text(o.max_repairs_per_sqn);
           }},
          kMaxRepairsPerSqn.field},
+    };
+    return rows;
+}
+
+std::vector<Row> second_rows() {
+    using protocol::kAllowedGsis;
+    using protocol::kMaxPeers;
+    using O = const ChannelOptions&;
+    std::vector<Row> rows = {
         {{"recover_history", "subscriber", "true or false",
           [](O o) {
               return text(o.recover_history);
@@ -137,11 +156,29 @@ std::vector<Row> make_rows() {
           [](O o) {
               return o.auth ? std::to_string(o.auth->keys.size()) + " keys" : std::string("unset");
           }}},
+        {{"gsi", "publisher", "any 6 bytes",
+          [](O o) {
+              return o.gsi ? hex(*o.gsi) : std::string("the Context's");
+          }}},
+        {{"allowed_sources", "subscriber", kAllowedGsis.text(),
+          [](O o) {
+              return o.allowed_sources.empty() ? std::string("any")
+                                               : std::to_string(o.allowed_sources.size()) + " GSIs";
+          }},
+         kAllowedGsis.field},
         {{"source_port", "publisher", "0 to 65535",
           [](O o) {
               return text(o.source_port);
           }}},
     };
+    return rows;
+}
+
+std::vector<Row> make_rows() {
+    std::vector<Row> rows = first_rows();
+    for (auto& r : second_rows()) {
+        rows.push_back(std::move(r));
+    }
     return rows;
 }
 

@@ -352,3 +352,52 @@ TEST_CASE("API: delivered messages carry when they were received", "[unit][api]"
     }
     CHECK(stamps[1] > stamps[0]);
 }
+
+TEST_CASE("allowed_sources: a subscriber takes only the publishers it names by GSI",
+          "[unit][api][hostile]") {
+    auto ctx = prizma::Context::create();
+    REQUIRE(ctx);
+    const prizma::Gsi named{{0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6}};
+    const prizma::Gsi other{{0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6}};
+    prizma::ChannelOptions so;
+    so.allowed_sources = {named};
+    auto sub = ctx->add_subscriber("mem://allow:7600", so);
+    REQUIRE(sub);
+    prizma::ChannelOptions po;
+    po.gsi = named;
+    auto good = ctx->add_publisher("mem://allow:7600", po);
+    REQUIRE(good);
+    CHECK(good->tsi().gsi == named);
+    po.gsi = other;
+    auto bad = ctx->add_publisher("mem://allow:7600", po);
+    REQUIRE(bad);
+    std::vector<prizma::Tsi> from;
+    for (int i = 0; i < 20; ++i) {
+        const std::array<std::byte, 16> payload{};
+        REQUIRE(good->offer(payload));
+        REQUIRE(bad->offer(payload));
+        (void)ctx->poll();
+        (void)sub->poll(64, [&](const prizma::Message& m) {
+            if (m.kind == prizma::MessageKind::data) {
+                from.push_back(m.tsi);
+            }
+        });
+    }
+    for (int i = 0; i < 10 && from.size() < 20; ++i) {  // the last ones still in flight
+        (void)ctx->poll();
+        (void)sub->poll(64, [&](const prizma::Message& m) {
+            if (m.kind == prizma::MessageKind::data) {
+                from.push_back(m.tsi);
+            }
+        });
+    }
+    REQUIRE(from.size() == 20);
+    for (const auto& t : from) {
+        CHECK(t.gsi == named);
+    }
+    CHECK(sub->counters().packets_refused > 0);
+    CHECK(sub->counters().sources == 1);
+    so.allowed_sources.assign(65, named);
+    CHECK_THAT(ctx->add_subscriber("mem://allow:7601", so).error().detail(),
+               Catch::Contains("allowed_sources = 65 GSIs: 0 to 64 GSIs"));
+}

@@ -784,6 +784,9 @@ void Receiver::on_spm(Peer& p,
     p.nla = pkt.nla;
     p.spmr_deadline = kNever;
     p.spmrs = 0;
+    if (!pkt.opts.rst) {
+        p.rst_spms = 0;  // two RSTs in a row count, not two an hour apart
+    }
     if (pkt.opts.rst) {
         // OPT_RST (§9.8): the source aborted; nothing missing will ever come. Two are needed
         // (a source sends three), so one forged packet cannot turn repairs into loss.
@@ -880,7 +883,7 @@ bool Receiver::admit_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) 
         return false;
     }
     note_trail(p, pkt.trail);
-    if (p.finished && p.rst_spms == 0 && precedes(p.fin_lead, s)) {
+    if (p.finished && p.rst_spms < 2 && precedes(p.fin_lead, s)) {
         p.finished = false;  // data after the FIN: that FIN was not the source's
         p.fin_deadline = kNever;
     }
@@ -1368,7 +1371,9 @@ Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
 // Nothing deliverable. A finished (FIN/RST) or expired source leaves once drained.
 bool Receiver::left_event(Peer& p, Event& out) noexcept {
     const bool drained = !p.started || p.missing == 0;
-    if (!p.left_reported && drained && (p.finished || p.expired)
+    // A FIN'd source leaves only once its FIN deadline has passed (give_up) with no data past
+    // the FIN's lead: a forged FIN is cancelled by the data that keeps coming before then.
+    if (!p.left_reported && drained && ((p.finished && p.give_up) || p.expired)
         && (!p.started || !p.in_range(p.next))) {
         p.left_reported = true;
         ++counters_.peers_left;

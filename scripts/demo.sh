@@ -61,9 +61,9 @@ summary() {  # unique repairs gaps duplicates loss-events of subscriber $1
     local unique repairs gaps dups losses
     unique=$(sed -n 's/.*(\([0-9]*\) unique of.*/\1/p' "$out")
     repairs=$(sed -n 's/^repairs \([0-9]*\) .*/\1/p' "$out")
-    gaps=$(sed -n 's/.* gaps \([0-9]*\) .*/\1/p' "$out")
-    dups=$(sed -n 's/.* duplicates \([0-9]*\) .*/\1/p' "$out")
-    losses=$(sed -n 's/.* loss events \([0-9]*\) .*/\1/p' "$out")
+    gaps=$(sed -n 's/^repairs .* gaps \([0-9]*\) .*/\1/p' "$out")
+    dups=$(sed -n 's/^repairs .* duplicates \([0-9]*\) .*/\1/p' "$out")
+    losses=$(sed -n 's/^repairs .* loss events \([0-9]*\) .*/\1/p' "$out")
     echo "${unique:-0} ${repairs:-0} ${gaps:-1} ${dups:-1} ${losses:-1}"
 }
 verdict=""

@@ -76,7 +76,13 @@ struct Node {
     bool paused = false;
 };
 
-Node make_node(verbs::VerbsConfig c, bool source, std::uint64_t seed, double loss = 0.0) {
+/// `wide_repair`: a source without repair limits (budget, repeats), for a receiver whose
+/// 16-slot ring drops most of every burst of repairs too, so that it needs many rounds.
+Node make_node(verbs::VerbsConfig c,
+               bool source,
+               std::uint64_t seed,
+               double loss = 0.0,
+               bool wide_repair = false) {
     Node n;
     n.t = open(std::move(c));
     Transport* t = n.t.get();
@@ -94,6 +100,11 @@ Node make_node(verbs::VerbsConfig c, bool source, std::uint64_t seed, double los
         s.tsi.sport = static_cast<std::uint16_t>(2000 + seed);
         s.max_tpdu = t->caps().max_datagram;
         s.txw_sqns = 1U << 14U;
+        if (wide_repair) {
+            s.max_repairs_per_sqn = 255;
+            s.repair_budget_percent = 10000;
+            s.requester_budget_percent = 10000;
+        }
         sc.source = s;
     } else {
         auto r = receiver_config(seed);
@@ -330,7 +341,9 @@ TEST_CASE("verbs: a starved receive ring (NIC drops) is repaired by NAKs", "[ver
     auto sc = cfg(dev1(), group, true);
     sc.rx_depth = 16;
     Node sub = make_node(sc, false, 51);
-    Node pub = make_node(cfg(dev1(), group, false), true, 5);
+    // Each burst of repairs overflows the 16-slot ring again: the later sqns of a NAK need
+    // more repeats than the default repair limits allow (max_repairs_per_sqn, the budget).
+    Node pub = make_node(cfg(dev1(), group, false), true, 5, 0.0, true);
     pub.session->source()->open(now_ns(), *pub.session);
     pub.session->flush();
     // Let the subscriber learn the source, then stop polling while a burst goes out: the

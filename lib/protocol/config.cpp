@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lib/protocol/config.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <string>
@@ -110,6 +111,13 @@ Result<void, Error> refuse(const Bound& b) {
 }
 
 }  // namespace
+
+std::int64_t repair_limit_ns(const Timers& t) noexcept {
+    const std::int64_t per_try = t.nak_bo_ivl_ns + std::max(t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns);
+    const auto tries = static_cast<std::int64_t>(t.nak_ncf_retries)
+                       + static_cast<std::int64_t>(t.nak_data_retries);
+    return t.nak_bo_ivl_ns + tries * per_try;
+}
 
 Result<void, Error> validate(const Timers& t) {
     struct Interval {

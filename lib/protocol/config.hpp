@@ -49,6 +49,10 @@ Timers preset(Preset p) noexcept;
 Result<Timers> preset(std::string_view name) noexcept;
 /// Checks every value; the error's detail names the first bad one and its bounds.
 Result<void, Error> validate(const Timers& t);
+/// Worst-case span of the §6.3 retry chain: a back-off, then every NAK retry and every NCF
+/// retry with a back-off each. A receiver repairs or reports a missing sqn within it; a
+/// closing source lingers at most this long (docs/PROTOCOL.md §3.2, §4.1).
+std::int64_t repair_limit_ns(const Timers& t) noexcept;
 
 /// Late-join policy of a receiver (RFC 3208 §6.1, §9.4).
 enum class JoinPolicy : std::uint8_t {

@@ -91,15 +91,6 @@ std::uint64_t fingerprint(std::span<const std::byte> b, std::uint64_t key) noexc
     return h ^ (h >> 29U);
 }
 
-// Worst-case span of the §6.3 retry chain: a back-off, then every NAK retry and every NCF
-// retry with a back-off each. What other hosts' NAKs and NCFs do cannot extend it.
-std::int64_t repair_limit(const Timers& t) noexcept {
-    const std::int64_t per_try = t.nak_bo_ivl_ns + std::max(t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns);
-    const auto tries = static_cast<std::int64_t>(t.nak_ncf_retries)
-                       + static_cast<std::int64_t>(t.nak_data_retries);
-    return t.nak_bo_ivl_ns + tries * per_try;
-}
-
 // After a FIN the source only lingers: three rounds of NAK, NCF and RDATA.
 std::int64_t fin_limit(const Timers& t) noexcept {
     return t.nak_bo_ivl_ns + 3 * (t.nak_bo_ivl_ns + t.nak_rpt_ivl_ns + t.nak_rdata_ivl_ns);
@@ -280,7 +271,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     storage_budget_ = cfg.storage_budget_bytes != 0
                           ? std::max(cfg.storage_budget_bytes, floor)
                           : std::max<std::size_t>(cfg.preallocated_peers, 4) * peer_bytes_;
-    repair_limit_ns_ = repair_limit(cfg.timers);
+    repair_limit_ns_ = protocol::repair_limit_ns(cfg.timers);
     max_gap_ = std::min(capacity_, std::max(capacity_ / 16, 1024U));
     fin_limit_ns_ = fin_limit(cfg.timers);
     peers_.resize(cfg.max_peers);

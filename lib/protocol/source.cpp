@@ -116,7 +116,6 @@ Source::Source(const SourceConfig& cfg) : cfg_(cfg) {
     repair_credit_.bytes = min_credit_;
     // A receiver NAKs again only nak_rdata_ivl after an NCF: a faster repeat helps nobody.
     repeat_ivl_ns_ = std::max(cfg.timers.nak_elimination_ns, cfg.timers.nak_rdata_ivl_ns / 2);
-    save_ivl_ns_ = std::max(cfg.timers.nak_rpt_ivl_ns, cfg.timers.nak_rdata_ivl_ns);
 }
 
 std::int64_t Source::quiet_ns() const noexcept {
@@ -126,11 +125,7 @@ std::int64_t Source::quiet_ns() const noexcept {
 }
 
 std::int64_t Source::linger_cap_ns() const noexcept {
-    const auto& t = cfg_.timers;
-    const auto tries = static_cast<std::int64_t>(t.nak_ncf_retries)
-                       + static_cast<std::int64_t>(t.nak_data_retries);
-    return t.nak_bo_ivl_ns
-           + tries * (t.nak_bo_ivl_ns + std::max(t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns));
+    return protocol::repair_limit_ns(cfg_.timers);
 }
 
 bool Source::quiet(std::int64_t now_ns) const noexcept {
@@ -431,27 +426,6 @@ void Source::answer_with_spm(std::int64_t now_ns, PacketSink& sink) noexcept {
 
 // ---- NAK → NCF + RDATA, within the repair limits ------------------------------------------
 
-// Bytes of the packets sent in the last save_ivl_ns_, as they lie in the ring (rounded up to
-// cache lines): bisection for the oldest, send times growing with sqns.
-std::size_t Source::recent_bytes(std::int64_t now_ns) const noexcept {
-    const std::int64_t since = now_ns - save_ivl_ns_;
-    std::uint32_t lo = 0;
-    std::uint32_t hi = in_window();
-    while (lo < hi) {
-        const std::uint32_t mid = lo + (hi - lo) / 2;
-        if (slots_[(trail_.value + mid) & mask_].sent_ns < since) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    if (lo == in_window()) {
-        return 0;
-    }
-    const std::size_t first = slots_[(trail_.value + lo) & mask_].offset;
-    return head_off_ > first ? head_off_ - first : buffers_.size() - first + head_off_;
-}
-
 // Bytes of the packets in the transmit window, as they lie in the ring.
 std::size_t Source::window_bytes() const noexcept {
     if (in_window() == 0) {
@@ -500,13 +474,12 @@ Source::Requester& Source::requester(const Endpoint& from, std::int64_t now_ns) 
 
 // Credit saved is bounded: the budget's share of what the transmit window holds (every
 // packet in it repaired once: the most honest receivers can need, also after the source fell
-// quiet), or of what was sent over the last save_ivl_ns_ (one NAK repeat interval), or the
-// burst. A flood cashes that in once; after it, only new data earns credit.
-void Source::earn(Requester& rq, std::int64_t now_ns) noexcept {
-    const auto recent = static_cast<double>(std::max(recent_bytes(now_ns), window_bytes()));
+// quiet), or the burst. A flood cashes that in once; after it, only new data earns credit.
+void Source::earn(Requester& rq) noexcept {
+    const auto window = static_cast<double>(window_bytes());
     const std::uint64_t sent = odata_bytes();
-    repair_credit_.earn(sent, repair_fraction_, std::max(min_credit_, repair_fraction_ * recent));
-    rq.credit.earn(sent, requester_fraction_, std::max(min_credit_, requester_fraction_ * recent));
+    repair_credit_.earn(sent, repair_fraction_, std::max(min_credit_, repair_fraction_ * window));
+    rq.credit.earn(sent, requester_fraction_, std::max(min_credit_, requester_fraction_ * window));
 }
 
 Source::Pay Source::pay(Requester& rq, std::size_t bytes) noexcept {
@@ -536,7 +509,7 @@ void Source::handle_nak(const pgm::Packet& p,
     ++counters_.nak_received;
     last_nak_ns_ = now_ns;
     Requester& rq = requester(from, now_ns);
-    earn(rq, now_ns);
+    earn(rq);
     // What the NCF confirms: sqns queued for an RDATA, by this NAK or before it.
     std::array<Sqn, pgm::kMaxNakList + 1> confirmed{};
     std::size_t n_confirmed = 0;

@@ -195,11 +195,10 @@ private:
     [[nodiscard]] std::uint64_t odata_bytes() const noexcept {
         return counters_.bytes_sent - other_bytes_;
     }
-    [[nodiscard]] std::size_t recent_bytes(std::int64_t now_ns) const noexcept;
     [[nodiscard]] std::size_t window_bytes() const noexcept;
     Requester* find_requester(const Endpoint& from) noexcept;
     Requester& requester(const Endpoint& from, std::int64_t now_ns) noexcept;
-    void earn(Requester& rq, std::int64_t now_ns) noexcept;
+    void earn(Requester& rq) noexcept;
     /// Takes `bytes` from the requester's and the source's credit, or from neither.
     Pay pay(Requester& rq, std::size_t bytes) noexcept;
 
@@ -241,7 +240,6 @@ private:
     double requester_fraction_ = 0;
     double min_credit_ = 0;
     std::int64_t repeat_ivl_ns_ = 0;
-    std::int64_t save_ivl_ns_ = 0;
     std::uint64_t other_bytes_ = 0;  // bytes_sent that were not ODATA (SPM, NCF, RDATA)
     Credit repair_credit_;
     std::array<Requester, kMaxRequesters> requesters_{};

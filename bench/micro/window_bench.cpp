@@ -131,7 +131,8 @@ BENCHMARK(BM_NakScan)->Arg(64)->Arg(1024)->Iterations(3000);
 
 // End to end over the memory transport: publish -> batch -> ring -> parse -> window -> deliver.
 // Arguments: message size, messages per batch, authentication (0 off, 1 on: every packet
-// signed by the publisher's Session and verified by the subscriber's).
+// signed by the publisher's Session and verified by the subscriber's), flow control (0 max,
+// 1 min: the subscriber sends status, the publisher keeps to its window).
 static void BM_PublishDeliverMemory(benchmark::State& state) {
     memory::MemoryNetwork net(memory::MemoryNetwork::Config{1472, 4096, 64, false});
     auto tp = net.attach();
@@ -146,6 +147,11 @@ static void BM_PublishDeliverMemory(benchmark::State& state) {
         pc.auth = *pubsub::Authenticator::create(keys);
         rc.auth = pc.auth;
         pc.source->max_tpdu -= pgm::kAuthOverheadBytes;
+    }
+    if (state.range(3) != 0) {
+        pc.source->flow.strategy = protocol::FlowStrategy::min;
+        rc.receiver->send_status = true;
+        rc.receiver->receiver_id = 1;
     }
     auto pub = std::move(*pubsub::Session::create(*tp, pc));
     auto sub = std::move(*pubsub::Session::create(*tr, rc));
@@ -171,14 +177,16 @@ static void BM_PublishDeliverMemory(benchmark::State& state) {
     state.counters["delivered"] = static_cast<double>(delivered);
 }
 BENCHMARK(BM_PublishDeliverMemory)
-    ->Args({100, 8, 0})
-    ->Args({100, 8, 1})
-    ->Args({100, 64, 0})
-    ->Args({100, 64, 1})
-    ->Args({500, 8, 0})
-    ->Args({500, 8, 1})
-    ->Args({500, 64, 0})
-    ->Args({500, 64, 1});
+    ->Args({100, 8, 0, 0})
+    ->Args({100, 8, 1, 0})
+    ->Args({100, 8, 0, 1})
+    ->Args({100, 64, 0, 0})
+    ->Args({100, 64, 1, 0})
+    ->Args({100, 64, 0, 1})
+    ->Args({500, 8, 0, 0})
+    ->Args({500, 8, 1, 0})
+    ->Args({500, 64, 0, 0})
+    ->Args({500, 64, 1, 0});
 
 // The protocol core alone, publish -> deliver on one core: Source::send emits into a sink that
 // parses (with checksum verification) and feeds the Receiver, which delivers in order.

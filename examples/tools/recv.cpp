@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/core.h>
@@ -30,6 +31,7 @@ struct Args {
     double deadline_s = 0;  // 0: none
     bool verbose = false;
     bool spin = false;
+    double consume_rate = 0;  // messages/s the application takes; 0: as fast as they come
     prizma::ChannelOptions opts;
 };
 
@@ -39,7 +41,8 @@ int parse_args(int argc, char** argv, Args& a) {
     prizma::tools::init(
         app,
         "prizma-recv URI --count N [--timeout SECONDS] [--deadline SECONDS]\n"
-        "                   [--preset wan|lan|rdma] [--recover] [--spin] [--verbose]",
+        "                   [--preset wan|lan|rdma] [--recover] [--spin] [--verbose]\n"
+        "                   [--consume-rate MSGS_PER_S]",
         "Subscribes to URI and checks that messages 0..N-1 from prizma-send (a 64-bit\n"
         "little-endian index in the first 8 bytes) all arrive exactly once.",
         "Exits 0 only when messages 0..N-1 all arrived exactly once; 1 when a message is\n"
@@ -71,6 +74,11 @@ int parse_args(int argc, char** argv, Args& a) {
                  "Busy-poll (never sleep between polls), as a latency-critical\n"
                  "consumer does (default: sleep on the transport's wakeup)");
     app.add_flag("--verbose", a.verbose, "Print every message and source event");
+    app.add_option("--consume-rate", a.consume_rate,
+                   "Take at most this many messages per second from the subscriber, as a slow\n"
+                   "consumer does (flow control: flow=min in the URI); default 0: no limit")
+        ->type_name("MSGS_PER_S")
+        ->check(CLI::NonNegativeNumber);
     return prizma::tools::parse(app, argc, argv);
 }
 
@@ -162,7 +170,20 @@ End receive(prizma::Context& ctx, prizma::Subscriber& sub, const Args& a, Tally&
         }
         const int work = ctx.poll();
         now = Clock::now();  // one clock read per batch, not per message
-        const std::size_t got = sub.poll(256, [&](const prizma::Message& m) {
+        std::size_t limit = 256;
+        if (a.consume_rate > 0) {  // a slow consumer: what the rate allows since the start
+            const double allowed =
+                a.consume_rate * std::chrono::duration<double>(now - start).count();
+            const auto taken = static_cast<double>(tally.received);
+            limit =
+                allowed > taken ? static_cast<std::size_t>(std::min(256.0, allowed - taken)) : 0;
+            if (limit == 0) {
+                last_arrival = now;  // throttled by us, not idle
+                std::this_thread::sleep_for(std::chrono::microseconds(50));
+                continue;
+            }
+        }
+        const std::size_t got = sub.poll(limit, [&](const prizma::Message& m) {
             if (tally.add(m, now)) {
                 last_arrival = now;
             }

@@ -190,16 +190,22 @@ void print_text(const Scan& s, Previous& prev, double since_last_s) {
                 fmt::print("\n");
             }
             for (const auto& src : ch.sources) {
-                fmt::print("    source {}:", src.tsi);
+                // A publisher's rows are its flow-control receivers: every field shown.
+                if (ch.publisher) {
+                    fmt::print("    receiver:");
+                } else {
+                    fmt::print("    source {}:", printable(src.tsi));
+                }
                 for (const auto& [name, value] : src.counters) {
-                    if (value != 0) {
+                    if (value != 0 || ch.publisher) {
                         fmt::print(" {} {}", printable(name), value);
                     }
                 }
                 fmt::print("\n");
             }
             if (ch.sources_not_shown != 0) {
-                fmt::print("    ... and {} more sources\n", ch.sources_not_shown);
+                fmt::print("    ... and {} more {}\n", ch.sources_not_shown,
+                           ch.publisher ? "receivers" : "sources");
             }
         }
         if (p.snap.channels_not_shown != 0) {

@@ -47,6 +47,19 @@ private:
     std::span<std::byte> buf_;
 };
 
+/// A receiver a publisher's flow control tracks (ChannelOptions::flow; docs/PROTOCOL.md,
+/// "Flow control").
+struct FlowReceiverInfo {
+    std::uint64_t id = 0;
+    std::uint64_t tag = 0;                    ///< its group; 0 = none
+    Sqn consumed{};                           ///< the next sequence number it will deliver
+    std::uint32_t window = 0;                 ///< its receive window, sequence numbers
+    std::uint32_t lag = 0;                    ///< sequence numbers sent and not yet consumed by it
+    std::chrono::nanoseconds since_heard{0};  ///< since its last status message
+    /// Counted in the send limit (false: too far behind to be admitted yet, or not tagged).
+    bool counted = false;
+};
+
 /// Sends messages on one channel. A handle: valid while its Context lives. Not thread-safe:
 /// call it from the Context's owner thread only.
 class Publisher {
@@ -77,6 +90,8 @@ public:
     /// queued; or once the receivers' repair deadline has passed since the last message
     /// (docs/PROTOCOL.md §3.2). False for a removed handle.
     [[nodiscard]] bool quiet() const noexcept;
+    /// With flow control (ChannelOptions::flow), quiet() also waits until every counted
+    /// receiver has said it consumed the last message (bounded by linger_cap()).
     /// The longest quiet() can take after the last message (the receivers' repair deadline).
     [[nodiscard]] std::chrono::nanoseconds linger_cap() const noexcept;
     [[nodiscard]] std::size_t max_message_size() const noexcept;
@@ -85,6 +100,8 @@ public:
     /// False after Context::remove() reset this handle.
     [[nodiscard]] bool valid() const noexcept { return ch_ != nullptr; }
     [[nodiscard]] ChannelCounters counters() const noexcept;
+    /// The receivers flow control tracks (empty with FlowControl::max). Allocates.
+    [[nodiscard]] std::vector<FlowReceiverInfo> flow_receivers() const;
     /// The transport's own counters (verbs: rx_ring_low, sq_full, completion_errors,
     /// ah_cache_size, ...); empty for transports without any. Allocates: not for the hot path.
     [[nodiscard]] std::vector<NamedCounter> transport_counters() const;

@@ -47,6 +47,15 @@ struct ChannelCounters {
     std::uint64_t packets_refused = 0;  ///< packets moving a source's state too far, or
                                         ///< from another sender than its pinned one
     std::uint64_t conflicts = 0;        ///< same sqn seen again with different bytes
+    // Flow control (docs/PROTOCOL.md, "Flow control"); status_sent is a subscriber's, the
+    // rest a publisher's.
+    std::uint64_t status_sent = 0;      ///< status messages sent to sources
+    std::uint64_t status_received = 0;  ///< status messages taken
+    std::uint64_t status_refused = 0;   ///< from another address for a known id, table full
+    std::uint64_t flow_receivers = 0;   ///< receivers counted in the send limit now
+    std::uint64_t flow_blocked = 0;     ///< offers refused: a receiver's window was full
+    std::uint64_t flow_evicted = 0;     ///< receivers dropped: silent or stalled for the timeout
+    std::uint64_t flow_left = 0;        ///< receivers that said they leave
 };
 
 /// One field of ChannelCounters: its name (as prizma-stat, stats files and JSON show it) and
@@ -58,7 +67,7 @@ struct CounterField {
 
 /// Every field of ChannelCounters, in declaration order: the one list that sums, stats files,
 /// prizma-stat and the tools use. A field added to the struct and not here fails to compile.
-inline constexpr std::array<CounterField, 33> kChannelCounterFields{{
+inline constexpr std::array<CounterField, 40> kChannelCounterFields{{
     {"packets_sent", &ChannelCounters::packets_sent},
     {"packets_received", &ChannelCounters::packets_received},
     {"bytes_sent", &ChannelCounters::bytes_sent},
@@ -92,6 +101,13 @@ inline constexpr std::array<CounterField, 33> kChannelCounterFields{{
     {"sources_evicted", &ChannelCounters::sources_evicted},
     {"packets_refused", &ChannelCounters::packets_refused},
     {"conflicts", &ChannelCounters::conflicts},
+    {"status_sent", &ChannelCounters::status_sent},
+    {"status_received", &ChannelCounters::status_received},
+    {"status_refused", &ChannelCounters::status_refused},
+    {"flow_receivers", &ChannelCounters::flow_receivers},
+    {"flow_blocked", &ChannelCounters::flow_blocked},
+    {"flow_evicted", &ChannelCounters::flow_evicted},
+    {"flow_left", &ChannelCounters::flow_left},
 }};
 static_assert(sizeof(ChannelCounters) == kChannelCounterFields.size() * sizeof(std::uint64_t),
               "every ChannelCounters field must be listed in kChannelCounterFields");

@@ -74,6 +74,36 @@ struct AuthOptions {
 /// an error.
 Result<AuthOptions, Error> read_key_file(const std::string& path);
 
+/// Receiver-driven flow control (docs/PROTOCOL.md, "Flow control"): how far a publisher may
+/// run ahead of its receivers.
+enum class FlowControl : std::uint8_t {
+    max,     ///< never wait for anyone (PGM as it is, and the default): no status messages
+    min,     ///< never more than the slowest live receiver's window ahead
+    tagged,  ///< the same over the receivers carrying `FlowOptions::tag` only
+};
+/// "max", "min", "tagged".
+std::string_view to_string(FlowControl strategy) noexcept;
+/// The strategy named `name`, or nullopt.
+std::optional<FlowControl> parse_flow_control(std::string_view name) noexcept;
+
+/// Flow control of one channel. On a publisher: the strategy it paces itself by. On a
+/// subscriber: any strategy but `max` makes it send status messages (its consumed position and
+/// window) to every source, carrying `tag` (tagged needs one). URI keys: `flow=`, `flow_tag=`,
+/// `flow_group=`, `flow_timeout_ms=` (they override these).
+struct FlowOptions {
+    FlowControl strategy = FlowControl::max;
+    std::uint64_t tag = 0;  ///< the group: a subscriber's own, the one a tagged publisher counts
+    /// Publisher, tagged: offers return Errc::back_pressured until this many tagged receivers
+    /// are counted.
+    std::uint32_t min_group = 0;
+    /// Publisher: a receiver silent this long, or holding the publisher back this long without
+    /// consuming anything, is dropped from the group (counted `flow_evicted`).
+    std::chrono::milliseconds timeout{5000};
+    std::uint32_t max_receivers = 64;  ///< publisher: receivers tracked at once
+    /// Subscriber: a status at least this often (and after each quarter window consumed).
+    std::chrono::milliseconds status_interval{200};
+};
+
 /// Per-channel settings. Channel URIs carry the addressing; these carry the protocol.
 struct ChannelOptions {
     /// Timer preset (default lan), unless `timers` is set.
@@ -128,6 +158,8 @@ struct ChannelOptions {
     /// Unset: packets are as OpenPGM sends them, and any MAC option is ignored.
     std::optional<AuthOptions> auth;
     std::uint16_t source_port = 0;  ///< PGM TSI source port; 0 = random
+    /// Receiver-driven flow control (off: `max`).
+    FlowOptions flow{};
 };
 
 /// One row of the ChannelOptions reference, from the table the library checks options with:

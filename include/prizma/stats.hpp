@@ -56,11 +56,15 @@ struct Snapshot {
         /// Every ChannelCounters field by name (kChannelCounterFields order), then the
         /// transport's own counters (verbs: rx_ring_low, ...).
         std::vector<std::pair<std::string, std::uint64_t>> counters;
-        /// A subscriber's sources (at most 8).
+        /// A subscriber's sources (at most 8); on a publisher with flow control, its tracked
+        /// receivers (at most 8).
         struct Source {
-            std::string tsi;  ///< GSI in hex "." source port, e.g. "deadbeef0001.4321"
-            /// odata_received, rdata_received, duplicates, repaired, ncf_received, naks_sent,
-            /// nak_sqns_sent, loss_events, lost_sqns, messages_delivered.
+            /// GSI in hex "." source port, e.g. "deadbeef0001.4321"; "receiver" for a
+            /// publisher's flow-control receiver.
+            std::string tsi;
+            /// A source: odata_received, rdata_received, duplicates, repaired, ncf_received,
+            /// naks_sent, nak_sqns_sent, loss_events, lost_sqns, messages_delivered. A
+            /// receiver: id, tag, consumed, window, lag, heard_ms_ago, counted (1 or 0).
             std::vector<std::pair<std::string, std::uint64_t>> counters;
         };
         std::vector<Source> sources;

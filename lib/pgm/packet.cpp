@@ -128,6 +128,18 @@ ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options
                 o.auth_key_id = load_be32(body + 4);
                 o.auth_time_ms = (std::uint64_t{load_be32(body + 8)} << 32U) | load_be32(body + 12);
                 break;
+            case OptionType::status:
+                if (len != kStatusOptionBytes || o.has_status) {
+                    return ParseStatus::bad_options;
+                }
+                o.has_status = true;
+                o.status.leaving = (std::to_integer<std::uint8_t>(body[3]) & kStatusLeaving) != 0;
+                o.status.consumed = Sqn{load_be32(body + 4)};
+                o.status.window = load_be32(body + 8);
+                o.status.receiver_id =
+                    (std::uint64_t{load_be32(body + 12)} << 32U) | load_be32(body + 16);
+                o.status.tag = (std::uint64_t{load_be32(body + 20)} << 32U) | load_be32(body + 24);
+                break;
             case OptionType::rst: {
                 o.rst = true;
                 const auto b = std::to_integer<std::uint8_t>(body[3]);
@@ -166,42 +178,15 @@ const char* to_string(ParseStatus s) noexcept {
     return "?";
 }
 
-ParseStatus parse(std::span<const std::byte> d, Packet& out, const ParseConfig& cfg) noexcept {
-    if (d.size() < kHeaderBytes) {
-        return ParseStatus::truncated;
-    }
+namespace {
+
+// The type's fixed part after the common header (RFC 3208 §8; ACK as PGMCC's); advances
+// `off`. POLL and POLR set `header_only`.
+ParseStatus read_fixed(std::span<const std::byte> d,
+                       std::size_t& off,
+                       Packet& out,
+                       bool& header_only) noexcept {
     const std::byte* h = d.data();
-    const auto type_byte = std::to_integer<std::uint8_t>(h[4]);
-    if (!is_known_type(type_byte)) {
-        return ParseStatus::bad_type;
-    }
-    // Every field is set below or reset here (no whole-struct clear: this runs per packet).
-    out.sqn = Sqn{};
-    out.trail = Sqn{};
-    out.lead = Sqn{};
-    out.nla.afi = 0;
-    out.group.afi = 0;
-    out.opts = Options{};
-    out.payload = {};
-    out.sport = load_be16(h);
-    out.dport = load_be16(h + 2);
-    out.type = static_cast<PacketType>(type_byte);
-    out.options_byte = std::to_integer<std::uint8_t>(h[5]);
-    out.checksum = load_be16(h + 6);
-    std::memcpy(out.gsi.bytes.data(), h + 8, 6);
-    out.tsdu_length = load_be16(h + 14);
-    out.raw = d;
-
-    const bool is_data = out.type == PacketType::odata || out.type == PacketType::rdata;
-    if (out.checksum == 0) {
-        if (is_data && !cfg.allow_zero_data_checksum) {
-            return ParseStatus::zero_checksum;  // RFC 3208 §8: mandatory on ODATA/RDATA
-        }
-    } else if (cfg.verify_checksum && !csum_verify(d)) {
-        return ParseStatus::bad_checksum;
-    }
-
-    std::size_t off = kHeaderBytes;
     ParseStatus st = ParseStatus::ok;
     switch (out.type) {
         case PacketType::spm:
@@ -236,12 +221,64 @@ ParseStatus parse(std::span<const std::byte> d, Packet& out, const ParseConfig& 
                 st = read_nla(d, off, out.group);
             }
             break;
-        case PacketType::poll:
-        case PacketType::polr:
         case PacketType::ack:
-            // Parsed as header only and ignored by the protocol (issue: POLL/POLR ignored).
-            return ParseStatus::ok;
+            if (d.size() < off + kAckFixedBytes) {
+                return ParseStatus::truncated;
+            }
+            out.sqn = Sqn{load_be32(h + off)};
+            out.ack_bitmap = load_be32(h + off + 4);
+            off += kAckFixedBytes;
+            break;
+        case PacketType::poll:
+        case PacketType::polr: header_only = true; break;
         case PacketType::spmr: break;
+    }
+    return st;
+}
+
+}  // namespace
+
+ParseStatus parse(std::span<const std::byte> d, Packet& out, const ParseConfig& cfg) noexcept {
+    if (d.size() < kHeaderBytes) {
+        return ParseStatus::truncated;
+    }
+    const std::byte* h = d.data();
+    const auto type_byte = std::to_integer<std::uint8_t>(h[4]);
+    if (!is_known_type(type_byte)) {
+        return ParseStatus::bad_type;
+    }
+    // Every field is set below or reset here (no whole-struct clear: this runs per packet).
+    out.sqn = Sqn{};
+    out.trail = Sqn{};
+    out.lead = Sqn{};
+    out.ack_bitmap = 0;
+    out.nla.afi = 0;
+    out.group.afi = 0;
+    out.opts = Options{};
+    out.payload = {};
+    out.sport = load_be16(h);
+    out.dport = load_be16(h + 2);
+    out.type = static_cast<PacketType>(type_byte);
+    out.options_byte = std::to_integer<std::uint8_t>(h[5]);
+    out.checksum = load_be16(h + 6);
+    std::memcpy(out.gsi.bytes.data(), h + 8, 6);
+    out.tsdu_length = load_be16(h + 14);
+    out.raw = d;
+
+    const bool is_data = out.type == PacketType::odata || out.type == PacketType::rdata;
+    if (out.checksum == 0) {
+        if (is_data && !cfg.allow_zero_data_checksum) {
+            return ParseStatus::zero_checksum;  // RFC 3208 §8: mandatory on ODATA/RDATA
+        }
+    } else if (cfg.verify_checksum && !csum_verify(d)) {
+        return ParseStatus::bad_checksum;
+    }
+
+    std::size_t off = kHeaderBytes;
+    bool header_only = false;
+    ParseStatus st = read_fixed(d, off, out, header_only);
+    if (header_only) {
+        return st;  // POLL/POLR: parsed as header only and ignored by the protocol
     }
     if (st != ParseStatus::ok) {
         return st;
@@ -292,8 +329,9 @@ std::size_t options_offset(std::span<const std::byte> header) noexcept {
                 return 0;
             }
             break;
+        case PacketType::ack: off += kAckFixedBytes; break;
         case PacketType::spmr: break;
-        default: return 0;  // unknown, or POLL/POLR/ACK (header-only to parse())
+        default: return 0;  // unknown, or POLL/POLR (header-only to parse())
     }
     return off <= d.size() ? off : 0;
 }
@@ -376,6 +414,7 @@ std::size_t fixed_part(const PacketSpec& s) noexcept {
         case PacketType::nak:
         case PacketType::nnak:
         case PacketType::ncf: return 4 + 4 + s.nla.size() + 4 + s.group.size();
+        case PacketType::ack: return kAckFixedBytes;
         default: return 0;
     }
 }
@@ -392,6 +431,9 @@ std::size_t options_part(const PacketSpec& s) noexcept {
         n += 8;
     }
     n += (s.syn ? 4U : 0U) + (s.fin ? 4U : 0U) + (s.rst ? 4U : 0U);
+    if (s.status != nullptr) {
+        n += kStatusOptionBytes;
+    }
     return n == 0 ? 0 : n + 4;  // + OPT_LENGTH
 }
 
@@ -408,6 +450,59 @@ std::byte* opt_header(std::byte* p, OptionType t, std::uint8_t len, std::byte*& 
     p[3] = std::byte{0};
     last = p;
     return p;
+}
+
+// OPT_LENGTH (total `opt_bytes`) and the options `s` names, the last with OPT_END, at `q`.
+void write_options(std::byte* q, const PacketSpec& s, std::size_t opt_bytes) noexcept {
+    std::byte* last = nullptr;
+    opt_header(q, OptionType::length, 4, last);
+    store_be16(q + 2, static_cast<std::uint16_t>(opt_bytes));
+    q += 4;
+    if (s.fragment != nullptr) {
+        opt_header(q, OptionType::fragment, 16, last);
+        store_be32(q + 4, s.fragment->first_sqn.value);
+        store_be32(q + 8, s.fragment->offset);
+        store_be32(q + 12, s.fragment->apdu_length);
+        q += 16;
+    }
+    if (!s.nak_list.empty()) {
+        const auto len = static_cast<std::uint8_t>(4 + 4 * s.nak_list.size());
+        opt_header(q, OptionType::nak_list, len, last);
+        for (std::size_t i = 0; i < s.nak_list.size(); ++i) {
+            store_be32(q + 4 + 4 * i, s.nak_list[i].value);
+        }
+        q += len;
+    }
+    if (s.join_min != nullptr) {
+        opt_header(q, OptionType::join, 8, last);
+        store_be32(q + 4, s.join_min->value);
+        q += 8;
+    }
+    if (s.syn) {
+        opt_header(q, OptionType::syn, 4, last);
+        q += 4;
+    }
+    if (s.fin) {
+        opt_header(q, OptionType::fin, 4, last);
+        q += 4;
+    }
+    if (s.rst) {
+        opt_header(q, OptionType::rst, 4, last);
+        q[3] = static_cast<std::byte>(s.rst_code & 0x3fU);
+        q += 4;
+    }
+    if (s.status != nullptr) {
+        const StatusInfo& st = *s.status;
+        opt_header(q, OptionType::status, static_cast<std::uint8_t>(kStatusOptionBytes), last);
+        q[3] = std::byte{st.leaving ? kStatusLeaving : std::uint8_t{0}};
+        store_be32(q + 4, st.consumed.value);
+        store_be32(q + 8, st.window);
+        store_be32(q + 12, static_cast<std::uint32_t>(st.receiver_id >> 32U));
+        store_be32(q + 16, static_cast<std::uint32_t>(st.receiver_id));
+        store_be32(q + 20, static_cast<std::uint32_t>(st.tag >> 32U));
+        store_be32(q + 24, static_cast<std::uint32_t>(st.tag));
+    }
+    *last |= std::byte{kOptEnd};
 }
 
 }  // namespace
@@ -463,47 +558,15 @@ std::size_t encode(std::span<std::byte> out, const PacketSpec& s) noexcept {
             write_nla(q + 4, s.nla);
             write_nla(q + 8 + s.nla.size(), s.group);
             break;
+        case PacketType::ack:
+            store_be32(q, s.sqn.value);
+            store_be32(q + 4, s.ack_bitmap);
+            break;
         default: break;
     }
     q += fixed_part(s);
     if (opt_bytes != 0) {
-        std::byte* last = nullptr;
-        opt_header(q, OptionType::length, 4, last);
-        store_be16(q + 2, static_cast<std::uint16_t>(opt_bytes));
-        q += 4;
-        if (s.fragment != nullptr) {
-            opt_header(q, OptionType::fragment, 16, last);
-            store_be32(q + 4, s.fragment->first_sqn.value);
-            store_be32(q + 8, s.fragment->offset);
-            store_be32(q + 12, s.fragment->apdu_length);
-            q += 16;
-        }
-        if (!s.nak_list.empty()) {
-            const auto len = static_cast<std::uint8_t>(4 + 4 * s.nak_list.size());
-            opt_header(q, OptionType::nak_list, len, last);
-            for (std::size_t i = 0; i < s.nak_list.size(); ++i) {
-                store_be32(q + 4 + 4 * i, s.nak_list[i].value);
-            }
-            q += len;
-        }
-        if (s.join_min != nullptr) {
-            opt_header(q, OptionType::join, 8, last);
-            store_be32(q + 4, s.join_min->value);
-            q += 8;
-        }
-        if (s.syn) {
-            opt_header(q, OptionType::syn, 4, last);
-            q += 4;
-        }
-        if (s.fin) {
-            opt_header(q, OptionType::fin, 4, last);
-            q += 4;
-        }
-        if (s.rst) {
-            opt_header(q, OptionType::rst, 4, last);
-            q[3] = static_cast<std::byte>(s.rst_code & 0x3fU);
-        }
-        *last |= std::byte{kOptEnd};
+        write_options(q, s, opt_bytes);
     }
     return total;
 }

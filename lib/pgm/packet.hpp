@@ -30,8 +30,9 @@ inline constexpr std::size_t kMaxFragments = 16;
 inline constexpr std::size_t kFragmentOptionBytes = 20;
 
 /// RFC 3208 §8 packet types (low nibble; version bits are zero).
-/// The PGM packet types (the public <prizma/packet.hpp> enumeration; ack is PGMCC, an OpenPGM
-/// extension: parsed as header only and ignored).
+/// The PGM packet types (the public <prizma/packet.hpp> enumeration; ack is PGMCC's, an
+/// OpenPGM extension: prizma's flow control carries receiver status on it; POLL/POLR are
+/// parsed as header only and ignored).
 using PacketType = prizma::PacketKind;
 
 /// Options-byte bits as OpenPGM (packet.h) and Wireshark read them (LSB first).
@@ -54,7 +55,15 @@ enum class OptionType : std::uint8_t {
     /// and OpenPGM leave unassigned, sent with OPX = 00 ("ignore when unknown"), so OpenPGM
     /// and Wireshark skip it. Key id, sender time, 16-byte tag.
     auth = 0x3d,
+    /// prizma's receiver status option (docs/PROTOCOL.md, "Flow control"), on ACK packets
+    /// only: consumed position, receive window, receiver id, group tag, leaving flag. OPX =
+    /// 00 as for auth, so OpenPGM and Wireshark skip it.
+    status = 0x3e,
 };
+inline constexpr std::size_t kStatusOptionBytes = 28;  ///< type, length, OPX, flags, 24 bytes
+inline constexpr std::uint8_t kStatusLeaving = 0x01;   ///< flags: the receiver leaves
+/// ACK (PGMCC, as OpenPGM and Wireshark read it): RX_MAX and a receive bitmap after the header.
+inline constexpr std::size_t kAckFixedBytes = 8;
 inline constexpr std::size_t kAuthOptionBytes = 32;  ///< type, length, OPX, 0, id, time, tag
 inline constexpr std::size_t kAuthTagBytes = 16;
 /// What authentication adds to a packet at most: the option, and OPT_LENGTH when the packet
@@ -88,6 +97,15 @@ struct FragmentInfo {
     std::uint32_t apdu_length = 0;
 };
 
+/// prizma's status option (on an ACK): what a flow-controlled receiver tells the source.
+struct StatusInfo {
+    Sqn consumed{};            ///< the next sequence number it will deliver
+    std::uint32_t window = 0;  ///< its receive window, sequence numbers
+    std::uint64_t receiver_id = 0;
+    std::uint64_t tag = 0;  ///< its flow-control group tag; 0 = none
+    bool leaving = false;
+};
+
 /// The options of one packet, parsed. NAK list entries are read from the packet in place.
 struct Options {
     std::uint16_t total_length = 0;  ///< OPT_LENGTH value (0 when no options)
@@ -104,6 +122,8 @@ struct Options {
     std::uint16_t auth_offset = 0;  ///< of the auth option in the packet (its tag at +16)
     std::uint32_t auth_key_id = 0;
     std::uint64_t auth_time_ms = 0;  ///< the sender's clock, ms since the Unix epoch
+    bool has_status = false;
+    StatusInfo status{};
     FragmentInfo fragment{};
     Sqn join_min{};
     const std::byte* nak_list = nullptr;  ///< nak_list_count big-endian u32s
@@ -120,11 +140,13 @@ struct Packet {
     std::uint16_t checksum = 0;
     Gsi gsi{};
     std::uint16_t tsdu_length = 0;
-    Sqn sqn{};    ///< SPM: spm_sqn; ODATA/RDATA: data sqn; NAK/NNAK/NCF: requested sqn
-    Sqn trail{};  ///< SPM, ODATA, RDATA
-    Sqn lead{};   ///< SPM
-    Nla nla{};    ///< SPM: path NLA; NAK/NNAK/NCF: source NLA
-    Nla group{};  ///< NAK/NNAK/NCF: multicast group NLA
+    /// SPM: spm_sqn; ODATA/RDATA: data sqn; NAK/NNAK/NCF: requested sqn; ACK: RX_MAX
+    Sqn sqn{};
+    Sqn trail{};                   ///< SPM, ODATA, RDATA
+    Sqn lead{};                    ///< SPM
+    std::uint32_t ack_bitmap = 0;  ///< ACK
+    Nla nla{};                     ///< SPM: path NLA; NAK/NNAK/NCF: source NLA
+    Nla group{};                   ///< NAK/NNAK/NCF: multicast group NLA
     Options opts{};
     std::span<const std::byte> payload;
     std::span<const std::byte> raw;
@@ -141,7 +163,8 @@ struct Packet {
         return i == 0 ? sqn : opts.nak_list_at(i - 1);
     }
     [[nodiscard]] bool is_upstream() const noexcept {
-        return type == PacketType::nak || type == PacketType::nnak || type == PacketType::spmr;
+        return type == PacketType::nak || type == PacketType::nnak || type == PacketType::spmr
+               || type == PacketType::ack;
     }
 };
 
@@ -167,7 +190,7 @@ struct ParseConfig {
 
 /// The length of the PGM packet at the front of `bytes`, from its own fields: header, the
 /// type's fixed part (with its NLAs), OPT_LENGTH's total and the TSDU length. 0 when the
-/// front is no packet whose length can be known (too short, unknown type, POLL/POLR/ACK, bad
+/// front is no packet whose length can be known (too short, unknown type, POLL/POLR, bad
 /// AFI, options without OPT_LENGTH first); more than bytes.size() when the packet is cut
 /// short after its fixed part. Checks nothing else (no checksum): it finds the
 /// packet boundaries in a GRO-merged datagram read without its segment size, and every piece
@@ -200,10 +223,12 @@ struct PacketSpec {
     bool fin = false;
     bool rst = false;
     std::uint8_t rst_code = 0;
+    std::uint32_t ack_bitmap = 0;        ///< ACK (sqn is its RX_MAX)
+    const StatusInfo* status = nullptr;  ///< ACK: prizma's status option
 };
 
 /// Where a packet's options (or, without options, its payload) start: after the common header
-/// and its type's fixed part. 0 when the type has no such layout (POLL, POLR, ACK, unknown)
+/// and its type's fixed part. 0 when the type has no such layout (POLL, POLR, unknown)
 /// or the bytes end first.
 std::size_t options_offset(std::span<const std::byte> header) noexcept;
 

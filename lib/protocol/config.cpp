@@ -80,6 +80,9 @@ std::string Bound::text() const {
     }
     if (min == 1) {
         t += "more than 0, at most ";
+    } else if (min != 0 && min % 1'000'000 == 0) {
+        t += std::to_string(min / 1'000'000);
+        t += " ms to ";
     } else {
         t += std::to_string(min);
         t += " to ";

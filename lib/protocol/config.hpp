@@ -11,6 +11,7 @@
 #include <prizma/types.hpp>
 
 #include "lib/pgm/packet.hpp"
+#include "lib/protocol/flow_control.hpp"
 
 namespace prizma::protocol {
 
@@ -87,6 +88,8 @@ struct SourceConfig {
     /// nak_rdata_ivl / 2)).
     std::uint32_t max_repairs_per_sqn = 16;
     bool checksum = true;  ///< may be false only on verbs (ICRC)
+    /// Receiver-driven flow control (docs/PROTOCOL.md, "Flow control"); max = off.
+    FlowConfig flow{};
     Sqn initial_sqn{};
     Timers timers{};
 };
@@ -116,6 +119,13 @@ struct ReceiverConfig {
     bool detect_conflicts = true;
     /// Only sources with one of these GSIs are taken (empty: any); at most 64.
     std::vector<Gsi> allowed_gsis;
+    /// Flow control (docs/PROTOCOL.md, "Flow control"): send status messages (ACK with
+    /// prizma's status option) to every source, where NAKs go: after each quarter window
+    /// consumed and at least every status_ivl_ns; a leaving one on close.
+    bool send_status = false;
+    std::uint64_t receiver_id = 0;  ///< in status messages (random per channel)
+    std::uint64_t status_tag = 0;   ///< its flow-control group; 0 = none
+    std::int64_t status_ivl_ns = 200 * kMs;
     Timers timers{};
 };
 

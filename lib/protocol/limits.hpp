@@ -49,6 +49,13 @@ inline constexpr Bound kRepairBurst{"repair_burst_bytes", Bound::Kind::count, 0,
 inline constexpr Bound kMaxRepairsPerSqn{"max_repairs_per_sqn", Bound::Kind::count, 1, 255,
                                          "RDATA"};
 
+/// Flow control (docs/PROTOCOL.md, "Flow control").
+inline constexpr Bound kFlowReceivers{"flow.max_receivers", Bound::Kind::count, 1, 4096, ""};
+inline constexpr Bound kFlowTimeout{"flow.timeout", Bound::Kind::duration_ns, 1'000'000, kHourNs,
+                                    ""};
+inline constexpr Bound kFlowStatusIvl{"flow.status_interval", Bound::Kind::duration_ns, 1'000'000,
+                                      kHourNs, ""};
+
 /// The timers: intervals that must be positive, intervals that may be 0, retry counts.
 inline constexpr Bound kNakBackoff{"timers.nak_backoff", Bound::Kind::duration_ns, 1, kHourNs, ""};
 inline constexpr Bound kNakRepeat{"timers.nak_repeat", Bound::Kind::duration_ns, 1, kHourNs, ""};

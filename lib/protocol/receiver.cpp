@@ -179,6 +179,9 @@ struct Receiver::Peer {
     bool expired = false;
     bool left_reported = false;
     Sqn trail_done{};  // apply_trail has handled every sqn before this one
+    // Flow control: the consumed position of the last status sent, and when the next is due.
+    Sqn status_pos{};
+    std::int64_t status_due = kNever;
     std::vector<Slot> slots;
     // NAK timers (§6.3) of the missing sqns, by slot index; the links are in the slots.
     struct SlotLinks {
@@ -273,6 +276,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
                           : std::max<std::size_t>(cfg.preallocated_peers, 4) * peer_bytes_;
     repair_limit_ns_ = protocol::repair_limit_ns(cfg.timers);
     max_gap_ = std::min(capacity_, std::max(capacity_ / 16, 1024U));
+    status_step_ = std::max(capacity_ / 4, 1U);
     fin_limit_ns_ = fin_limit(cfg.timers);
     peers_.resize(cfg.max_peers);
     for (std::size_t i = 0; i < cfg.preallocated_peers; ++i) {
@@ -525,6 +529,10 @@ void Receiver::start(Peer& p, Sqn first, Sqn trail, bool has_trail) const noexce
     p.lead = begin - 1;
     p.dropped_lead = begin - 1;
     p.trail_done = begin;
+    if (cfg_.send_status && !cfg_.passive) {
+        p.status_pos = begin;
+        p.status_due = 0;  // the source learns of this receiver at the next timer run
+    }
 }
 
 // Gap detection (§6.3): every sequence number in (lead, last] becomes missing and starts its
@@ -1029,6 +1037,10 @@ void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
             p.give_up = true;  // an APDU still waiting for fragments is lost now
         }
         spmr_timer(p, now_ns, sink);
+        if (now_ns >= p.status_due) {
+            send_status(p, false, sink);
+            p.status_due = now_ns + cfg_.status_ivl_ns;
+        }
         if (p.missing != 0 && now_ns >= p.nak_deadline) {
             run_naks(p, now_ns, sink);
         } else if (p.missing == 0) {
@@ -1183,13 +1195,48 @@ void Receiver::send_spmr(Peer& p, PacketSink& sink) noexcept {
     sink.emit(TxPacket{bytes, {}, Route::unicast, p.from});
 }
 
+// Flow control: ACK (RX_MAX = the lead) with prizma's status option, where NAKs go.
+void Receiver::send_status(Peer& p, bool leaving, PacketSink& sink) noexcept {
+    pgm::StatusInfo st;
+    st.consumed = p.next;
+    st.window = capacity_;
+    st.receiver_id = cfg_.receiver_id;
+    st.tag = cfg_.status_tag;
+    st.leaving = leaving;
+    PacketSpec spec;
+    spec.type = PacketType::ack;
+    spec.sport = cfg_.dport;  // upstream, as a NAK
+    spec.dport = p.tsi.sport;
+    spec.gsi = p.tsi.gsi;
+    spec.sqn = p.lead;
+    spec.status = &st;
+    const std::size_t n = pgm::encode(scratch_, spec);
+    if (n == 0) {
+        return;
+    }
+    pgm::store_checksum(std::span<std::byte>(scratch_.data(), n), 0);
+    p.status_pos = p.next;
+    ++counters_.status_sent;
+    sink.emit(TxPacket{std::span<const std::byte>(scratch_.data(), n), {}, Route::unicast, p.from});
+}
+
+void Receiver::leave(PacketSink& sink) noexcept {
+    for (Peer* pp : live_) {
+        Peer& p = *pp;
+        if (p.status_due != kNever && !p.expired) {
+            send_status(p, true, sink);
+            p.status_due = kNever;
+        }
+    }
+}
+
 std::int64_t Receiver::next_deadline() const noexcept {
     std::int64_t d = kNever;
     for (const Peer* pp : live_) {
         const Peer& p = *pp;
         if (!p.expired) {
-            d = std::min(
-                {d, p.nak_deadline, p.spmr_deadline, p.last_heard_ns + cfg_.timers.peer_expiry_ns});
+            d = std::min({d, p.nak_deadline, p.spmr_deadline, p.status_due,
+                          p.last_heard_ns + cfg_.timers.peer_expiry_ns});
             if (p.finished && !p.give_up) {
                 d = std::min(d, p.fin_deadline);
             }
@@ -1223,6 +1270,10 @@ bool Receiver::next_event(Event& out) noexcept {
         }
         if (got) {
             rr_ = j;  // stay on this peer while it has events
+            // Flow control: a status after each quarter window consumed (at the next timer run).
+            if (p->status_due != kNever && p->next.value - p->status_pos.value >= status_step_) {
+                p->status_due = 0;
+            }
             return true;
         }
     }

@@ -64,6 +64,7 @@ struct ReceiverCounters {
     std::uint64_t alloc_failures = 0;    ///< source storage the system refused (source refused)
     std::uint64_t repair_timeouts = 0;   ///< sqns lost at their absolute repair deadline
     std::uint64_t reassembly_steps = 0;  ///< fragments checked by reassembly (work bound)
+    std::uint64_t status_sent = 0;       ///< flow-control status messages (ACKs) sent
 };
 
 /// What Receiver::poll hands to the application.
@@ -106,6 +107,9 @@ public:
                    std::int64_t rx_ns = 0) noexcept;
     void on_timer(std::int64_t now_ns, PacketSink& sink) noexcept;
     [[nodiscard]] std::int64_t next_deadline() const noexcept;
+    /// Flow control: tells every source this receiver leaves (a status with the leaving
+    /// flag), so that none waits for it. Call once, when the channel is removed.
+    void leave(PacketSink& sink) noexcept;
 
     /// Takes the next event, in order per source; false when none is ready. The payload span
     /// stays valid until the next call of any Receiver method.
@@ -200,6 +204,7 @@ private:
     void run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept;
     void send_nak(Peer& p, std::span<const Sqn> sqns, PacketSink& sink) noexcept;
     void send_spmr(Peer& p, PacketSink& sink) noexcept;
+    void send_status(Peer& p, bool leaving, PacketSink& sink) noexcept;
     bool peer_event(Peer& p, Event& out) noexcept;
     std::int64_t backoff(std::int64_t now_ns) noexcept;
 
@@ -217,7 +222,8 @@ private:
     std::uint64_t print_key_ = 0;  // key of the payload fingerprints (conflict detection)
     std::int64_t repair_limit_ns_ = 0;
     std::int64_t fin_limit_ns_ = 0;
-    std::uint32_t max_gap_ = 0;  // most missing sqns one data packet may open
+    std::uint32_t max_gap_ = 0;      // most missing sqns one data packet may open
+    std::uint32_t status_step_ = 1;  // flow control: a status per this many sqns consumed
     std::size_t peer_bytes_ = 0;
     std::size_t storage_budget_ = 0;
     std::size_t storage_used_ = 0;

@@ -73,7 +73,7 @@ Result<std::unique_ptr<Source>, Error> Source::create(const SourceConfig& cfg) {
     return std::unique_ptr<Source>(new Source(cfg));
 }
 
-Source::Source(const SourceConfig& cfg) : cfg_(cfg) {
+Source::Source(const SourceConfig& cfg) : cfg_(cfg), flow_(cfg.flow) {
     max_tsdu_ = cfg.max_tpdu - pgm::kDataHeaderBytes;
     max_frag_payload_ = max_tsdu_ - pgm::kFragmentOptionBytes;
     max_apdu_ = std::min(pgm::kMaxApduBytes, cfg.max_fragments * max_frag_payload_);
@@ -132,7 +132,9 @@ bool Source::quiet(std::int64_t now_ns) const noexcept {
     if (now_ns - last_data_ns_ >= linger_cap_ns()) {
         return true;
     }
-    return repair_count_ == 0 && now_ns - std::max(last_data_ns_, last_nak_ns_) >= quiet_ns();
+    // Flow control: every counted receiver has also said it consumed the last message.
+    return repair_count_ == 0 && now_ns - std::max(last_data_ns_, last_nak_ns_) >= quiet_ns()
+           && flow_.all_consumed(next_);
 }
 
 void Source::open(std::int64_t now_ns, PacketSink& sink) noexcept {
@@ -171,6 +173,17 @@ Result<void> Source::make_room(std::uint32_t n, std::int64_t now_ns) noexcept {
     const std::uint32_t cap = mask_ + 1;
     if (n > cap) {
         return Errc::message_too_large;
+    }
+    if (flow_.active() && !flow_.allows(next_, n)) {
+        flow_.note_blocked(now_ns);  // a receiver's window is full: the app retries
+        ++counters_.back_pressured;
+        if (flow_.gate_closed() && now_ns >= gate_spm_ns_) {
+            // Waiting for a tagged group: an SPM (at the next timer run) every 100 ms lets
+            // receivers that joined since the last one know this source and send status.
+            gate_spm_ns_ = now_ns + 100 * kMs;
+            spmr_answer_due_ns_ = now_ns;
+        }
+        return Errc::back_pressured;
     }
     return evict(in_window() + n > cap ? in_window() + n - cap : 0, now_ns);
 }
@@ -406,6 +419,7 @@ void Source::on_packet(const pgm::Packet& p,
     switch (p.type) {
         case PacketType::nak: handle_nak(p, from, now_ns, sink); break;
         case PacketType::nnak: ++counters_.nnak_received; break;
+        case PacketType::ack: handle_ack(p, from, now_ns); break;
         case PacketType::spmr:
             // RFC 3208 §13.6: answer with an SPM, at most once per spmr_answer_ivl.
             ++counters_.spmr_received;
@@ -413,6 +427,20 @@ void Source::on_packet(const pgm::Packet& p,
             break;
         default: break;
     }
+}
+
+// A receiver's status (flow control): ACK from our data-destination port with the status
+// option. Without flow control on this side, ignored like OpenPGM ignores ACKs without PGMCC.
+void Source::handle_ack(const pgm::Packet& p, const Endpoint& from, std::int64_t now_ns) noexcept {
+    if (!flow_.active()) {
+        return;
+    }
+    if (p.sport != cfg_.dport || !p.opts.has_status) {
+        ++counters_.ack_invalid;
+        return;
+    }
+    flow_.on_status(p.opts.status, from, next_, static_cast<std::uint32_t>(window_capacity()),
+                    now_ns);
 }
 
 void Source::answer_with_spm(std::int64_t now_ns, PacketSink& sink) noexcept {
@@ -689,6 +717,9 @@ void Source::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
     if (repair_count_ != 0 && now_ns >= repair_retry_ns_) {
         flush_repairs(now_ns, sink);
     }
+    if (now_ns >= flow_.next_deadline()) {
+        (void)flow_.on_timer(next_, static_cast<std::uint32_t>(window_capacity()), now_ns);
+    }
     bool spm_due = false;
     if (now_ns >= next_ambient_ns_) {
         spm_due = true;
@@ -717,7 +748,8 @@ void Source::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
 }
 
 std::int64_t Source::next_deadline() const noexcept {
-    std::int64_t d = std::min({next_ambient_ns_, next_heartbeat_ns_, spmr_answer_due_ns_});
+    std::int64_t d = std::min(
+        {next_ambient_ns_, next_heartbeat_ns_, spmr_answer_due_ns_, flow_.next_deadline()});
     if (repair_count_ != 0) {
         d = std::min(d, repair_retry_ns_);
     }

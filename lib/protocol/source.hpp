@@ -13,6 +13,7 @@
 
 #include "lib/pgm/packet.hpp"
 #include "lib/protocol/config.hpp"
+#include "lib/protocol/flow_control.hpp"
 #include "lib/protocol/sink.hpp"
 #include "lib/runtime/page_buffer.hpp"
 
@@ -46,6 +47,7 @@ struct SourceCounters {
     std::uint64_t nak_repeat_limited = 0;     ///< the sqn had max_repairs_per_sqn RDATA
     std::uint64_t ncf_suppressed = 0;         ///< NAKs with nothing accepted, or no budget left
     std::uint64_t requesters_replaced = 0;    ///< requester table full: the oldest was forgotten
+    std::uint64_t ack_invalid = 0;            ///< ACKs with wrong ports or no status option
 };
 
 /// The sending half of a PGM transport session (RFC 3208 §5): transmit window, ODATA framing
@@ -106,6 +108,8 @@ public:
     [[nodiscard]] Sqn trail() const noexcept { return trail_; }
     [[nodiscard]] Sqn next_sqn() const noexcept { return next_; }
     [[nodiscard]] const SourceCounters& counters() const noexcept { return counters_; }
+    /// Flow control: the receivers tracked and the limit they give (docs/PROTOCOL.md).
+    [[nodiscard]] const FlowLimiter& flow() const noexcept { return flow_; }
     [[nodiscard]] const SourceConfig& config() const noexcept { return cfg_; }
     /// Repairs waiting for the RDATA rate budget (entries of sqns that left the window
     /// included), never more than window_capacity().
@@ -179,6 +183,7 @@ private:
     void after_data(std::int64_t now_ns) noexcept;
     void send_spm(std::int64_t now_ns, PacketSink& sink) noexcept;
     void answer_with_spm(std::int64_t now_ns, PacketSink& sink) noexcept;
+    void handle_ack(const pgm::Packet& p, const Endpoint& from, std::int64_t now_ns) noexcept;
     void handle_nak(const pgm::Packet& p,
                     const Endpoint& from,
                     std::int64_t now_ns,
@@ -230,7 +235,8 @@ private:
     std::int64_t last_spmr_answer_ns_ = INT64_MIN / 2;
     std::int64_t spmr_answer_due_ns_ = kNever;
     std::int64_t repair_retry_ns_ = kNever;
-    std::int64_t last_data_ns_ = 0;             // quiet(): the last ODATA sent
+    std::int64_t gate_spm_ns_ = 0;   // flow control: the next SPM while the group gate is shut
+    std::int64_t last_data_ns_ = 0;  // quiet(): the last ODATA sent
     std::int64_t last_nak_ns_ = INT64_MIN / 2;  // quiet(): the last valid NAK heard
     Bucket odata_bucket_;
     Bucket rdata_bucket_;
@@ -243,6 +249,7 @@ private:
     std::uint64_t other_bytes_ = 0;  // bytes_sent that were not ODATA (SPM, NCF, RDATA)
     Credit repair_credit_;
     std::array<Requester, kMaxRequesters> requesters_{};
+    FlowLimiter flow_;
     SourceCounters counters_;
 };
 

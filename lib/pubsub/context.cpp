@@ -23,6 +23,7 @@
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/protocol/config.hpp"
+#include "lib/protocol/limits.hpp"
 #include "lib/pubsub/auth.hpp"
 #include "lib/pubsub/options_convert.hpp"
 #include "lib/pubsub/session.hpp"
@@ -96,7 +97,54 @@ struct Faults {
     bool any = false;
     /// key_file=PATH (every scheme): the channel's authentication keys, read from the file.
     std::optional<AuthOptions> auth;
+    /// flow=, flow_tag=, flow_group=, flow_timeout_ms= (every scheme): override
+    /// ChannelOptions::flow.
+    std::optional<FlowControl> flow;
+    std::optional<std::uint64_t> flow_tag;
+    std::optional<std::uint32_t> flow_group;
+    std::optional<std::uint64_t> flow_timeout_ms;
 };
+
+/// Takes flow=, flow_tag=, flow_group=, flow_timeout_ms=; false when `k` is none of them.
+Result<bool, Error> take_flow_key(const std::string& k,
+                                  const std::string& v,
+                                  Faults& f,
+                                  const std::string& uri) {
+    const auto bad = [&](std::string_view what) {
+        std::string msg = "bad " + k;
+        msg += " '" + v + "' in '" + uri + "' (";
+        msg += what;
+        msg += ")";
+        return Error(Errc::invalid_argument, std::move(msg));
+    };
+    if (k == "flow") {
+        f.flow = parse_flow_control(v);
+        if (!f.flow) {
+            return bad("max, min or tagged");
+        }
+    } else if (k == "flow_tag") {
+        const auto x = runtime::parse_uint(v);
+        if (!x || *x == 0) {
+            return bad("1-2^64-1");
+        }
+        f.flow_tag = *x;
+    } else if (k == "flow_group") {
+        const auto x = runtime::parse_uint(v);
+        if (!x || *x > 4096) {
+            return bad("0-4096");
+        }
+        f.flow_group = static_cast<std::uint32_t>(*x);
+    } else if (k == "flow_timeout_ms") {
+        const auto x = runtime::parse_uint(v);
+        if (!x || *x == 0 || *x > 3'600'000) {
+            return bad("1-3600000");
+        }
+        f.flow_timeout_ms = *x;
+    } else {
+        return false;
+    }
+    return true;
+}
 
 Result<Faults, Error> take_fault_keys(ChannelUri& uri) {
     Faults f;
@@ -104,6 +152,14 @@ Result<Faults, Error> take_fault_keys(ChannelUri& uri) {
     for (auto it = ps.begin(); it != ps.end();) {
         const std::string& k = it->key;
         const std::string& v = it->value;
+        auto flow_key = take_flow_key(k, v, f, uri.text);
+        if (!flow_key) {
+            return flow_key.error();
+        }
+        if (*flow_key) {
+            it = ps.erase(it);
+            continue;
+        }
         if (k == "key_file") {
             auto keys = read_key_file(v);
             if (!keys) {
@@ -151,6 +207,44 @@ std::string scheme_list(const TransportRegistry& r) {
     return out.empty() ? "none registered" : out;
 }
 
+/// ChannelOptions::flow with the URI's flow keys over it, checked.
+Result<FlowOptions, Error> flow_options(const ChannelOptions& o,
+                                        const Faults& faults,
+                                        const std::string& name) {
+    FlowOptions f = o.flow;
+    f.strategy = faults.flow.value_or(f.strategy);
+    f.tag = faults.flow_tag.value_or(f.tag);
+    f.min_group = faults.flow_group.value_or(f.min_group);
+    if (faults.flow_timeout_ms) {
+        f.timeout = std::chrono::milliseconds(*faults.flow_timeout_ms);
+    }
+    const auto refuse = [&](std::string_view what) {
+        std::string msg = "bad channel options for '" + name + "': ";
+        msg += what;
+        return Error(Errc::invalid_argument, std::move(msg));
+    };
+    const auto ns = [](auto d) {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    };
+    if (f.strategy == FlowControl::tagged && f.tag == 0) {
+        return refuse("flow: tagged flow control needs a tag (flow_tag=, not 0)");
+    }
+    if (!protocol::kFlowReceivers.holds(f.max_receivers)) {
+        return refuse(protocol::kFlowReceivers.refusal());
+    }
+    if (f.min_group > f.max_receivers) {
+        return refuse("flow.min_group: at most flow.max_receivers");
+    }
+    if (!protocol::kFlowTimeout.holds_ns(ns(f.timeout))) {
+        return refuse(protocol::kFlowTimeout.refusal());
+    }
+    if (!protocol::kFlowStatusIvl.holds_ns(ns(f.status_interval))
+        || f.status_interval >= f.timeout) {
+        return refuse(protocol::kFlowStatusIvl.refusal() + ", less than flow.timeout");
+    }
+    return f;
+}
+
 }  // namespace
 
 struct Context::Impl {
@@ -164,6 +258,19 @@ struct Context::Impl {
     stats::Writer stats;             // counters for prizma-stat (shared-memory file)
     std::string stats_error;         // why there is no stats file (empty: there is one, or off)
     std::int64_t stats_next_ns = 0;  // next update of it
+    Impl() = default;
+    Impl(const Impl&) = delete;
+    Impl& operator=(const Impl&) = delete;
+    Impl(Impl&&) = delete;
+    Impl& operator=(Impl&&) = delete;
+    ~Impl() {
+        for (auto& ch : channels) {  // flow control: no source waits for us any more
+            if (auto* rcv = ch->session->receiver()) {
+                rcv->leave(*ch->session);
+                ch->session->flush();
+            }
+        }
+    }
     void write_stats() noexcept;
     void publish_channel_names() noexcept;
 
@@ -171,7 +278,7 @@ struct Context::Impl {
                                         const ChannelOptions& o,
                                         bool publisher);
     Result<detail::Channel*, Error> add(TransportChannel tc,
-                                        const ChannelOptions& o,
+                                        const ChannelOptions& given,
                                         bool publisher,
                                         std::string name,
                                         const Faults& faults);
@@ -242,6 +349,14 @@ protocol::SourceConfig Context::Impl::source_config(const TransportChannel& tc,
     c.repair_budget_percent = o.repair_budget_percent;
     c.requester_budget_percent = o.requester_budget_percent;
     c.max_repairs_per_sqn = o.max_repairs_per_sqn;
+    c.flow.strategy = o.flow.strategy == FlowControl::min      ? protocol::FlowStrategy::min
+                      : o.flow.strategy == FlowControl::tagged ? protocol::FlowStrategy::tagged
+                                                               : protocol::FlowStrategy::max;
+    c.flow.tag = o.flow.tag;
+    c.flow.min_group = o.flow.min_group;
+    c.flow.timeout_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(o.flow.timeout).count();
+    c.flow.max_receivers = o.flow.max_receivers;
     c.timers = timers;
     return c;
 }
@@ -263,19 +378,30 @@ protocol::ReceiverConfig Context::Impl::receiver_config(const TransportChannel& 
     c.passive = o.passive;
     c.storage_budget_bytes = o.memory_budget_bytes;
     c.allowed_gsis = o.allowed_sources;
+    c.send_status = o.flow.strategy != FlowControl::max && !o.passive;
+    c.receiver_id = rng() | 1U;
+    c.status_tag = o.flow.tag;
+    c.status_ivl_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(o.flow.status_interval).count();
     c.seed = rng();
     c.timers = timers;
     return c;
 }
 
 Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
-                                                   const ChannelOptions& o,
+                                                   const ChannelOptions& given,
                                                    bool publisher,
                                                    std::string name,
                                                    const Faults& faults) {
     if (!tc.transport) {
         return Error(Errc::invalid_argument, "no transport given for channel '" + name + "'");
     }
+    auto flow = flow_options(given, faults, name);
+    if (!flow) {
+        return flow.error();
+    }
+    ChannelOptions o = given;
+    o.flow = *flow;
     const protocol::Timers timers = pubsub::timers_of(o);
     auto ch = std::make_unique<detail::Channel>();
     ch->owner = &owner;
@@ -365,6 +491,10 @@ Result<void, Error> Context::Impl::remove(detail::Channel* ch) {
     }
     if (auto* src = ch->session->source()) {
         src->close(Context::now_ns(), *ch->session);  // FIN SPMs: receivers see it leave
+        ch->session->flush();
+    }
+    if (auto* rcv = ch->session->receiver()) {
+        rcv->leave(*ch->session);  // flow control: no source waits for us any more
         ch->session->flush();
     }
     const int wfd = ch->session->transport().wakeup_fd();
@@ -594,6 +724,13 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.auth_refused = s.auth_refused;
         c.naks_ignored = k.nak_ignored;
         c.repairs_dropped = k.repairs_dropped;
+        const auto& f = src->flow().counters();
+        c.status_received = f.status_received;
+        c.status_refused = f.status_refused;
+        c.flow_receivers = src->flow().counted();
+        c.flow_blocked = f.blocked;
+        c.flow_evicted = f.evicted;
+        c.flow_left = f.left;
     }
     if (const auto* rcv = ch.session->receiver()) {
         const auto& k = rcv->counters();
@@ -615,6 +752,7 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.sources_evicted = k.peers_evicted;
         c.packets_refused = k.refused;
         c.conflicts = k.conflicts;
+        c.status_sent = k.status_sent;
     }
     return c;
 }
@@ -655,6 +793,12 @@ void Context::Impl::write_stats() noexcept {
             std::array<protocol::PeerCounters, stats::kMaxSources> src{};
             const std::size_t k = rcv->source_counters(src);
             stats.sources(i, std::span(src).first(k), rcv->peer_count());
+        }
+        if (const auto* src = ch.session->source(); src != nullptr && src->flow().active()) {
+            std::array<protocol::FlowReceiver, stats::kMaxSources * 8> rs{};
+            const std::size_t k = src->flow().receivers(rs);
+            stats.receivers(i, std::span(rs).first(k), src->flow().config(), src->next_sqn(),
+                            Context::now_ns());
         }
     }
     stats.end();
@@ -757,6 +901,32 @@ Tsi Publisher::tsi() const noexcept {
 ChannelCounters Publisher::counters() const noexcept {
     return ch_ != nullptr ? snapshot(*ch_) : ChannelCounters{};
 }
+std::vector<FlowReceiverInfo> Publisher::flow_receivers() const {
+    std::vector<FlowReceiverInfo> out;
+    if (ch_ == nullptr) {
+        return out;
+    }
+    const auto* src = ch_->session->source();
+    const auto& flow = src->flow();
+    std::vector<protocol::FlowReceiver> rs(flow.config().max_receivers);
+    rs.resize(flow.receivers(rs));
+    const std::int64_t now = Context::now_ns();
+    for (const auto& r : rs) {
+        FlowReceiverInfo i;
+        i.id = r.id;
+        i.tag = r.tag;
+        i.consumed = r.consumed;
+        i.window = r.window;
+        i.lag = src->next_sqn().value - r.consumed.value;
+        i.since_heard = std::chrono::nanoseconds(now - r.last_heard_ns);
+        i.counted = r.admitted
+                    && (flow.config().strategy != protocol::FlowStrategy::tagged
+                        || r.tag == flow.config().tag);
+        out.push_back(i);
+    }
+    return out;
+}
+
 std::vector<NamedCounter> Publisher::transport_counters() const {
     return ch_ != nullptr ? transport_counters_of(*ch_) : std::vector<NamedCounter>{};
 }

@@ -18,6 +18,24 @@ std::string_view to_string(TimerPreset preset) noexcept {
     return "?";
 }
 
+std::string_view to_string(FlowControl strategy) noexcept {
+    switch (strategy) {
+        case FlowControl::max: return "max";
+        case FlowControl::min: return "min";
+        case FlowControl::tagged: return "tagged";
+    }
+    return "?";
+}
+
+std::optional<FlowControl> parse_flow_control(std::string_view name) noexcept {
+    for (const auto f : {FlowControl::max, FlowControl::min, FlowControl::tagged}) {
+        if (name == to_string(f)) {
+            return f;
+        }
+    }
+    return std::nullopt;
+}
+
 std::optional<TimerPreset> parse_timer_preset(std::string_view name) noexcept {
     for (const auto p : {TimerPreset::wan, TimerPreset::lan, TimerPreset::rdma}) {
         if (name == to_string(p)) {
@@ -169,6 +187,14 @@ std::vector<Row> second_rows() {
         {{"source_port", "publisher", "0 to 65535",
           [](O o) {
               return text(o.source_port);
+          }}},
+        {{"flow", "both",
+          "strategy max, min or tagged (tagged: tag not 0); min_group at most max_receivers; "
+          "timeout "
+              + protocol::kFlowTimeout.text() + "; max_receivers " + protocol::kFlowReceivers.text()
+              + "; status_interval " + protocol::kFlowStatusIvl.text(),
+          [](O o) {
+              return std::string(to_string(o.flow.strategy));
           }}},
     };
     return rows;

@@ -279,6 +279,38 @@ void Writer::sources(std::size_t index,
     r->sources_not_shown = static_cast<std::uint32_t>(live > n ? live - n : 0);
 }
 
+void Writer::receivers(std::size_t index,
+                       std::span<const protocol::FlowReceiver> receivers,
+                       const protocol::FlowConfig& flow,
+                       Sqn next,
+                       std::int64_t now_ns) noexcept {
+    if (base_ == nullptr || index >= kMaxChannels) {
+        return;
+    }
+    ChannelRecord* r = record(index);
+    const std::size_t n = std::min(receivers.size(), kMaxSources);
+    for (std::size_t i = 0; i < n; ++i) {
+        const protocol::FlowReceiver& x = receivers[i];
+        SourceRecord& o = r->sources[i];
+        std::memset(&o, 0, sizeof o);
+        const bool counted =
+            x.admitted && (flow.strategy != protocol::FlowStrategy::tagged || x.tag == flow.tag);
+        const std::uint64_t v[std::size(kReceiverFieldNames)] = {
+            x.id,
+            x.tag,
+            x.consumed.value,
+            x.window,
+            std::uint64_t{next.value - x.consumed.value},
+            static_cast<std::uint64_t>(std::max<std::int64_t>(now_ns - x.last_heard_ns, 0))
+                / 1'000'000U,
+            counted ? 1U : 0U};
+        std::memcpy(o.values, v, sizeof v);
+    }
+    r->source_count = static_cast<std::uint32_t>(n);
+    r->sources_not_shown =
+        static_cast<std::uint32_t>(receivers.size() > n ? receivers.size() - n : 0);
+}
+
 void Writer::end() noexcept {
     if (base_ == nullptr) {
         return;
@@ -398,6 +430,14 @@ Snapshot to_snapshot(const char* copy) {
             const SourceRecord& sr = r->sources[s];
             Snapshot::Channel::Source src;
             static constexpr char kHex[] = "0123456789abcdef";
+            if (c.publisher) {  // a flow-control receiver
+                src.tsi = "receiver";
+                for (std::size_t k = 0; k < std::size(kReceiverFieldNames); ++k) {
+                    src.counters.emplace_back(std::string(kReceiverFieldNames[k]), sr.values[k]);
+                }
+                c.sources.push_back(std::move(src));
+                continue;
+            }
             for (const std::uint8_t b : sr.gsi) {
                 src.tsi += kHex[b >> 4U];
                 src.tsi += kHex[b & 0x0fU];

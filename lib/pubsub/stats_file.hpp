@@ -31,9 +31,9 @@
 namespace prizma::stats {
 
 inline constexpr char kMagic[8] = {'P', 'R', 'Z', 'S', 'T', 'A', 'T', '1'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::size_t kMaxChannels = 64;
-inline constexpr std::size_t kMaxCounters = 64;
+inline constexpr std::size_t kMaxCounters = 96;
 inline constexpr std::size_t kNameLen = 32;
 inline constexpr std::size_t kUriLen = 192;
 inline constexpr std::size_t kMaxSources = 8;  ///< per subscriber channel
@@ -42,6 +42,10 @@ inline constexpr std::string_view kSourceCounterNames[] = {
     "odata_received", "rdata_received", "duplicates",  "repaired",  "ncf_received",
     "naks_sent",      "nak_sqns_sent",  "loss_events", "lost_sqns", "messages_delivered"};
 inline constexpr std::size_t kSourceCounters = std::size(kSourceCounterNames);
+/// A publisher channel's records are its flow-control receivers instead: these values.
+inline constexpr std::string_view kReceiverFieldNames[] = {
+    "id", "tag", "consumed", "window", "lag", "heard_ms_ago", "counted"};
+static_assert(std::size(kReceiverFieldNames) <= kSourceCounters);
 
 struct SourceRecord {
     std::uint8_t gsi[6];
@@ -107,6 +111,12 @@ public:
     void sources(std::size_t index,
                  std::span<const protocol::PeerCounters> sources,
                  std::size_t live) noexcept;
+    /// A publisher channel's flow-control receivers (`next`: its next sequence number).
+    void receivers(std::size_t index,
+                   std::span<const protocol::FlowReceiver> receivers,
+                   const protocol::FlowConfig& flow,
+                   Sqn next,
+                   std::int64_t now_ns) noexcept;
     void end() noexcept;
 
 private:

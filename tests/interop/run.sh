@@ -21,12 +21,12 @@ check() {  # name, exit code, log file
 
 # prizma -> OpenPGM: the prizma source drops some of its own ODATA (tx_loss), so the OpenPGM
 # receiver must NAK and take prizma's NCF + RDATA.
-p2o() {  # name count size tx_loss
+p2o() {  # name count size tx_loss [extra URI keys]
     local port=$((base++)) ; base=$((base + 1))
     "$peer" recv "127.0.0.1;$group" "$port" "$2" 60 >"$log/$1.recv" 2>&1 &
     local rpid=$!
     sleep 0.5
-    "$send" "udp://$group:$port?iface=127.0.0.1&tx_loss=$4&seed=7" --count "$2" --size "$3" \
+    "$send" "udp://$group:$port?iface=127.0.0.1&tx_loss=$4&seed=7${5:-}" --count "$2" --size "$3" \
         --rate 20000 --linger 4 >"$log/$1.send" 2>&1
     wait "$rpid"; local rc=$?
     cat "$log/$1.send" >>"$log/$1.recv"
@@ -36,11 +36,11 @@ p2o() {  # name count size tx_loss
 
 # OpenPGM -> prizma: the prizma subscriber drops packets on receive (loss), so it NAKs the
 # OpenPGM source, which must answer with NCF + RDATA that prizma accepts.
-o2p() {  # name count size loss [recover]
+o2p() {  # name count size loss [recover | extra URI keys]
     local port=$((base++)) ; base=$((base + 1))
-    local extra=()
-    if [ "${5:-}" = recover ]; then extra=(--recover); fi
-    "$recv" "udp://$group:$port?iface=127.0.0.1&loss=$4&seed=5" --count "$2" --timeout 60 --preset wan \
+    local extra=() keys=""
+    if [ "${5:-}" = recover ]; then extra=(--recover); else keys=${5:-}; fi
+    "$recv" "udp://$group:$port?iface=127.0.0.1&loss=$4&seed=5$keys" --count "$2" --timeout 60 --preset wan \
         "${extra[@]}" >"$log/$1.recv" 2>&1 &
     local rpid=$!
     sleep 0.5
@@ -55,6 +55,10 @@ p2o prizma-to-openpgm-100B 10000 100 0.05
 p2o prizma-to-openpgm-fragmented 1500 8000 0.03
 o2p openpgm-to-prizma-100B 10000 100 0.05
 o2p openpgm-to-prizma-fragmented 1500 8000 0.03
+# Flow control on at prizma's end: an OpenPGM receiver sends no status, so a min publisher
+# runs as max; OpenPGM sources skip prizma's ACKs (PGMCC off) and repair as before.
+p2o prizma-flow-min-to-openpgm 5000 100 0.05 "&flow=min"
+o2p openpgm-to-prizma-flow-min 5000 100 0.05 "&flow=min"
 
 # Late join: the OpenPGM source is already sending when prizma subscribes; with --recover the
 # subscriber asks for the history back to OpenPGM's trail (SPMR first: no NAK before an SPM).
@@ -69,6 +73,6 @@ wait "$spid"
 check openpgm-to-prizma-late-join-recover "$rc" "$log/late.recv"
 grep -h "^received\|^repairs" "$log/late.recv" | sed 's/^/    /'
 
-total=5
+total=7
 echo "$((total - fail)) passed, $fail failed"
 [ "$fail" -eq 0 ]

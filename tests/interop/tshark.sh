@@ -5,7 +5,9 @@
 # (on a NIC the segments are split before the wire).
 # With `auth`, both ends authenticate every packet (key_file=): the capture must still decode
 # as PGM with no malformed packet, prizma's auth option skipped as an unknown option.
-# Usage: tshark.sh PRIZMA_SEND PRIZMA_RECV [auth]
+# With `flow`, both ends run flow control (flow=min): the receiver's status messages are PGM
+# ACKs (0x0d) whose status option Wireshark skips as an unknown option of 28 bytes.
+# Usage: tshark.sh PRIZMA_SEND PRIZMA_RECV [auth|flow]
 set -u
 send=$1 recv=$2 mode=${3:-plain}
 port=$(( 23000 + ($$ % 400) * 2 ))
@@ -18,6 +20,8 @@ if [ "$mode" = auth ]; then
     printf '3 00112233445566778899aabbccddeeff\n' >"$dir/key"
     chmod 600 "$dir/key"
     key="&key_file=$dir/key"
+elif [ "$mode" = flow ]; then
+    key="&flow=min"
 fi
 tshark -q -i lo -f "udp port $port" -w "$cap" -a duration:8 >"$dir/tshark.log" 2>&1 &
 tpid=$!
@@ -44,6 +48,12 @@ if [ "$mode" = auth ]; then
     tagged=$(grep -c "Option: Unknown (0x3d), Length: 32" "$decode")
     echo "auth: $tagged of $packets PGM packets carry prizma's auth option"
     [ "$tagged" -eq "$packets" ] || exit 1
+fi
+if [ "$mode" = flow ]; then
+    acks=$(tshark -r "$cap" -d "udp.port==$port,pgm" -Y "pgm.hdr.type == 0x0d" 2>/dev/null | wc -l)
+    status=$(grep -c "Option: Unknown (0x3e), Length: 28" "$decode")
+    echo "flow: $acks ACKs, $status carry prizma's status option"
+    [ "$acks" -gt 0 ] && [ "$status" -eq "$acks" ] || exit 1
 fi
 echo "decoded $packets PGM packets, $malformed malformed, $badsum bad and $goodsum good checksums; receiver exit $rrc"
 for t in 0x00 0x04 0x05 0x08 0x0a; do  # SPM ODATA RDATA NAK NCF must all be present

@@ -86,12 +86,12 @@ at = data.find(b"udp://239.192.80.1")
 assert at > 0
 uri = b'udp://q"b\\s\x01t\xc3\xa9\xff\x00'
 data[at:at + len(uri)] = uri
-rec = at  # the channel record (uri[192], role, count, names[64][32], values[64])
+rec = at  # the channel record (uri[192], role, count, names[96][32], values[96])
 at = data.find(b"odata_sent\x00", rec)
 assert at > 0 and (at - rec - 200) % 32 == 0
 name = b"\x1b[2J\x1b]0;x\x07\x00"
 data[at:at + len(name)] = name
-value = rec + 200 + 64 * 32 + 8 * ((at - rec - 200) // 32)
+value = rec + 200 + 96 * 32 + 8 * ((at - rec - 200) // 32)
 data[value:value + 8] = (1).to_bytes(8, "little")  # non-zero: shown
 open(sys.argv[1], "wb").write(data)
 PY

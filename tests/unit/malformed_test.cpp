@@ -269,10 +269,10 @@ TEST_CASE("every undefined PGM type byte is refused as bad_type, with a valid ch
         if (is_defined_type(t)) {
             ++defined;
             CHECK(st != ParseStatus::bad_type);
-            if (t == 0x01 || t == 0x02 || t == 0x0c || t == 0x0d) {
-                CHECK(st == ParseStatus::ok);  // POLL, POLR, SPMR, ACK: header only
+            if (t == 0x01 || t == 0x02 || t == 0x0c) {
+                CHECK(st == ParseStatus::ok);  // POLL, POLR, SPMR: header only
             } else {
-                CHECK(st == ParseStatus::truncated);  // their fixed part is missing
+                CHECK(st == ParseStatus::truncated);  // their fixed part (ACK: RX_MAX, bitmap)
             }
         } else {
             CHECK(st == ParseStatus::bad_type);

@@ -1,0 +1,505 @@
+// SPDX-License-Identifier: Apache-2.0
+// Receiver-driven flow control in the protocol core: the status message on the wire (ACK with
+// prizma's status option), the source's receiver table and send limit, and the attacks on it
+// (docs/PROTOCOL.md, "Flow control").
+#include "lib/protocol/flow_control.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include "lib/pgm/checksum.hpp"
+#include "lib/pgm/packet.hpp"
+#include "lib/protocol/receiver.hpp"
+#include "lib/protocol/source.hpp"
+#include "lib/pubsub/auth.hpp"
+#include "lib/pubsub/session.hpp"
+#include "tests/support/catch.hpp"
+#include "transports/memory/memory_transport.hpp"
+
+using namespace prizma;
+using namespace prizma::protocol;
+using prizma::pgm::PacketType;
+
+namespace {
+
+constexpr std::int64_t kT0 = 1'000'000'000;
+
+Endpoint host(std::uint8_t last, std::uint16_t port = 7500) {
+    Endpoint e;
+    e.family = 4;
+    e.addr[0] = 10;
+    e.addr[3] = last;
+    e.port = port;
+    return e;
+}
+
+pgm::StatusInfo status(std::uint64_t id,
+                       std::uint32_t consumed,
+                       std::uint32_t window,
+                       std::uint64_t tag = 0) {
+    pgm::StatusInfo s;
+    s.receiver_id = id;
+    s.consumed = Sqn{consumed};
+    s.window = window;
+    s.tag = tag;
+    return s;
+}
+
+FlowConfig config(FlowStrategy st, std::uint64_t tag = 0, std::uint32_t min_group = 0) {
+    FlowConfig c;
+    c.strategy = st;
+    c.tag = tag;
+    c.min_group = min_group;
+    c.timeout_ns = 1'000'000'000;
+    c.max_receivers = 4;
+    return c;
+}
+
+struct Capture final : PacketSink {
+    std::vector<std::vector<std::byte>> packets;
+    std::vector<Endpoint> to;
+    void emit(const TxPacket& p) noexcept override {
+        std::vector<std::byte> b(p.header.begin(), p.header.end());
+        b.insert(b.end(), p.payload.begin(), p.payload.end());
+        packets.push_back(std::move(b));
+        to.push_back(p.to);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("flow: the status message is an ACK with the status option, parsed back field by field",
+          "[protocol][flow]") {
+    pgm::StatusInfo st = status(0x0102030405060708ULL, 0xfffffff0U, 4096, 0x1122334455667788ULL);
+    st.leaving = true;
+    pgm::PacketSpec spec;
+    spec.type = PacketType::ack;
+    spec.sport = 7500;
+    spec.dport = 4242;
+    spec.gsi.bytes = {1, 2, 3, 4, 5, 6};
+    spec.sqn = Sqn{77};
+    spec.status = &st;
+    std::vector<std::byte> buf(pgm::encoded_size(spec));
+    REQUIRE(buf.size() == 16 + 8 + 4 + 28);
+    REQUIRE(pgm::encode(buf, spec) == buf.size());
+    pgm::store_checksum(buf, 0);
+    // Byte by byte where Wireshark reads it: type 0x0d, options present, RX_MAX, bitmap 0,
+    // OPT_LENGTH (total 32), then type 0x3e with OPT_END, length 28, the leaving flag.
+    CHECK(std::to_integer<int>(buf[4]) == 0x0d);
+    CHECK(std::to_integer<int>(buf[5]) == 0x01);
+    CHECK(std::to_integer<int>(buf[19]) == 77);
+    CHECK(std::to_integer<int>(buf[24]) == 0x00);
+    CHECK(std::to_integer<int>(buf[27]) == 32);
+    CHECK(std::to_integer<int>(buf[28]) == (0x3e | 0x80));
+    CHECK(std::to_integer<int>(buf[29]) == 28);
+    CHECK(std::to_integer<int>(buf[31]) == 0x01);
+    CHECK(pgm::wire_length(buf) == buf.size());
+    pgm::Packet p;
+    REQUIRE(pgm::parse(buf, p) == pgm::ParseStatus::ok);
+    CHECK(p.type == PacketType::ack);
+    CHECK(p.is_upstream());
+    CHECK(p.source_tsi().sport == 4242);
+    CHECK(p.sqn == Sqn{77});
+    REQUIRE(p.opts.has_status);
+    CHECK(p.opts.status.receiver_id == st.receiver_id);
+    CHECK(p.opts.status.tag == st.tag);
+    CHECK(p.opts.status.consumed == st.consumed);
+    CHECK(p.opts.status.window == 4096);
+    CHECK(p.opts.status.leaving);
+    SECTION("an auth option goes after it and the packet still parses") {
+        std::vector<std::byte> signed_buf(buf.size() + pgm::kAuthOverheadBytes);
+        std::memcpy(signed_buf.data(), buf.data(), buf.size());
+        const std::size_t n = pgm::append_auth_option(signed_buf, buf.size(), 9, 1234);
+        REQUIRE(n == buf.size() + pgm::kAuthOptionBytes);
+        signed_buf.resize(n);
+        pgm::store_checksum(signed_buf, 0);
+        REQUIRE(pgm::parse(signed_buf, p) == pgm::ParseStatus::ok);
+        CHECK(p.opts.has_status);
+        CHECK(p.opts.has_auth);
+        CHECK(p.opts.auth_key_id == 9);
+    }
+    SECTION("a status option of another length is refused") {
+        buf[29] = std::byte{24};
+        pgm::store_checksum(buf, 0);
+        CHECK(pgm::parse(buf, p) == pgm::ParseStatus::bad_options);
+    }
+    SECTION("an ACK cut inside RX_MAX/bitmap is truncated") {
+        std::vector<std::byte> cut(buf.begin(), buf.begin() + 20);
+        cut[5] = std::byte{0};
+        cut[14] = std::byte{0};
+        cut[15] = std::byte{0};
+        pgm::store_checksum(cut, 0);
+        CHECK(pgm::parse(cut, p) == pgm::ParseStatus::truncated);
+    }
+}
+
+TEST_CASE("flow min: the source never runs past the slowest receiver's window",
+          "[protocol][flow]") {
+    FlowLimiter fc(config(FlowStrategy::min));
+    const Sqn next{1000};
+    CHECK(fc.allows(next, 1'000'000));  // nobody tracked: as max
+    fc.on_status(status(1, 990, 100), host(1), next, 4096, kT0);
+    fc.on_status(status(2, 1000, 50), host(2), next, 4096, kT0);
+    CHECK(fc.admitted() == 2);
+    // Receiver 1 reaches 1090, receiver 2 1050: 50 more from 1000.
+    CHECK(fc.allows(next, 50));
+    CHECK_FALSE(fc.allows(next, 51));
+    CHECK_FALSE(fc.allows(Sqn{1050}, 1));
+    // Receiver 2 consumes: receiver 1 now limits.
+    fc.on_status(status(2, 1040, 50), host(2), Sqn{1050}, 4096, kT0 + 1);
+    CHECK(fc.allows(Sqn{1050}, 40));
+    CHECK_FALSE(fc.allows(Sqn{1050}, 41));
+    SECTION("never past what the transmit window can repair") {
+        FlowLimiter small(config(FlowStrategy::min));
+        small.on_status(status(1, 1000, 100000), host(1), next, 256, kT0);
+        CHECK(small.allows(next, 256));
+        CHECK_FALSE(small.allows(next, 257));
+    }
+    SECTION("a reordered older status moves nothing back") {
+        fc.on_status(status(2, 1000, 50), host(2), Sqn{1050}, 4096, kT0 + 2);
+        CHECK(fc.allows(Sqn{1050}, 40));
+    }
+    SECTION("leaving frees the publisher at once") {
+        pgm::StatusInfo bye = status(1, 1000, 100);
+        bye.leaving = true;
+        fc.on_status(bye, host(1), Sqn{1050}, 4096, kT0 + 2);
+        CHECK(fc.counters().left == 1);
+        CHECK(fc.admitted() == 1);
+        CHECK(fc.allows(Sqn{1050}, 40));  // receiver 2 (1040 + 50) limits now
+        CHECK_FALSE(fc.allows(Sqn{1050}, 41));
+    }
+    SECTION("all_consumed: once every counted receiver is at the source's next") {
+        CHECK_FALSE(fc.all_consumed(Sqn{1050}));
+        fc.on_status(status(1, 1050, 100), host(1), Sqn{1050}, 4096, kT0 + 2);
+        fc.on_status(status(2, 1050, 50), host(2), Sqn{1050}, 4096, kT0 + 2);
+        CHECK(fc.all_consumed(Sqn{1050}));
+    }
+}
+
+TEST_CASE("flow max: status is ignored, nothing is tracked", "[protocol][flow]") {
+    FlowLimiter fc(config(FlowStrategy::max));
+    fc.on_status(status(1, 0, 1), host(1), Sqn{0}, 4096, kT0);
+    CHECK(fc.admitted() == 0);
+    CHECK(fc.counters().status_received == 0);
+    CHECK(fc.allows(Sqn{0}, 1'000'000));
+}
+
+TEST_CASE("flow tagged: only tagged receivers count, min_group gates sends", "[protocol][flow]") {
+    FlowLimiter fc(config(FlowStrategy::tagged, 7, 2));
+    const Sqn next{0};
+    CHECK_FALSE(fc.allows(next, 1));  // no tagged receiver yet: the gate is shut
+    fc.on_status(status(1, 0, 10), host(1), next, 4096, kT0);  // untagged, slow
+    CHECK_FALSE(fc.allows(next, 1));
+    fc.on_status(status(2, 0, 100, 7), host(2), next, 4096, kT0);
+    CHECK_FALSE(fc.allows(next, 1));  // one of two
+    fc.on_status(status(3, 0, 200, 7), host(3), next, 4096, kT0);
+    CHECK(fc.allows(next, 100));  // the untagged receiver's window of 10 does not count
+    CHECK_FALSE(fc.allows(next, 101));
+}
+
+TEST_CASE("flow: a late joiner far behind is not counted until it catches up", "[protocol][flow]") {
+    FlowLimiter fc(config(FlowStrategy::min));
+    fc.on_status(status(1, 10000, 1000), host(1), Sqn{10000}, 4096, kT0);
+    fc.on_status(status(2, 5000, 1000), host(2), Sqn{10000}, 4096, kT0);  // reaches 6000
+    CHECK(fc.admitted() == 1);
+    CHECK(fc.counters().not_admitted == 1);
+    CHECK(fc.allows(Sqn{10000}, 1000));
+    fc.on_status(status(2, 9500, 1000), host(2), Sqn{10000}, 4096, kT0 + 1);  // reaches 10500
+    CHECK(fc.admitted() == 2);
+    CHECK(fc.allows(Sqn{10000}, 500));
+    CHECK_FALSE(fc.allows(Sqn{10000}, 501));
+}
+
+TEST_CASE("flow hostile: ids are bound to their address, the table is bounded, lies refused",
+          "[protocol][flow][hostile]") {
+    FlowLimiter fc(config(FlowStrategy::min));
+    const Sqn next{100};
+    fc.on_status(status(1, 100, 50), host(1), next, 4096, kT0);
+    SECTION("a spoofed leaving from another host keeps the receiver counted") {
+        pgm::StatusInfo bye = status(1, 100, 50);
+        bye.leaving = true;
+        fc.on_status(bye, host(66), next, 4096, kT0 + 1);
+        CHECK(fc.counters().status_refused == 1);
+        CHECK(fc.counters().left == 0);
+        CHECK(fc.admitted() == 1);
+        CHECK_FALSE(fc.allows(next, 51));
+    }
+    SECTION("another host cannot move a receiver's position for it") {
+        fc.on_status(status(1, 140, 50), host(66), next, 4096, kT0 + 1);
+        CHECK(fc.counters().status_refused == 1);
+        CHECK_FALSE(fc.allows(next, 51));
+    }
+    SECTION("the same host on another port is the same receiver") {
+        fc.on_status(status(1, 100, 80), host(1, 9999), next, 4096, kT0 + 1);
+        CHECK(fc.allows(next, 80));
+    }
+    SECTION("a position past what was sent, or a zero window, is refused") {
+        fc.on_status(status(9, 101, 50), host(9), next, 4096, kT0 + 1);
+        fc.on_status(status(10, 100, 0), host(10), next, 4096, kT0 + 1);
+        CHECK(fc.counters().status_refused == 2);
+        CHECK(fc.admitted() == 1);
+    }
+    SECTION("a full table refuses new ids (4 here) and keeps the ones it has") {
+        for (std::uint8_t i = 2; i < 10; ++i) {
+            fc.on_status(status(i, 100, 1000), host(i), next, 4096, kT0 + 1);
+        }
+        CHECK(fc.admitted() == 4);
+        CHECK(fc.counters().status_refused == 5);
+        CHECK_FALSE(fc.allows(next, 51));  // receiver 1 is still the limit
+    }
+    SECTION("a fake slow receiver that never consumes is dropped after the timeout") {
+        fc.on_status(status(2, 100, 10), host(2), next, 4096, kT0);  // limits to 110
+        CHECK_FALSE(fc.allows(next, 11));
+        // It keeps answering (never silent) but never moves; receiver 1 consumes what comes.
+        Sqn sent = next;
+        std::int64_t t = kT0;
+        for (int i = 0; i < 40; ++i) {
+            t += 100'000'000;
+            if (fc.allows(sent, 10)) {
+                sent = sent + 10;
+            } else {
+                fc.note_blocked(t);
+            }
+            fc.on_status(status(2, 100, 10), host(2), sent, 4096, t);
+            fc.on_status(status(1, sent.value, 50), host(1), sent, 4096, t);
+            (void)fc.on_timer(sent, 4096, t);
+        }
+        CHECK(fc.counters().evicted == 1);
+        // Back at once, but far behind what was sent since: not counted again.
+        CHECK(fc.admitted() == 1);
+        CHECK(fc.counters().not_admitted > 0);
+        CHECK(sent.value > 200);
+    }
+}
+
+TEST_CASE("flow: a silent receiver is dropped after the timeout, a slow but moving one is not",
+          "[protocol][flow]") {
+    FlowLimiter fc(config(FlowStrategy::min));
+    Sqn next{0};
+    fc.on_status(status(1, 0, 100), host(1), next, 4096, kT0);
+    fc.on_status(status(2, 0, 100), host(2), next, 4096, kT0);
+    std::int64_t t = kT0;
+    for (int i = 1; i <= 30; ++i) {
+        t += 100'000'000;
+        next = next + 10;
+        fc.note_blocked(t);
+        fc.on_status(status(1, next.value, 100), host(1), next, 4096, t);  // slow, moving
+        (void)fc.on_timer(next, 4096, t);
+    }
+    // Receiver 2 fell silent at kT0: gone after 1 s; receiver 1 stays.
+    CHECK(fc.counters().evicted == 1);
+    CHECK(fc.admitted() == 1);
+    CHECK(fc.next_deadline() > t);
+}
+
+TEST_CASE("flow: the source refuses sends past the limit as back-pressure and takes ACKs",
+          "[protocol][flow]") {
+    SourceConfig sc;
+    sc.tsi.gsi.bytes = {9, 9, 9, 9, 9, 9};
+    sc.tsi.sport = 4000;
+    sc.dport = 7500;
+    sc.nla = pgm::Nla::ipv4(10, 0, 0, 1);
+    sc.group = pgm::Nla::ipv4(239, 1, 1, 1);
+    sc.txw_sqns = 1024;
+    sc.flow = config(FlowStrategy::min);
+    auto src = Source::create(sc).value();
+    Capture out;
+    src->open(kT0, out);
+    const std::vector<std::byte> payload(100, std::byte{1});
+    for (int i = 0; i < 10; ++i) {
+        REQUIRE(src->send(payload, kT0, out).has_value());
+    }
+    // A receiver that consumed 5 with a window of 8: 3 more.
+    pgm::StatusInfo st = status(5, 5, 8);
+    pgm::PacketSpec spec;
+    spec.type = PacketType::ack;
+    spec.sport = 7500;
+    spec.dport = 4000;
+    spec.gsi = sc.tsi.gsi;
+    spec.status = &st;
+    std::vector<std::byte> ack(pgm::encoded_size(spec));
+    REQUIRE(pgm::encode(ack, spec) == ack.size());
+    pgm::store_checksum(ack, 0);
+    pgm::Packet p;
+    REQUIRE(pgm::parse(ack, p) == pgm::ParseStatus::ok);
+    src->on_packet(p, host(3), kT0, out);
+    CHECK(src->flow().admitted() == 1);
+    for (int i = 0; i < 3; ++i) {
+        CHECK(src->send(payload, kT0, out).has_value());
+    }
+    const auto r = src->send(payload, kT0, out);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error() == Errc::back_pressured);
+    CHECK(src->flow().counters().blocked == 1);
+    CHECK_FALSE(src->quiet(kT0 + 10'000'000'000LL - 1));  // the receiver has not consumed all
+    SECTION("an ACK for another data-destination port is counted and ignored") {
+        spec.sport = 7501;
+        st.consumed = Sqn{13};
+        REQUIRE(pgm::encode(ack, spec) == ack.size());
+        pgm::store_checksum(ack, 0);
+        REQUIRE(pgm::parse(ack, p) == pgm::ParseStatus::ok);
+        src->on_packet(p, host(3), kT0, out);
+        CHECK(src->counters().ack_invalid == 1);
+        CHECK_FALSE(src->send(payload, kT0, out).has_value());
+    }
+}
+
+TEST_CASE("flow: a status-sending receiver ACKs where NAKs go, per quarter window and when idle",
+          "[protocol][flow]") {
+    ReceiverConfig rc;
+    rc.dport = 7500;
+    rc.group = pgm::Nla::ipv4(239, 1, 1, 1);
+    rc.rxw_sqns = 64;
+    rc.max_recover_sqns = 16;
+    rc.send_status = true;
+    rc.receiver_id = 0xabcdef;
+    rc.status_tag = 3;
+    auto rcv = Receiver::create(rc).value();
+    Capture out;
+    const Gsi gsi{{1, 1, 1, 1, 1, 1}};
+    std::vector<std::byte> odata(24 + 10);
+    const auto data = [&](std::uint32_t sqn, std::int64_t t) {
+        pgm::PacketSpec spec;
+        spec.type = PacketType::odata;
+        spec.sport = 4000;
+        spec.dport = 7500;
+        spec.gsi = gsi;
+        spec.sqn = Sqn{sqn};
+        spec.tsdu_length = 10;
+        REQUIRE(pgm::encode(odata, spec) == 24);
+        pgm::store_checksum(std::span<std::byte>(odata.data(), 24),
+                            pgm::csum_partial(std::span<const std::byte>(odata).subspan(24)));
+        pgm::Packet p;
+        REQUIRE(pgm::parse(odata, p) == pgm::ParseStatus::ok);
+        rcv->on_packet(p, host(1, 4000), t, out);
+    };
+    const auto acks = [&] {
+        std::vector<pgm::StatusInfo> v;
+        for (const auto& b : out.packets) {
+            pgm::Packet p;
+            if (pgm::parse(b, p) == pgm::ParseStatus::ok && p.type == PacketType::ack) {
+                REQUIRE(p.opts.has_status);
+                v.push_back(p.opts.status);
+            }
+        }
+        return v;
+    };
+    std::int64_t t = kT0;
+    data(0, t);
+    REQUIRE(rcv->next_deadline() <= t);
+    rcv->on_timer(t, out);
+    auto v = acks();
+    REQUIRE(v.size() == 1);  // the source learns of us at once
+    CHECK(v[0].receiver_id == 0xabcdef);
+    CHECK(v[0].tag == 3);
+    CHECK(v[0].window == 64);
+    CHECK(v[0].consumed == Sqn{0});
+    CHECK(out.to.back() == host(1, 4000));
+    // 40 more packets delivered: one status per 16 consumed (a quarter of 64), not per packet.
+    prizma::protocol::Event ev;
+    for (std::uint32_t s = 1; s <= 40; ++s) {
+        data(s, t);
+    }
+    while (rcv->next_event(ev)) {
+        if (rcv->next_deadline() <= t) {
+            rcv->on_timer(t, out);
+        }
+    }
+    v = acks();
+    REQUIRE(v.size() == 3);
+    CHECK(v[1].consumed == Sqn{16});
+    CHECK(v[2].consumed == Sqn{32});
+    // Idle: one per status interval.
+    t += rc.status_ivl_ns;
+    rcv->on_timer(t, out);
+    v = acks();
+    REQUIRE(v.size() == 4);
+    CHECK(v[3].consumed == Sqn{41});
+    CHECK_FALSE(v[3].leaving);
+    rcv->leave(out);
+    v = acks();
+    REQUIRE(v.size() == 5);
+    CHECK(v[4].leaving);
+    CHECK(rcv->counters().status_sent == 5);
+}
+
+TEST_CASE("flow off: a receiver sends no ACK, a source ignores them", "[protocol][flow]") {
+    ReceiverConfig rc;
+    rc.dport = 7500;
+    rc.group = pgm::Nla::ipv4(239, 1, 1, 1);
+    rc.rxw_sqns = 64;
+    rc.max_recover_sqns = 16;
+    auto rcv = Receiver::create(rc).value();
+    Capture out;
+    std::vector<std::byte> odata(24);
+    for (std::uint32_t s = 0; s < 50; ++s) {
+        pgm::PacketSpec spec;
+        spec.type = PacketType::odata;
+        spec.sport = 4000;
+        spec.dport = 7500;
+        spec.gsi = Gsi{{1, 1, 1, 1, 1, 1}};
+        spec.sqn = Sqn{s};
+        REQUIRE(pgm::encode(odata, spec) == 24);
+        pgm::store_checksum(odata, 0);
+        pgm::Packet p;
+        REQUIRE(pgm::parse(odata, p) == pgm::ParseStatus::ok);
+        rcv->on_packet(p, host(1, 4000), kT0, out);
+        prizma::protocol::Event ev;
+        while (rcv->next_event(ev)) {
+        }
+        rcv->on_timer(kT0 + s * 1'000'000'000LL, out);
+    }
+    rcv->leave(out);
+    for (const auto& b : out.packets) {
+        CHECK(std::to_integer<int>(b[4]) != 0x0d);
+    }
+    CHECK(rcv->counters().status_sent == 0);
+}
+
+TEST_CASE("flow hostile: on an authenticated channel only signed status counts",
+          "[protocol][flow][hostile][auth]") {
+    memory::MemoryNetwork net;
+    auto tp = net.attach();
+    auto attacker = net.attach();
+    AuthOptions keys;
+    keys.keys.push_back(AuthKey{1, {7, 7, 7}});
+    pubsub::SessionConfig pc;
+    SourceConfig sc;
+    sc.tsi.gsi.bytes = {4, 4, 4, 4, 4, 4};
+    sc.tsi.sport = 4000;
+    sc.dport = 7500;
+    sc.nla = pgm::Nla::ipv4(10, 0, 0, 1);
+    sc.group = pgm::Nla::ipv4(239, 1, 1, 1);
+    sc.txw_sqns = 1024;
+    sc.max_tpdu = 1400;
+    sc.flow = config(FlowStrategy::min);
+    pc.source = sc;
+    pc.auth = *pubsub::Authenticator::create(keys);
+    auto pub = std::move(*pubsub::Session::create(*tp, pc));
+    pgm::StatusInfo st = status(9, 0, 1);  // a receiver that would stop the publisher at once
+    pgm::PacketSpec spec;
+    spec.type = PacketType::ack;
+    spec.sport = 7500;
+    spec.dport = 4000;
+    spec.gsi = sc.tsi.gsi;
+    spec.status = &st;
+    std::vector<std::byte> ack(pgm::encoded_size(spec));
+    REQUIRE(pgm::encode(ack, spec) == ack.size());
+    pgm::store_checksum(ack, 0);
+    const auto deliver = [&](std::span<const std::byte> bytes) {
+        const TxPacket tx{bytes, {}, Route::unicast, tp->address()};
+        REQUIRE(attacker->send_batch(std::span<const TxPacket>(&tx, 1)).value() == 1);
+        (void)pub->do_work(kT0);
+    };
+    deliver(ack);
+    CHECK(pub->counters().auth_refused == 1);
+    CHECK(pub->source()->flow().counters().status_received == 0);
+    CHECK(pub->publish(std::vector<std::byte>(10), kT0).has_value());
+    // The same status signed with the channel's key is taken.
+    std::vector<std::byte> signed_ack(ack.size() + pgm::kAuthOverheadBytes);
+    const std::size_t n = pc.auth->sign(ack, {}, signed_ack, pubsub::Authenticator::wall_now_ms());
+    REQUIRE(n > ack.size());
+    signed_ack.resize(n);
+    deliver(signed_ack);
+    CHECK(pub->source()->flow().counters().status_received == 1);
+}

@@ -13,6 +13,7 @@
 #include <prizma/publish_queue.hpp>
 #include <prizma/result.hpp>
 #include <prizma/stats.hpp>
+#include <prizma/stream.hpp>
 #include <prizma/transport.hpp>
 #include <prizma/transport_registry.hpp>
 #include <prizma/types.hpp>

@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <prizma/context.hpp>
+#include <prizma/error.hpp>
+#include <prizma/result.hpp>
+#include <prizma/types.hpp>
+
+/// Lossless streams over pub/sub (docs/STREAMS.md): records with a gap-free 64-bit application
+/// sequence, written by one or more StreamPublishers (a hot-standby pair writes the same
+/// records) and read by a StreamSubscriber that merges every copy it hears, on any number of
+/// channels and transports, and delivers each sequence number exactly once, in order.
+namespace prizma {
+
+/// The record header every stream record starts with (28 bytes, big-endian; docs/STREAMS.md).
+struct RecordHeader {
+    static constexpr std::size_t kBytes = 28;
+    static constexpr std::uint8_t kVersion = 1;
+    std::uint32_t stream_id = 0;
+    std::uint32_t epoch = 0;
+    std::uint64_t sequence = 0;
+    std::uint64_t checksum = 0;  ///< of stream id, epoch, sequence and payload
+
+    /// Writes the header for `payload` into out[0, kBytes).
+    static void write(std::span<std::byte> out,
+                      std::uint32_t stream_id,
+                      std::uint32_t epoch,
+                      std::uint64_t sequence,
+                      std::span<const std::byte> payload) noexcept;
+    /// Reads a record's header; false when the record is shorter than a header or of another
+    /// version. Does not check the checksum (valid() does).
+    static bool read(std::span<const std::byte> record, RecordHeader& out) noexcept;
+    /// The checksum of a record's fields and payload.
+    static std::uint64_t checksum_of(std::uint32_t stream_id,
+                                     std::uint32_t epoch,
+                                     std::uint64_t sequence,
+                                     std::span<const std::byte> payload) noexcept;
+};
+
+/// Writes a stream's records on one Publisher. Deterministic: two StreamPublishers given the
+/// same stream id, epoch, first sequence and payloads write the same bytes (a hot-standby pair).
+/// A restarted publisher keeps its epoch and resumes its sequence from its own state; a new
+/// epoch is a deliberate reset that subscribers see as one. Owner thread only.
+class StreamPublisher {
+public:
+    /// Errors: the publisher's messages cannot hold a header and one byte.
+    static Result<StreamPublisher, Error> create(Publisher& publisher,
+                                                 std::uint32_t stream_id,
+                                                 std::uint32_t epoch,
+                                                 std::uint64_t next_sequence = 0);
+    /// Writes the next record; returns its sequence number. Errors as Publisher::offer
+    /// (is_transient(): back-pressure, rate limit: retry the same payload).
+    Result<std::uint64_t> offer(std::span<const std::byte> payload) noexcept;
+    [[nodiscard]] std::uint64_t next_sequence() const noexcept { return next_; }
+    [[nodiscard]] std::uint32_t epoch() const noexcept { return epoch_; }
+    [[nodiscard]] std::size_t max_payload() const noexcept {
+        return scratch_.size() - RecordHeader::kBytes;
+    }
+
+private:
+    StreamPublisher(Publisher& p, std::uint32_t id, std::uint32_t epoch, std::uint64_t next);
+    Publisher* pub_;
+    std::uint32_t stream_id_;
+    std::uint32_t epoch_;
+    std::uint64_t next_;
+    std::vector<std::byte> scratch_;
+};
+
+enum class StreamEventKind : std::uint8_t {
+    record,      ///< the next record: `sequence`, `payload`
+    loss,        ///< records [sequence, sequence + count) will never be delivered
+    reset,       ///< a new epoch began at `sequence`; older epochs' records are dropped
+    divergence,  ///< a copy of `sequence` differs from the one delivered (checksums differ)
+};
+
+struct StreamEvent {
+    StreamEventKind kind = StreamEventKind::record;
+    std::uint32_t epoch = 0;
+    std::uint64_t sequence = 0;
+    std::uint64_t count = 0;             ///< loss: how many records
+    std::span<const std::byte> payload;  ///< record: valid until the next call
+    Tsi source{};                        ///< record, divergence: the copy it came from
+};
+
+struct StreamOptions {
+    std::uint32_t stream_id = 0;
+    /// Records held while an earlier one is missing (bounded; beyond it the gap is declared
+    /// lost so that the stream moves on).
+    std::size_t buffer_records = 4096;
+    /// A gap no copy fills within this long is reported lost (the copies that could still
+    /// fill it are waited for at most this long; PGM repair happens within it).
+    std::chrono::nanoseconds gap_timeout = std::chrono::milliseconds(500);
+    /// Start at this sequence (0 for the stream's beginning); unset: the first record heard.
+    std::optional<std::uint64_t> start_sequence;
+    /// Delivered records whose checksums are kept to compare later copies (divergence).
+    std::size_t history = 65536;
+};
+
+struct StreamCounters {
+    std::uint64_t records = 0;      ///< delivered
+    std::uint64_t duplicates = 0;   ///< copies of records already delivered
+    std::uint64_t divergences = 0;  ///< duplicates whose checksum differs
+    std::uint64_t buffered = 0;     ///< records held for a gap (total)
+    std::uint64_t loss_events = 0;
+    std::uint64_t lost_records = 0;
+    std::uint64_t resets = 0;        ///< new epochs
+    std::uint64_t stale_epoch = 0;   ///< records of an older epoch, dropped
+    std::uint64_t bad_checksum = 0;  ///< records whose checksum does not verify, dropped
+    std::uint64_t foreign = 0;       ///< another stream's records, or not records at all
+    std::uint64_t overflows = 0;     ///< gaps declared lost because the buffer was full
+};
+
+/// Merges every copy of one stream heard on its subscribers: each sequence number once, in
+/// order, from whichever copy comes first. A later record waits in a bounded buffer while the
+/// gap is repaired (PGM repair on every copy); once no copy can fill it (each has passed it, or
+/// gap_timeout), a loss event names the range. Owner thread of the subscribers' Context only.
+class StreamSubscriber {
+public:
+    static Result<StreamSubscriber, Error> create(const StreamOptions& options);
+    StreamSubscriber(StreamSubscriber&& other) noexcept;
+    StreamSubscriber& operator=(StreamSubscriber&& other) noexcept;
+    StreamSubscriber(const StreamSubscriber&) = delete;
+    StreamSubscriber& operator=(const StreamSubscriber&) = delete;
+    ~StreamSubscriber();
+
+    /// A channel carrying copies of the stream (any transport; several publishers on it are
+    /// several copies). The subscriber must outlive this object or be removed first.
+    Result<void, Error> add(Subscriber& subscriber);
+    /// Stops reading `subscriber`.
+    void remove(Subscriber& subscriber) noexcept;
+
+    /// The next event, if any; reads the subscribers as needed (Context::poll() still moves the
+    /// network). The payload stays valid until the next call.
+    bool next(StreamEvent& out) noexcept;
+    template <typename Handler>
+    std::size_t poll(std::size_t limit, Handler&& handler) {
+        std::size_t n = 0;
+        StreamEvent e;
+        while (n < limit && next(e)) {
+            ++n;
+            handler(static_cast<const StreamEvent&>(e));
+        }
+        return n;
+    }
+    /// The next sequence number to deliver (unset until the first record, without a start).
+    [[nodiscard]] std::optional<std::uint64_t> next_sequence() const noexcept;
+    [[nodiscard]] const StreamCounters& counters() const noexcept;
+
+private:
+    struct Impl;
+    explicit StreamSubscriber(std::unique_ptr<Impl> impl) noexcept;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prizma

@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: Apache-2.0
+// Lossless streams over the public pub/sub API (docs/STREAMS.md): the record header, the
+// publisher that writes it and the arbitrating subscriber that merges copies.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <map>
+
+#include <prizma/stream.hpp>
+
+namespace prizma {
+namespace {
+
+// Big-endian stores and loads (one bswap each on little-endian hosts).
+void put32(std::byte* p, std::uint32_t v) noexcept {
+    if constexpr (std::endian::native == std::endian::little) {
+        v = __builtin_bswap32(v);
+    }
+    std::memcpy(p, &v, 4);
+}
+void put64(std::byte* p, std::uint64_t v) noexcept {
+    if constexpr (std::endian::native == std::endian::little) {
+        v = __builtin_bswap64(v);
+    }
+    std::memcpy(p, &v, 8);
+}
+std::uint32_t get32(const std::byte* p) noexcept {
+    std::uint32_t v = 0;
+    std::memcpy(&v, p, 4);
+    if constexpr (std::endian::native == std::endian::little) {
+        v = __builtin_bswap32(v);
+    }
+    return v;
+}
+std::uint64_t get64(const std::byte* p) noexcept {
+    std::uint64_t v = 0;
+    std::memcpy(&v, p, 8);
+    if constexpr (std::endian::native == std::endian::little) {
+        v = __builtin_bswap64(v);
+    }
+    return v;
+}
+
+constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ULL;
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t w) noexcept {
+    h ^= w;
+    h *= kMul;
+    return h ^ (h >> 31U);
+}
+
+}  // namespace
+
+// A 64-bit multiply-xor hash over 8-byte words in four independent lanes (not cryptographic:
+// it finds corruption and diverging copies, not forgeries; authentication is the channel's
+// key_file=).
+std::uint64_t RecordHeader::checksum_of(std::uint32_t stream_id,
+                                        std::uint32_t epoch,
+                                        std::uint64_t sequence,
+                                        std::span<const std::byte> payload) noexcept {
+    std::uint64_t h0 = mix(0x243F6A8885A308D3ULL, (std::uint64_t{stream_id} << 32U) | epoch);
+    std::uint64_t h1 = mix(0x13198A2E03707344ULL, sequence);
+    std::uint64_t h2 = mix(0xA4093822299F31D0ULL, payload.size());
+    std::uint64_t h3 = 0x082EFA98EC4E6C89ULL;
+    const std::byte* p = payload.data();
+    std::size_t n = payload.size();
+    for (; n >= 32; p += 32, n -= 32) {
+        std::uint64_t w[4];
+        std::memcpy(w, p, 32);
+        h0 = mix(h0, w[0]);
+        h1 = mix(h1, w[1]);
+        h2 = mix(h2, w[2]);
+        h3 = mix(h3, w[3]);
+    }
+    for (; n >= 8; p += 8, n -= 8) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, p, 8);
+        h0 = mix(h0, w);
+        std::swap(h0, h1);
+    }
+    if (n != 0) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, p, n);
+        h2 = mix(h2, w);
+    }
+    return mix(mix(h0, h1) ^ mix(h2, h3), 0);
+}
+
+void RecordHeader::write(std::span<std::byte> out,
+                         std::uint32_t stream_id,
+                         std::uint32_t epoch,
+                         std::uint64_t sequence,
+                         std::span<const std::byte> payload) noexcept {
+    std::byte* p = out.data();
+    p[0] = std::byte{kVersion};
+    p[1] = std::byte{static_cast<std::uint8_t>(kBytes)};
+    p[2] = std::byte{0};
+    p[3] = std::byte{0};
+    put32(p + 4, stream_id);
+    put32(p + 8, epoch);
+    put64(p + 12, sequence);
+    put64(p + 20, checksum_of(stream_id, epoch, sequence, payload));
+}
+
+bool RecordHeader::read(std::span<const std::byte> record, RecordHeader& out) noexcept {
+    if (record.size() < kBytes || std::to_integer<std::uint8_t>(record[0]) != kVersion
+        || std::to_integer<std::uint8_t>(record[1]) != kBytes) {
+        return false;
+    }
+    const std::byte* p = record.data();
+    out.stream_id = get32(p + 4);
+    out.epoch = get32(p + 8);
+    out.sequence = get64(p + 12);
+    out.checksum = get64(p + 20);
+    return true;
+}
+
+// ---- StreamPublisher ----------------------------------------------------------------------
+
+StreamPublisher::StreamPublisher(Publisher& p,
+                                 std::uint32_t id,
+                                 std::uint32_t epoch,
+                                 std::uint64_t next)
+    : pub_(&p), stream_id_(id), epoch_(epoch), next_(next), scratch_(p.max_message_size()) {}
+
+Result<StreamPublisher, Error> StreamPublisher::create(Publisher& publisher,
+                                                       std::uint32_t stream_id,
+                                                       std::uint32_t epoch,
+                                                       std::uint64_t next_sequence) {
+    if (!publisher.valid() || publisher.max_message_size() <= RecordHeader::kBytes) {
+        return Error(Errc::invalid_argument,
+                     "a stream publisher needs a live publisher whose messages hold a record "
+                     "header (28 bytes) and a payload");
+    }
+    return StreamPublisher(publisher, stream_id, epoch, next_sequence);
+}
+
+Result<std::uint64_t> StreamPublisher::offer(std::span<const std::byte> payload) noexcept {
+    const std::size_t n = RecordHeader::kBytes + payload.size();
+    if (n > scratch_.size()) {
+        return Errc::message_too_large;
+    }
+    // Built in a scratch buffer and offered (a Claim would flush each record on its own;
+    // offer() batches them like any message).
+    RecordHeader::write(scratch_, stream_id_, epoch_, next_, payload);
+    if (!payload.empty()) {
+        std::memcpy(scratch_.data() + RecordHeader::kBytes, payload.data(), payload.size());
+    }
+    if (auto r = pub_->offer(std::span<const std::byte>(scratch_.data(), n)); !r) {
+        return r.error();
+    }
+    return next_++;
+}
+
+// ---- StreamSubscriber ---------------------------------------------------------------------
+
+struct StreamSubscriber::Impl {
+    /// One copy of the stream: a source (TSI) on one of the subscribers.
+    struct Copy {
+        const Subscriber* sub = nullptr;
+        Tsi tsi{};
+        bool has_high = false;
+        std::uint64_t high = 0;     // highest sequence it delivered (this epoch)
+        bool loss_pending = false;  // PGM lost something after `high`
+        bool gone = false;          // left (FIN, RST, expiry)
+    };
+    struct Held {
+        Tsi tsi{};
+        std::vector<std::byte> bytes;  // the whole record
+    };
+    static constexpr std::size_t kMaxCopies = 64;
+
+    StreamOptions opt;
+    std::vector<Subscriber*> subs;
+    std::size_t rr = 0;
+    std::vector<Copy> copies;
+    std::size_t last = 0;  // the copy the last message came from
+    bool started = false;
+    bool has_epoch = false;
+    std::uint32_t epoch = 0;
+    std::uint64_t next = 0;
+    std::map<std::uint64_t, Held> held;  // records after a gap, by sequence
+    std::int64_t gap_since = -1;
+    std::vector<std::uint64_t> hist_seq;
+    std::vector<std::uint64_t> hist_sum;
+    std::vector<std::byte> out_bytes;  // the held record being delivered
+    StreamCounters c;
+
+    Copy& copy_of(const Subscriber* sub, const Tsi& tsi) noexcept;
+    void remember(std::uint64_t seq, std::uint64_t sum) noexcept {
+        const std::size_t i = seq % hist_seq.size();
+        hist_seq[i] = seq;
+        hist_sum[i] = sum;
+    }
+    bool take(const Subscriber* sub, const Message& m, StreamEvent& out);
+    bool take_record(Copy& cp, const Message& m, StreamEvent& out);
+    bool deliver_held(StreamEvent& out);
+    bool gap_lost(StreamEvent& out, bool force);
+    void start_epoch(std::uint32_t e, std::uint64_t seq) noexcept;
+};
+
+StreamSubscriber::Impl::Copy& StreamSubscriber::Impl::copy_of(const Subscriber* sub,
+                                                              const Tsi& tsi) noexcept {
+    if (last < copies.size() && copies[last].sub == sub && copies[last].tsi == tsi) {
+        return copies[last];  // runs of one copy: the common case
+    }
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+        Copy& cp = copies[i];
+        if (cp.sub == sub && cp.tsi == tsi) {
+            last = i;
+            return cp;
+        }
+    }
+    if (copies.size() == kMaxCopies) {  // forget a copy that left, or the oldest
+        auto it = std::find_if(copies.begin(), copies.end(), [](const Copy& x) { return x.gone; });
+        copies.erase(it != copies.end() ? it : copies.begin());
+    }
+    copies.push_back(Copy{sub, tsi});
+    last = copies.size() - 1;
+    return copies.back();
+}
+
+void StreamSubscriber::Impl::start_epoch(std::uint32_t e, std::uint64_t seq) noexcept {
+    epoch = e;
+    has_epoch = true;
+    started = true;
+    next = seq;
+    held.clear();
+    gap_since = -1;
+    std::fill(hist_seq.begin(), hist_seq.end(), UINT64_MAX);
+    for (Copy& cp : copies) {
+        cp.has_high = false;
+        cp.loss_pending = false;
+    }
+}
+
+bool StreamSubscriber::Impl::take(const Subscriber* sub, const Message& m, StreamEvent& out) {
+    Copy& cp = copy_of(sub, m.tsi);
+    switch (m.kind) {
+        case MessageKind::loss: cp.loss_pending = true; return false;
+        case MessageKind::left: cp.gone = true; return false;
+        case MessageKind::joined: cp.gone = false; return false;
+        case MessageKind::data: break;
+    }
+    return take_record(cp, m, out);
+}
+
+bool StreamSubscriber::Impl::take_record(Copy& cp, const Message& m, StreamEvent& out) {
+    RecordHeader h;
+    if (!RecordHeader::read(m.payload, h) || h.stream_id != opt.stream_id) {
+        ++c.foreign;
+        return false;
+    }
+    const auto payload = m.payload.subspan(RecordHeader::kBytes);
+    if (RecordHeader::checksum_of(h.stream_id, h.epoch, h.sequence, payload) != h.checksum) {
+        ++c.bad_checksum;  // another copy may still bring it
+        return false;
+    }
+    if (has_epoch && h.epoch < epoch) {
+        ++c.stale_epoch;
+        return false;
+    }
+    cp.loss_pending = false;
+    if (!has_epoch || h.epoch > epoch) {
+        const bool reset = has_epoch;
+        start_epoch(h.epoch, reset ? h.sequence : opt.start_sequence.value_or(h.sequence));
+        if (reset) {
+            ++c.resets;
+            held.emplace(h.sequence, Held{m.tsi, {m.payload.begin(), m.payload.end()}});
+            out = StreamEvent{StreamEventKind::reset, h.epoch, h.sequence, 0, {}, m.tsi};
+            return true;
+        }
+    }
+    cp.high = cp.has_high ? std::max(cp.high, h.sequence) : h.sequence;
+    cp.has_high = true;
+    if (h.sequence < next) {
+        ++c.duplicates;
+        const std::size_t i = h.sequence % hist_seq.size();
+        if (hist_seq[i] == h.sequence && hist_sum[i] != h.checksum) {
+            ++c.divergences;
+            out = StreamEvent{StreamEventKind::divergence, h.epoch, h.sequence, 0, {}, m.tsi};
+            return true;
+        }
+        return false;
+    }
+    if (h.sequence == next) {
+        remember(next, h.checksum);
+        ++next;
+        ++c.records;
+        out = StreamEvent{StreamEventKind::record, epoch, h.sequence, 0, payload, m.tsi};
+        return true;
+    }
+    if (held.find(h.sequence) == held.end()) {  // later: held until the gap closes
+        held.emplace(h.sequence, Held{m.tsi, {m.payload.begin(), m.payload.end()}});
+        ++c.buffered;
+        if (gap_since < 0) {
+            gap_since = Context::now_ns();
+        }
+    }
+    return false;
+}
+
+bool StreamSubscriber::Impl::deliver_held(StreamEvent& out) {
+    if (held.empty() || held.begin()->first != next) {
+        return false;
+    }
+    const auto it = held.begin();
+    out_bytes.swap(it->second.bytes);
+    const Tsi from = it->second.tsi;
+    held.erase(it);
+    const auto payload = std::span<const std::byte>(out_bytes).subspan(RecordHeader::kBytes);
+    RecordHeader h;
+    (void)RecordHeader::read(out_bytes, h);
+    remember(next, h.checksum);
+    out = StreamEvent{StreamEventKind::record, epoch, next, 0, payload, from};
+    ++next;
+    ++c.records;
+    gap_since = held.empty() ? -1 : Context::now_ns();
+    return true;
+}
+
+// The gap at `next` (records after it are held): lost once no copy can fill it any more, at
+// the gap timeout, or at once when `force` (the buffer is full).
+bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
+    if (held.empty()) {
+        return false;
+    }
+    const auto able = [&](const Copy& cp) {
+        if (cp.gone) {
+            return false;
+        }
+        if (cp.has_high && cp.high >= next) {
+            return false;  // it delivered later records: in order, it never brings `next`
+        }
+        return !(cp.loss_pending && cp.has_high && cp.high + 1 == next);
+    };
+    const bool none_able = std::none_of(copies.begin(), copies.end(), able);
+    const bool timed_out =
+        gap_since >= 0 && Context::now_ns() - gap_since >= opt.gap_timeout.count();
+    if (!force && !none_able && !timed_out) {
+        return false;
+    }
+    const std::uint64_t first_held = held.begin()->first;
+    out = StreamEvent{StreamEventKind::loss, epoch, next, first_held - next, {}, {}};
+    ++c.loss_events;
+    c.lost_records += first_held - next;
+    if (force) {
+        ++c.overflows;
+    }
+    next = first_held;
+    gap_since = Context::now_ns();
+    return true;
+}
+
+StreamSubscriber::StreamSubscriber(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+StreamSubscriber::StreamSubscriber(StreamSubscriber&&) noexcept = default;
+StreamSubscriber& StreamSubscriber::operator=(StreamSubscriber&&) noexcept = default;
+StreamSubscriber::~StreamSubscriber() = default;
+
+Result<StreamSubscriber, Error> StreamSubscriber::create(const StreamOptions& options) {
+    if (options.buffer_records == 0 || options.history == 0 || options.gap_timeout.count() <= 0) {
+        return Error(Errc::invalid_argument,
+                     "stream options: buffer_records and history at least 1, gap_timeout > 0");
+    }
+    auto impl = std::make_unique<Impl>();
+    impl->opt = options;
+    impl->hist_seq.assign(options.history, UINT64_MAX);
+    impl->hist_sum.assign(options.history, 0);
+    impl->copies.reserve(Impl::kMaxCopies);
+    return StreamSubscriber(std::move(impl));
+}
+
+Result<void, Error> StreamSubscriber::add(Subscriber& subscriber) {
+    if (!subscriber.valid()) {
+        return Error(Errc::invalid_argument, "not a live subscriber");
+    }
+    if (std::find(impl_->subs.begin(), impl_->subs.end(), &subscriber) != impl_->subs.end()) {
+        return Error(Errc::invalid_argument, "this subscriber is already a copy of the stream");
+    }
+    impl_->subs.push_back(&subscriber);
+    return {};
+}
+
+void StreamSubscriber::remove(Subscriber& subscriber) noexcept {
+    auto& s = impl_->subs;
+    s.erase(std::remove(s.begin(), s.end(), &subscriber), s.end());
+    auto& cs = impl_->copies;
+    cs.erase(std::remove_if(cs.begin(), cs.end(),
+                            [&](const Impl::Copy& cp) { return cp.sub == &subscriber; }),
+             cs.end());
+}
+
+bool StreamSubscriber::next(StreamEvent& out) noexcept {
+    Impl& s = *impl_;
+    for (;;) {
+        if (s.deliver_held(out)) {
+            return true;
+        }
+        if (s.gap_lost(out, s.held.size() > s.opt.buffer_records)) {
+            return true;
+        }
+        bool any = false;
+        const std::size_t n = s.subs.size();
+        for (std::size_t k = 0; k < n; ++k) {
+            Subscriber* sub = s.subs[(s.rr + k) % n];
+            Message m;
+            if (!sub->next(m)) {
+                continue;
+            }
+            any = true;
+            s.rr = (s.rr + k) % n;
+            bool produced = false;
+            try {
+                produced = s.take(sub, m, out);
+            } catch (const std::bad_alloc&) {
+                ++s.c.overflows;  // a held copy could not be stored: the gap logic covers it
+            }
+            if (produced) {
+                return true;
+            }
+            break;
+        }
+        if (!any) {
+            return false;
+        }
+    }
+}
+
+std::optional<std::uint64_t> StreamSubscriber::next_sequence() const noexcept {
+    return impl_->started ? std::optional<std::uint64_t>(impl_->next) : std::nullopt;
+}
+
+const StreamCounters& StreamSubscriber::counters() const noexcept {
+    return impl_->c;
+}
+
+}  // namespace prizma

@@ -189,7 +189,7 @@ TEST_CASE("verbs:// URIs: device or address, group, dport, keys, errors name the
     CHECK_FALSE(verbs::parse_uri("verbs://rxe0/239.1.1.1:7500?loss=0.05").has_value());
 }
 
-TEST_CASE("MGID mapping: RoCE v2 IPv4-mapped, IPv6 as is, IB IPoIB-style", "[verbs][gid]") {
+TEST_CASE("MGID mapping: RoCE v2 IPv4-mapped, IPv6 as is, IB prizma signature", "[verbs][gid]") {
     std::array<std::uint8_t, 16> g{};
     REQUIRE(verbs::group_to_gid("239.1.2.3", false, 0xffff, g));
     const std::array<std::uint8_t, 16> v4{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3};
@@ -201,7 +201,7 @@ TEST_CASE("MGID mapping: RoCE v2 IPv4-mapped, IPv6 as is, IB IPoIB-style", "[ver
     CHECK(g[14] == 0x4d);
     CHECK(g[15] == 0x31);
     REQUIRE(verbs::group_to_gid("239.1.2.3", true, 0x8001, g));
-    const std::array<std::uint8_t, 16> ib{0xff, 0x12, 0x40, 0x1b, 0x80, 0x01, 0, 0,
+    const std::array<std::uint8_t, 16> ib{0xff, 0x12, 0x50, 0x47, 0x80, 0x01, 0, 0,
                                           0,    0,    0,    0,    0x0f, 1,    2, 3};
     CHECK(g == ib);
     REQUIRE(verbs::group_to_gid("192.0.2.1", false, 0xffff, g));
@@ -235,7 +235,9 @@ TEST_CASE("GRH source: RoCE v2 IPv4 header at offset 20, else the GRH's SGID", "
     auto h = verbs::source_gid_from_grh(g6.data());
     CHECK(h[0] == 0xa0);
     CHECK(h[15] == 0xaf);
-    // a corrupted IPv4 checksum is not taken for an IPv4 header
+    // when the first word says IPv6 (ambiguous), a corrupted IPv4 checksum is not taken for an
+    // IPv4 header
+    grh[0] = 0x60;
     grh[31] ^= 1U;
     CHECK(verbs::source_gid_from_grh(grh.data()) != want);
 }

@@ -6,10 +6,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "lib/posix/errors.hpp"
+#include "transports/verbs/device_policy.hpp"
 
 namespace prizma::verbs {
 namespace {
@@ -19,6 +22,69 @@ constexpr int kRetries = 5;
 
 Error fail(std::string msg, std::errc code = std::errc::io_error) {
     return {std::make_error_code(code), std::move(msg)};
+}
+
+/// umad_open_port + umad_register for the SA class; errors say what to change.
+Result<void, Error> open_sa(const std::string& ca, int port, int& fd, int& agent) {
+    if (umad_init() < 0) {
+        return fail("libibumad: umad_init failed (is ib_umad loaded?)", std::errc::no_such_device);
+    }
+    errno = 0;
+    fd = umad_open_port(ca.c_str(), port);
+    if (fd < 0) {
+        // libibumad returns -EIO for a failed open(); open's errno (EACCES: the default
+        // root-only mode) tells what to change.
+        const int e = errno != 0 ? errno : -fd;
+        return fail(policy::umad_advice(ca, port, e), e == EACCES || e == EPERM
+                                                          ? std::errc::permission_denied
+                                                          : std::errc::no_such_device);
+    }
+    agent = umad_register(fd, sa::kClassSubnAdm, sa::kSaClassVersion, 0, nullptr);
+    if (agent < 0) {
+        (void)umad_close_port(fd);
+        fd = -1;
+        return fail("umad_register for the SA class failed on " + ca, std::errc::io_error);
+    }
+    return {};
+}
+
+/// Sends `mad` to the SM and waits for the reply that `accept` takes.
+Result<void, Error> exchange(const std::string& ca,
+                             int port,
+                             int fd,
+                             int agent,
+                             const std::array<std::byte, sa::kMadSize>& mad,
+                             const std::function<bool(std::span<const std::byte>)>& accept) {
+    umad_port_t p{};
+    if (umad_get_port(ca.c_str(), port, &p) < 0) {
+        return fail("umad_get_port failed for " + ca, std::errc::io_error);
+    }
+    const auto sm_lid = static_cast<int>(p.sm_lid);
+    const auto sm_sl = static_cast<int>(p.sm_sl);
+    (void)umad_release_port(&p);
+    if (sm_lid == 0) {
+        return fail("no subnet manager on " + ca + " (SM LID 0)", std::errc::host_unreachable);
+    }
+    std::vector<std::byte> buf(umad_size() + sa::kMadSize);
+    std::memcpy(umad_get_mad(buf.data()), mad.data(), mad.size());
+    (void)umad_set_addr(buf.data(), sm_lid, 1, sm_sl, static_cast<int>(sa::kQp1Qkey));
+    (void)umad_set_pkey(buf.data(), 0);
+    if (umad_send(fd, agent, buf.data(), static_cast<int>(sa::kMadSize), kTimeoutMs, kRetries)
+        < 0) {
+        return fail("umad_send to the SA failed: " + posix::errno_text(), std::errc::io_error);
+    }
+    for (int tries = 0; tries < 8; ++tries) {
+        int len = static_cast<int>(sa::kMadSize);
+        const int got = umad_recv(fd, buf.data(), &len, kTimeoutMs * (kRetries + 1));
+        if (got < 0 || umad_status(buf.data()) != 0) {
+            return fail("no answer from the SA (timeout)", std::errc::timed_out);
+        }
+        const auto* mp = static_cast<const std::byte*>(umad_get_mad(buf.data()));
+        if (accept(std::span<const std::byte>(mp, sa::kMadSize))) {
+            return {};
+        }
+    }
+    return fail("the SA answered with unrelated MADs", std::errc::io_error);
 }
 
 }  // namespace
@@ -32,19 +98,10 @@ SaMembership::SaMembership(std::string ca, int port, int fd, int agent) noexcept
 Result<std::unique_ptr<SaMembership>, Error> SaMembership::join(const std::string& ca,
                                                                 int port,
                                                                 const sa::McMemberRecord& want) {
-    if (umad_init() < 0) {
-        return fail("libibumad: umad_init failed (is ib_umad loaded?)", std::errc::no_such_device);
-    }
-    const int fd = umad_open_port(ca.c_str(), port);
-    if (fd < 0) {
-        return fail("cannot open the umad device of " + ca + " port " + std::to_string(port)
-                        + " (needs ib_umad and read/write on /dev/infiniband/umad*)",
-                    std::errc::no_such_device);
-    }
-    const int agent = umad_register(fd, sa::kClassSubnAdm, sa::kSaClassVersion, 0, nullptr);
-    if (agent < 0) {
-        (void)umad_close_port(fd);
-        return fail("umad_register for the SA class failed on " + ca, std::errc::io_error);
+    int fd = -1;
+    int agent = -1;
+    if (auto o = open_sa(ca, port, fd, agent); !o) {
+        return o.error();
     }
     std::unique_ptr<SaMembership> m(new SaMembership(ca, port, fd, agent));
     m->want_ = want;
@@ -73,48 +130,62 @@ Result<void, Error> SaMembership::rejoin() {
 Result<sa::Response, Error> SaMembership::transact(std::uint8_t method,
                                                    std::uint64_t mask,
                                                    const sa::McMemberRecord& rec) {
-    umad_port_t p{};
-    if (umad_get_port(ca_.c_str(), port_, &p) < 0) {
-        return fail("umad_get_port failed for " + ca_, std::errc::io_error);
-    }
-    const auto sm_lid = static_cast<int>(p.sm_lid);
-    const auto sm_sl = static_cast<int>(p.sm_sl);
-    (void)umad_release_port(&p);
-    if (sm_lid == 0) {
-        return fail("no subnet manager on " + ca_ + " (SM LID 0)", std::errc::host_unreachable);
-    }
-    std::vector<std::byte> buf(umad_size() + sa::kMadSize);
     const std::uint64_t tid = ++tid_;
-    const auto mad = sa::encode_request(method, tid, mask, rec);
-    std::memcpy(umad_get_mad(buf.data()), mad.data(), mad.size());
-    (void)umad_set_addr(buf.data(), sm_lid, 1, sm_sl, static_cast<int>(sa::kQp1Qkey));
-    (void)umad_set_pkey(buf.data(), 0);
-    if (umad_send(fd_, agent_, buf.data(), static_cast<int>(sa::kMadSize), kTimeoutMs, kRetries)
-        < 0) {
-        return fail("umad_send to the SA failed: " + posix::errno_text(), std::errc::io_error);
+    sa::Response resp;
+    auto r = exchange(ca_, port_, fd_, agent_, sa::encode_request(method, tid, mask, rec),
+                      [&](std::span<const std::byte> mad) {
+                          return sa::decode_response(mad, resp) && resp.tid == tid;
+                      });
+    if (!r) {
+        return r.error();
     }
-    for (int tries = 0; tries < 8; ++tries) {
-        int len = static_cast<int>(sa::kMadSize);
-        const int got = umad_recv(fd_, buf.data(), &len, kTimeoutMs * (kRetries + 1));
-        if (got < 0 || umad_status(buf.data()) != 0) {
-            return fail("no answer from the SA (timeout)", std::errc::timed_out);
-        }
-        sa::Response resp;
-        const auto* mp = static_cast<const std::byte*>(umad_get_mad(buf.data()));
-        if (sa::decode_response(std::span<const std::byte>(mp, sa::kMadSize), resp)
-            && resp.tid == tid) {
-            return resp;
-        }
+    return resp;
+}
+
+Result<sa::PathRecord, Error> query_path(const std::string& ca,
+                                         int port,
+                                         const std::array<std::uint8_t, 16>& sgid,
+                                         const std::array<std::uint8_t, 16>& dgid,
+                                         std::uint16_t pkey) {
+    int fd = -1;
+    int agent = -1;
+    if (auto o = open_sa(ca, port, fd, agent); !o) {
+        return o.error();
     }
-    return fail("the SA answered with unrelated MADs", std::errc::io_error);
+    std::random_device rd;
+    const std::uint64_t tid = (std::uint64_t{rd()} << 32U) | rd();
+    sa::PathRecord rec;
+    std::uint16_t status = 0;
+    auto r = exchange(ca, port, fd, agent, sa::encode_path_query(tid, sgid, dgid, pkey),
+                      [&](std::span<const std::byte> mad) {
+                          std::uint64_t got = 0;
+                          return sa::decode_path_response(mad, got, status, rec) && got == tid;
+                      });
+    (void)umad_unregister(fd, agent);
+    (void)umad_close_port(fd);
+    if (!r) {
+        return r.error();
+    }
+    if (status != 0 || rec.dlid == 0) {
+        return fail("the SA has no path to the peer (MAD status " + std::to_string(status)
+                        + "); give its LID as dlid=",
+                    std::errc::host_unreachable);
+    }
+    return rec;
+}
+
+void SaMembership::set_leave_on_close(bool leave) noexcept {
+    leave_on_close_ = leave;
 }
 
 SaMembership::~SaMembership() {
     if (fd_ >= 0) {
-        // Leave: delete our membership (best effort; the SM also ages out dead ports).
-        auto leave = want_;
-        leave.mgid = rec_.mgid;
-        (void)transact(sa::kMethodDelete, sa::join_mask(false), leave);
+        if (leave_on_close_) {
+            // Leave: delete our membership (best effort; the SM also ages out dead ports).
+            auto leave = want_;
+            leave.mgid = rec_.mgid;
+            (void)transact(sa::kMethodDelete, sa::join_mask(false), leave);
+        }
         (void)umad_unregister(fd_, agent_);
         (void)umad_close_port(fd_);
     }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,7 +30,11 @@ public:
 
     [[nodiscard]] const sa::McMemberRecord& record() const noexcept { return rec_; }
     /// Joins again (after an IBV_EVENT_CLIENT_REREGISTER, when the SM forgot its records).
+    /// Called from the transport's control thread only (it blocks up to ~1 s per try).
     Result<void, Error> rejoin();
+    /// Whether the destructor sends the leave (SubnAdmDelete): only the host's last member of
+    /// the group on this port does (PortMembership counts them).
+    void set_leave_on_close(bool leave) noexcept;
 
 private:
     SaMembership(std::string ca, int port, int fd, int agent) noexcept;
@@ -44,6 +49,15 @@ private:
     std::uint64_t tid_ = 0;
     sa::McMemberRecord want_;
     sa::McMemberRecord rec_;
+    bool leave_on_close_ = true;
 };
+
+/// The SA's PathRecord from `sgid` to `dgid` (LID, SL, MTU of the path): for a one-to-one
+/// publisher on InfiniBand that was given no `dlid=`. Blocks up to ~1 s (set-up only).
+Result<sa::PathRecord, Error> query_path(const std::string& ca,
+                                         int port,
+                                         const std::array<std::uint8_t, 16>& sgid,
+                                         const std::array<std::uint8_t, 16>& dgid,
+                                         std::uint16_t pkey);
 
 }  // namespace prizma::verbs

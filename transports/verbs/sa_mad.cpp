@@ -121,6 +121,73 @@ bool decode_response(std::span<const std::byte> mad, Response& out) noexcept {
     return true;
 }
 
+namespace {
+// Offsets inside the PathRecord (relative to kSaDataOffset); bytes 0..7 are the ServiceID.
+constexpr std::size_t kPathDgid = 8;
+constexpr std::size_t kPathSgid = 24;
+constexpr std::size_t kPathDlid = 40;
+constexpr std::size_t kPathSlid = 42;
+constexpr std::size_t kPathFlowHop = 44;  // RawTraffic 1, reserved 3, FlowLabel 20, HopLimit 8
+constexpr std::size_t kPathTclass = 48;
+constexpr std::size_t kPathRevNumb = 49;  // Reversible 1, NumbPath 7
+constexpr std::size_t kPathPkey = 50;
+constexpr std::size_t kPathQosSl = 52;  // QosClass 12, SL 4
+constexpr std::size_t kPathMtu = 54;
+constexpr std::size_t kPathRate = 55;
+constexpr std::size_t kPathLife = 56;
+constexpr std::size_t kPathSize = 64;
+}  // namespace
+
+std::array<std::byte, kMadSize> encode_path_query(std::uint64_t tid,
+                                                  const std::array<std::uint8_t, 16>& sgid,
+                                                  const std::array<std::uint8_t, 16>& dgid,
+                                                  std::uint16_t pkey) noexcept {
+    std::array<std::byte, kMadSize> m{};
+    put8(m, 0, kBaseVersion);
+    put8(m, 1, kClassSubnAdm);
+    put8(m, 2, kSaClassVersion);
+    put8(m, 3, kMethodGet);
+    put64(m, 8, tid);
+    put16(m, 16, kAttrPathRecord);
+    put64(m, 48, kPathCompDgid | kPathCompSgid | kPathCompNumbPath | kPathCompPkey);
+    const std::size_t d = kSaDataOffset;
+    std::memcpy(&m[d + kPathDgid], dgid.data(), 16);
+    std::memcpy(&m[d + kPathSgid], sgid.data(), 16);
+    put8(m, d + kPathRevNumb, 1);  // one path
+    put16(m, d + kPathPkey, pkey);
+    return m;
+}
+
+bool decode_path_response(std::span<const std::byte> mad,
+                          std::uint64_t& tid,
+                          std::uint16_t& status,
+                          PathRecord& out) noexcept {
+    if (mad.size() < kSaDataOffset + kPathSize || get8(mad, 0) != kBaseVersion
+        || get8(mad, 1) != kClassSubnAdm || get16(mad, 16) != kAttrPathRecord) {
+        return false;
+    }
+    status = get16(mad, 4);
+    tid = get64(mad, 8);
+    const std::size_t d = kSaDataOffset;
+    std::memcpy(out.dgid.data(), &mad[d + kPathDgid], 16);
+    std::memcpy(out.sgid.data(), &mad[d + kPathSgid], 16);
+    out.dlid = get16(mad, d + kPathDlid);
+    out.slid = get16(mad, d + kPathSlid);
+    const std::uint32_t fh = get32(mad, d + kPathFlowHop);
+    out.flow_label = (fh >> 8U) & 0xfffffU;
+    out.hop_limit = static_cast<std::uint8_t>(fh);
+    out.tclass = get8(mad, d + kPathTclass);
+    const std::uint8_t rn = get8(mad, d + kPathRevNumb);
+    out.reversible = (rn & 0x80U) != 0;
+    out.numb_path = static_cast<std::uint8_t>(rn & 0x7fU);
+    out.pkey = get16(mad, d + kPathPkey);
+    out.sl = static_cast<std::uint8_t>(get16(mad, d + kPathQosSl) & 0xfU);
+    out.mtu = get8(mad, d + kPathMtu);
+    out.rate = get8(mad, d + kPathRate);
+    out.pkt_life = get8(mad, d + kPathLife);
+    return true;
+}
+
 std::uint64_t join_mask(bool create) noexcept {
     std::uint64_t m = kCompMgid | kCompPortGid | kCompQkey | kCompPkey | kCompTclass | kCompSl
                       | kCompFlowLabel | kCompJoinState;

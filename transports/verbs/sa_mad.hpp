@@ -85,6 +85,45 @@ struct Response {
 /// Parses an SA response; false when it is too short or not an SA MCMemberRecord MAD.
 bool decode_response(std::span<const std::byte> mad, Response& out) noexcept;
 
+// -------------------------------------------------------------------------------------------
+// PathRecord (IBA vol. 1 §15.2.5.16): the LID, SL and MTU of the path to a unicast peer, for a
+// one-to-one publisher on InfiniBand that was given no `dlid=`.
+
+constexpr std::uint8_t kMethodGet = 0x01;
+constexpr std::uint16_t kAttrPathRecord = 0x0035;
+inline constexpr std::uint64_t kPathCompDgid = 1ULL << 2;
+inline constexpr std::uint64_t kPathCompSgid = 1ULL << 3;
+inline constexpr std::uint64_t kPathCompNumbPath = 1ULL << 12;
+inline constexpr std::uint64_t kPathCompPkey = 1ULL << 13;
+
+struct PathRecord {
+    std::array<std::uint8_t, 16> dgid{};
+    std::array<std::uint8_t, 16> sgid{};
+    std::uint16_t dlid = 0;
+    std::uint16_t slid = 0;
+    std::uint32_t flow_label = 0;  ///< 20 bits
+    std::uint8_t hop_limit = 0;
+    std::uint8_t tclass = 0;
+    bool reversible = false;
+    std::uint8_t numb_path = 0;  ///< 7 bits
+    std::uint16_t pkey = 0;
+    std::uint8_t sl = 0;    ///< 4 bits
+    std::uint8_t mtu = 0;   ///< selector (2 bits) + IBA MTU code
+    std::uint8_t rate = 0;  ///< selector (2 bits) + rate code
+    std::uint8_t pkt_life = 0;
+};
+
+/// SubnAdmGet(PathRecord) from `sgid` to `dgid` on partition `pkey`, one path.
+std::array<std::byte, kMadSize> encode_path_query(std::uint64_t tid,
+                                                  const std::array<std::uint8_t, 16>& sgid,
+                                                  const std::array<std::uint8_t, 16>& dgid,
+                                                  std::uint16_t pkey) noexcept;
+/// Parses a PathRecord response; false when it is not one. `status` gets the MAD status.
+bool decode_path_response(std::span<const std::byte> mad,
+                          std::uint64_t& tid,
+                          std::uint16_t& status,
+                          PathRecord& out) noexcept;
+
 /// The component mask of a join: MGID, PortGID, Q_Key, P_Key, TClass, SL, FlowLabel and
 /// JoinState; when `create`, also the MTU and rate selectors and the scope, which the SA needs
 /// to create a group that does not exist yet.

@@ -6,20 +6,30 @@
 #include <infiniband/verbs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <system_error>
+#include <thread>
 
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/runtime/parse.hpp"
+#include "transports/verbs/device_policy.hpp"
 #include "transports/verbs/ib_sa.hpp"
+#include "transports/verbs/port_refcount.hpp"
 
 namespace prizma::verbs {
 namespace {
@@ -136,7 +146,6 @@ std::uint16_t ipv4_header_sum(const std::uint8_t* h) noexcept {
     return static_cast<std::uint16_t>(s);
 }
 
-constexpr std::size_t kAhCacheMax = 64;
 constexpr std::size_t kSlotAlign = 64;
 // Each receive slot: the GRH ends at a cache-line boundary, so the PGM packet is aligned.
 constexpr std::size_t kRxGrhOffset = kSlotAlign - kGrhBytes;
@@ -155,19 +164,7 @@ bool group_to_gid(std::string_view group,
         return false;
     }
     if (infiniband && is_v4_mapped(g)) {
-        // IPoIB's IPv4 mapping (RFC 4391): ff12:401b:PKEY:0:0:0:<low 28 bits of the group>
-        Gid ib{};
-        ib[0] = 0xff;
-        ib[1] = 0x12;
-        ib[2] = 0x40;
-        ib[3] = 0x1b;
-        ib[4] = static_cast<std::uint8_t>(pkey >> 8U);
-        ib[5] = static_cast<std::uint8_t>(pkey);
-        ib[12] = static_cast<std::uint8_t>(g[12] & 0x0fU);
-        ib[13] = g[13];
-        ib[14] = g[14];
-        ib[15] = g[15];
-        g = ib;
+        g = policy::ib_mgid_v4(&g[12], pkey);  // prizma's signature, not IPoIB's (§4)
     }
     gid = g;
     return true;
@@ -183,9 +180,13 @@ bool gid_is_multicast(const std::array<std::uint8_t, 16>& gid) noexcept {
 std::array<std::uint8_t, 16> source_gid_from_grh(const std::uint8_t* grh) noexcept {
     Gid g{};
     const std::uint8_t* ip4 = grh + 20;
-    // RoCE v2 over IPv4: 20 unused bytes, then the IPv4 header (libibverbs tells them apart
-    // the same way: version/IHL and a valid header checksum).
-    if (ip4[0] == 0x45 && ipv4_header_sum(ip4) == 0xffff) {
+    // RoCE v2 over IPv4: 20 unused (zero) bytes, then the IPv4 header. Told apart from an
+    // IB/IPv6 GRH as libibverbs does: a first nibble other than 6 cannot start an IPv6 GRH;
+    // only when it is 6 must the IPv4 header's checksum decide. (rxe's same-device loopback
+    // hands over an IPv4 header whose checksum was never filled in.)
+    const bool ip4_shape = (ip4[0] >> 4U) == 4;
+    const bool v6_first = (grh[0] >> 4U) == 6;
+    if (ip4_shape && (!v6_first || (ip4[0] == 0x45 && ipv4_header_sum(ip4) == 0xffff))) {
         g[10] = 0xff;
         g[11] = 0xff;
         std::memcpy(&g[12], ip4 + 12, 4);
@@ -247,6 +248,22 @@ constexpr KeySpec kKeys[] = {
     {"sl", 0, 15, "0-15",
      [](VerbsConfig& c, std::uint64_t x) noexcept {
          c.sl = static_cast<std::uint8_t>(x);
+     }},
+    {"pinned_max", 65536, 1ULL << 40U, "bytes, 65536-2^40",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.pinned_max = x;
+     }},
+    {"dlid", 1, 0xfffe, "an InfiniBand unicast LID, 1-0xfffe",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.dlid = static_cast<std::uint16_t>(x);
+     }},
+    {"comp_vector", 0, 1023, "0-1023",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.comp_vector = static_cast<int>(x);
+     }},
+    {"cq_moderation", 0, 65535, "completions per CQ event, 0-65535",
+     [](VerbsConfig& c, std::uint64_t x) noexcept {
+         c.cq_moderation = static_cast<std::uint16_t>(x);
      }},
 };
 
@@ -385,16 +402,126 @@ struct CreateState {
     bool multicast = false;
     bool v4 = false;
     ibv_gid_entry ge{};  // the local GID chosen
+    policy::DeviceLimits limits;
+    policy::MembershipPlan plan;
 };
+
+namespace {
+
+constexpr std::size_t kAhSlots = 256;
+// AhSlot::state. The owner thread moves free -> requested and anything -> evict; the control
+// thread moves requested/failed -> ready/failed and evict -> free.
+constexpr std::uint8_t kSlotFree = 0;
+constexpr std::uint8_t kSlotRequested = 1;
+constexpr std::uint8_t kSlotReady = 2;
+constexpr std::uint8_t kSlotFailed = 3;
+constexpr std::uint8_t kSlotEvict = 4;
+
+/// One unicast destination's address handle (§7), shared with the control thread.
+struct AhSlot {
+    std::atomic<std::uint8_t> state{kSlotFree};
+    // Written by the owner thread while free, read by the control thread after `requested`.
+    Endpoint peer{};
+    policy::SourceRoute route{};
+    std::uint64_t last_use = 0;  // owner thread only
+    // Control thread only, published by `ready`.
+    ibv_ah* ah = nullptr;
+    std::uint32_t failures = 0;
+    std::chrono::steady_clock::time_point retry_at{};
+};
+
+/// Counters the control thread writes (the owner thread copies them out).
+struct CtlCounters {
+    std::atomic<std::uint64_t> ah_created{0};
+    std::atomic<std::uint64_t> ah_failed{0};
+    std::atomic<std::uint64_t> async_events{0};
+    std::atomic<std::uint64_t> rejoins{0};
+    std::atomic<std::uint64_t> rejoin_failures{0};
+    std::atomic<std::uint64_t> mlid_changes{0};
+    std::atomic<std::uint64_t> port_err{0};
+    std::atomic<std::uint64_t> port_active{0};
+    std::atomic<std::uint64_t> port_down{0};
+    std::atomic<std::uint64_t> lid_change{0};
+    std::atomic<std::uint64_t> sm_change{0};
+    std::atomic<std::uint64_t> gid_change{0};
+    std::atomic<std::uint64_t> pkey_change{0};
+    std::atomic<std::uint64_t> client_reregister{0};
+    std::atomic<std::uint64_t> device_fatal{0};
+};
+
+ibv_ah_attr to_attr(const policy::AhFields& f) noexcept {
+    ibv_ah_attr a{};
+    a.is_global = f.is_global ? 1 : 0;
+    std::memcpy(a.grh.dgid.raw, f.dgid.data(), 16);
+    a.grh.flow_label = f.flow_label;
+    a.grh.sgid_index = f.sgid_index;
+    a.grh.hop_limit = f.hop_limit;
+    a.grh.traffic_class = f.traffic_class;
+    a.dlid = f.dlid;
+    a.sl = f.sl;
+    a.src_path_bits = f.src_path_bits;
+    a.port_num = f.port_num;
+    return a;
+}
+
+std::vector<policy::GidEntry> read_gid_table(ibv_context* ctx, std::uint8_t port, int len) {
+    std::vector<policy::GidEntry> t(static_cast<std::size_t>(std::max(len, 0)));
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        ibv_gid_entry e{};
+        if (ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(i), &e, 0) != 0) {
+            continue;  // ENODATA: an empty entry
+        }
+        std::memcpy(t[i].gid.data(), e.gid.raw, 16);
+        t[i].ifindex = e.ndev_ifindex;
+        t[i].type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? policy::GidType::roce_v2
+                    : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? policy::GidType::roce_v1
+                                                         : policy::GidType::ib;
+        t[i].valid = t[i].gid != Gid{};
+    }
+    return t;
+}
+
+std::uint64_t memlock_limit() noexcept {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) {
+        return std::numeric_limits<std::uint64_t>::max();
+    }
+    return rl.rlim_cur;
+}
+
+bool is_memory_errno(int e) noexcept {
+    return e == ENOMEM || e == EAGAIN || e == EPERM;
+}
+
+/// Wakes the control thread (an eventfd write: one system call, nothing else).
+void wake(int fd) noexcept {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+}
+
+std::string hex_text(const Gid& g) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string s;
+    for (const std::uint8_t b : g) {
+        s += kHex[b >> 4U];
+        s += kHex[b & 0xfU];
+    }
+    return s;
+}
+
+}  // namespace
 
 struct VerbsTransport::Impl {
     // create()'s steps, in order.
     Result<void, Error> open_device(CreateState& st);  // by name/addr
     Result<void, Error> query_port(CreateState& st);   // limits, group
     Result<void, Error> choose_gid(CreateState& st);   // GID, MTU
+    Result<void, Error> join_sa(CreateState& st);      // IB: SA membership (every role), MLID
     Result<void, Error> create_resources();            // PD, pool, MR, CQs, then create_qp()
     Result<void, Error> create_qp();                   // the UD QP, its states, the receive ring
-    Result<void, Error> join_group(const CreateState& st);  // + AH
+    Result<void, Error> open_qp();                     // ibv_create_qp, inline stepped down
+    Result<void, Error> join_group(const CreateState& st);  // IP join, attach, group AH
+    Result<void, Error> start_control();                    // the control thread
 
     Impl() = default;
     Impl(const Impl&) = delete;
@@ -411,22 +538,30 @@ struct VerbsTransport::Impl {
     CqPtr recv_cq;
     QpPtr qp;
     AhPtr group_ah;  // downstream destination (multicast group or unicast peer)
-    struct CachedAh {
-        Endpoint peer;
-        AhPtr ah;
-        std::uint64_t last_use = 0;
-    };
-    std::vector<CachedAh> ahs;  // upstream destinations (NAK/SPMR), by (GID, QPN)
+    std::atomic<ibv_ah*> live_group_ah{nullptr};  // what send_batch uses (the control thread
+                                                  // swaps it after a new MLID)
+    std::vector<AhPtr> retired_ahs;               // replaced group AHs: WRs may still use them
+    std::array<AhSlot, kAhSlots> slots;           // upstream destinations (NAK/SPMR), by (GID, QPN)
+    std::size_t slot_hw = 0;                      // slots below this index may be in use
+    std::size_t last_slot = kAhSlots;             // the last slot found (one source: no scan)
     // Group membership: attached QP + IP-level join (RoCE) or SA membership (IB).
     bool attached = false;
     Gid mgid{};
     std::uint16_t mlid = 0;
     UniqueFd ip_join;
     std::unique_ptr<SaMembership> sa;
+    std::unique_ptr<PortMembership> port_member;  // the host-wide count behind `sa` (§6.3)
+    // The control thread: address handles, async events, SA re-joins (never the data path).
+    std::thread ctl;
+    UniqueFd ctl_wake;  // eventfd
+    std::atomic<bool> ctl_stop{false};
+    std::atomic<bool> fatal{false};
+    CtlCounters ctl_counters;
+    policy::LocalPort local_port;
 
     VerbsConfig cfg;
     VerbsInfo info;
-    VerbsCounters counters;
+    mutable VerbsCounters counters;
     Gid local_gid{};
     std::uint32_t dest_qpn = kMulticastQpn;
     std::size_t mtu = 0;
@@ -458,21 +593,36 @@ struct VerbsTransport::Impl {
     std::vector<ibv_sge> rsge;
     unsigned unacked_events = 0;
     std::uint64_t ah_clock = 0;
-    std::uint64_t polls = 0;
 
     ~Impl() {
+        stop_control();
         // Explicit part of the teardown: leave the group before the QP goes, acknowledge CQ
         // events before the CQs go (ibv_destroy_cq waits for them otherwise).
         if (attached && qp) {
             (void)ibv_detach_mcast(qp.get(), reinterpret_cast<const ibv_gid*>(mgid.data()), mlid);
+        }
+        if (port_member) {
+            // The SA record is the port's: only the host's last member leaves it.
+            port_member->leave([this](bool last) {
+                if (sa) {
+                    sa->set_leave_on_close(last);
+                }
+                sa.reset();
+            });
         }
         sa.reset();
         ip_join.reset();
         if (unacked_events != 0 && recv_cq) {
             ibv_ack_cq_events(recv_cq.get(), unacked_events);
         }
-        ahs.clear();
+        for (auto& s : slots) {
+            if (s.ah != nullptr) {
+                (void)ibv_destroy_ah(s.ah);
+                s.ah = nullptr;
+            }
+        }
         group_ah.reset();
+        retired_ahs.clear();
         qp.reset();
         recv_cq.reset();
         send_cq.reset();
@@ -483,18 +633,27 @@ struct VerbsTransport::Impl {
         context.reset();
     }
 
-    void post_receives(const std::uint32_t* slots, std::size_t n) noexcept;
-    ibv_ah* ah_for(const Endpoint& peer) noexcept;
+    void post_receives(const std::uint32_t* slots_, std::size_t n) noexcept;
+    // Owner thread: the unicast AH table.
+    std::size_t find_slot(const Endpoint& peer) noexcept;
+    void note_source(const Endpoint& peer, const policy::SourceRoute& route) noexcept;
+    ibv_ah* unicast_ah(const Endpoint& peer) noexcept;
     void reap_send() noexcept;
-    void service_async() noexcept;
+    void refresh_counters() const noexcept;
+    // Control thread.
+    void stop_control() noexcept;
+    void control_loop() noexcept;
+    int service_slots() noexcept;  // -> ms until the next retry, -1 = none
+    void handle_async(bool& rejoin) noexcept;
+    bool rejoin_sa() noexcept;
 };
 
-void VerbsTransport::Impl::post_receives(const std::uint32_t* slots, std::size_t n) noexcept {
+void VerbsTransport::Impl::post_receives(const std::uint32_t* slots_, std::size_t n) noexcept {
     std::size_t i = 0;
     while (i < n) {
         const std::size_t chunk = std::min(n - i, rwr.size());
         for (std::size_t k = 0; k < chunk; ++k) {
-            const std::uint32_t s = slots[i + k];
+            const std::uint32_t s = slots_[i + k];
             rsge[k].addr = reinterpret_cast<std::uintptr_t>(rx_base + s * rx_stride + kRxGrhOffset);
             rsge[k].length = static_cast<std::uint32_t>(kGrhBytes + mtu);
             rsge[k].lkey = mr->lkey;
@@ -516,38 +675,79 @@ void VerbsTransport::Impl::post_receives(const std::uint32_t* slots, std::size_t
     }
 }
 
-ibv_ah* VerbsTransport::Impl::ah_for(const Endpoint& peer) noexcept {
-    ++ah_clock;
-    for (auto& e : ahs) {
-        if (e.peer.addr == peer.addr && e.peer.id == peer.id) {
-            e.last_use = ah_clock;
-            return e.ah.get();
+// ---------------------------------------------------------------------------------------
+// Unicast address handles (§7). The owner thread finds and requests; the control thread
+// creates (a system call that can block ~1 s on RoCE while the neighbour resolves), caches
+// failures and retries them with back-off. No allocation, lock or system call on the data
+// path except one eventfd write when a new peer is first seen.
+
+std::size_t VerbsTransport::Impl::find_slot(const Endpoint& peer) noexcept {
+    auto matches = [&](std::size_t i) {
+        const std::uint8_t st = slots[i].state.load(std::memory_order_relaxed);
+        return st != kSlotFree && st != kSlotEvict && slots[i].peer.id == peer.id
+               && slots[i].peer.addr == peer.addr;
+    };
+    if (last_slot < slot_hw && matches(last_slot)) {
+        return last_slot;
+    }
+    for (std::size_t i = 0; i < slot_hw; ++i) {
+        if (matches(i)) {
+            last_slot = i;
+            return i;
         }
     }
-    // A new upstream peer: create its address handle (once; a syscall on RoCE, which resolves
-    // the neighbour). Not on the data path: NAKs and SPMRs only.
-    ibv_ah_attr a{};
-    a.is_global = 1;
-    std::memcpy(a.grh.dgid.raw, peer.addr.data(), 16);
-    a.grh.sgid_index = static_cast<std::uint8_t>(info.gid_index);
-    a.grh.hop_limit = 64;
-    a.grh.traffic_class = cfg.traffic_class;
-    a.sl = cfg.sl;
-    a.port_num = static_cast<std::uint8_t>(info.port);
-    ibv_ah* ah = ibv_create_ah(pd.get(), &a);
-    if (ah == nullptr) {
+    return kAhSlots;
+}
+
+void VerbsTransport::Impl::note_source(const Endpoint& peer,
+                                       const policy::SourceRoute& route) noexcept {
+    if (const std::size_t i = find_slot(peer); i != kAhSlots) {
+        slots[i].last_use = ++ah_clock;
+        return;
+    }
+    std::size_t lru = kAhSlots;
+    for (std::size_t i = 0; i < kAhSlots; ++i) {
+        AhSlot& s = slots[i];
+        const std::uint8_t st = s.state.load(std::memory_order_acquire);
+        if (st == kSlotFree) {
+            s.peer = peer;
+            s.route = route;
+            s.last_use = ++ah_clock;
+            s.state.store(kSlotRequested, std::memory_order_release);
+            slot_hw = std::max(slot_hw, i + 1);
+            last_slot = i;
+            wake(ctl_wake.get());
+            return;
+        }
+        if (st != kSlotEvict && (lru == kAhSlots || s.last_use < slots[lru].last_use)) {
+            lru = i;
+        }
+    }
+    // Full: give up the least recently used peer's slot; this one gets a slot when it is seen
+    // again (after the control thread freed that one).
+    ++counters.ah_table_full;
+    if (lru != kAhSlots) {
+        slots[lru].state.store(kSlotEvict, std::memory_order_release);
+        wake(ctl_wake.get());
+    }
+}
+
+ibv_ah* VerbsTransport::Impl::unicast_ah(const Endpoint& peer) noexcept {
+    std::size_t i = find_slot(peer);
+    if (i == kAhSlots) {
+        // Never heard from (an SPMR target named by an SPM's path address): request it now;
+        // this packet goes nowhere (PGM repeats NAKs and SPMRs).
+        note_source(peer, policy::SourceRoute{});
+        ++counters.ah_pending;
         return nullptr;
     }
-    ++counters.ah_created;
-    if (ahs.size() >= kAhCacheMax) {
-        auto lru = std::min_element(ahs.begin(), ahs.end(), [](const auto& x, const auto& y) {
-            return x.last_use < y.last_use;
-        });
-        ahs.erase(lru);
+    AhSlot& s = slots[i];
+    s.last_use = ++ah_clock;
+    if (s.state.load(std::memory_order_acquire) != kSlotReady) {
+        ++counters.ah_pending;
+        return nullptr;
     }
-    ahs.push_back(CachedAh{peer, AhPtr(ah), ah_clock});
-    counters.ah_cache_size = ahs.size();
-    return ah;
+    return s.ah;
 }
 
 void VerbsTransport::Impl::reap_send() noexcept {
@@ -568,18 +768,209 @@ void VerbsTransport::Impl::reap_send() noexcept {
     }
 }
 
-void VerbsTransport::Impl::service_async() noexcept {
-    ibv_async_event ev{};
-    while (ibv_get_async_event(context.get(), &ev) == 0) {
-        ++counters.async_events;
-        const bool rereg = ev.event_type == IBV_EVENT_CLIENT_REREGISTER;
-        ibv_ack_async_event(&ev);
-        if (rereg && sa) {
-            if (sa->rejoin()) {  // a failure is retried at the next re-register event
-                ++counters.rejoins;
+void VerbsTransport::Impl::refresh_counters() const noexcept {
+    const CtlCounters& c = ctl_counters;
+    auto get = [](const std::atomic<std::uint64_t>& a) {
+        return a.load(std::memory_order_relaxed);
+    };
+    counters.ah_created = get(c.ah_created);
+    counters.ah_failed = get(c.ah_failed);
+    counters.async_events = get(c.async_events);
+    counters.rejoins = get(c.rejoins);
+    counters.rejoin_failures = get(c.rejoin_failures);
+    counters.mlid_changes = get(c.mlid_changes);
+    counters.port_err = get(c.port_err);
+    counters.port_active = get(c.port_active);
+    counters.port_down = get(c.port_down);
+    counters.lid_change = get(c.lid_change);
+    counters.sm_change = get(c.sm_change);
+    counters.gid_change = get(c.gid_change);
+    counters.pkey_change = get(c.pkey_change);
+    counters.client_reregister = get(c.client_reregister);
+    counters.device_fatal = get(c.device_fatal);
+    std::size_t used = 0;
+    for (std::size_t i = 0; i < slot_hw; ++i) {
+        used += slots[i].state.load(std::memory_order_relaxed) == kSlotReady ? 1U : 0U;
+    }
+    counters.ah_cache_size = used;
+}
+
+// ---------------------------------------------------------------------------------------
+// The control thread
+
+int VerbsTransport::Impl::service_slots() noexcept {
+    using Clock = std::chrono::steady_clock;
+    const auto now = Clock::now();
+    auto next = Clock::time_point::max();
+    for (auto& s : slots) {
+        std::uint8_t st = s.state.load(std::memory_order_acquire);
+        const bool due = st == kSlotRequested || (st == kSlotFailed && now >= s.retry_at);
+        if (due) {
+            const policy::AhFields f = policy::unicast_ah(local_port, s.peer.addr, s.route);
+            ibv_ah_attr a = to_attr(f);
+            ibv_ah* ah = ibv_create_ah(pd.get(), &a);
+            if (ah != nullptr) {
+                s.ah = ah;
+                s.failures = 0;
+                if (s.state.compare_exchange_strong(st, kSlotReady, std::memory_order_acq_rel)) {
+                    ctl_counters.ah_created.fetch_add(1, std::memory_order_relaxed);
+                    continue;
+                }
+            } else {
+                ctl_counters.ah_failed.fetch_add(1, std::memory_order_relaxed);
+                ++s.failures;
+                // 10 ms, doubling, at most 10 s between attempts
+                const auto backoff =
+                    std::chrono::milliseconds(10LL << std::min<std::uint32_t>(s.failures - 1, 10));
+                s.retry_at = now + backoff;
+                if (s.state.compare_exchange_strong(st, kSlotFailed, std::memory_order_acq_rel)) {
+                    next = std::min(next, s.retry_at);
+                    continue;
+                }
             }
+            // evicted meanwhile: st now holds kSlotEvict
+        }
+        if (st == kSlotFailed) {
+            next = std::min(next, s.retry_at);
+        }
+        if (st == kSlotEvict) {
+            if (s.ah != nullptr) {
+                (void)ibv_destroy_ah(s.ah);
+                s.ah = nullptr;
+            }
+            s.failures = 0;
+            s.state.store(kSlotFree, std::memory_order_release);
         }
     }
+    if (next == Clock::time_point::max()) {
+        return -1;
+    }
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+    return static_cast<int>(std::clamp<long long>(ms + 1, 1, 10000));
+}
+
+void VerbsTransport::Impl::handle_async(bool& rejoin) noexcept {
+    ibv_async_event ev{};
+    CtlCounters& c = ctl_counters;
+    while (ibv_get_async_event(context.get(), &ev) == 0) {
+        c.async_events.fetch_add(1, std::memory_order_relaxed);
+        const bool ours = ev.element.port_num == info.port;
+        switch (ev.event_type) {
+            case IBV_EVENT_PORT_ERR:
+                if (ours) {
+                    c.port_err.fetch_add(1, std::memory_order_relaxed);
+                    c.port_down.store(1, std::memory_order_relaxed);
+                }
+                break;
+            case IBV_EVENT_PORT_ACTIVE:
+                if (ours) {
+                    c.port_active.fetch_add(1, std::memory_order_relaxed);
+                    c.port_down.store(0, std::memory_order_relaxed);
+                    rejoin = rejoin || sa != nullptr;  // the SM may have dropped the port
+                }
+                break;
+            case IBV_EVENT_LID_CHANGE:
+                c.lid_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
+                break;
+            case IBV_EVENT_SM_CHANGE:
+                c.sm_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
+                rejoin = rejoin || (ours && sa != nullptr);  // a new SM may not know us
+                break;
+            case IBV_EVENT_CLIENT_REREGISTER:
+                c.client_reregister.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
+                rejoin = rejoin || (ours && sa != nullptr);  // the SM lost its records
+                break;
+            case IBV_EVENT_GID_CHANGE:
+                c.gid_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
+                break;
+            case IBV_EVENT_PKEY_CHANGE:
+                c.pkey_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
+                break;
+            case IBV_EVENT_DEVICE_FATAL:
+                c.device_fatal.fetch_add(1, std::memory_order_relaxed);
+                fatal.store(true, std::memory_order_relaxed);
+                break;
+            default: break;
+        }
+        ibv_ack_async_event(&ev);
+    }
+}
+
+// Re-joins the SA; a new MLID is attached (then the old one detached) and gets a new group AH.
+bool VerbsTransport::Impl::rejoin_sa() noexcept {
+    if (!sa->rejoin()) {
+        ctl_counters.rejoin_failures.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    }
+    ctl_counters.rejoins.fetch_add(1, std::memory_order_relaxed);
+    const sa::McMemberRecord& r = sa->record();
+    if (r.mlid == mlid) {
+        return true;
+    }
+    ctl_counters.mlid_changes.fetch_add(1, std::memory_order_relaxed);
+    const auto* g = reinterpret_cast<const ibv_gid*>(mgid.data());
+    if (attached && ibv_attach_mcast(qp.get(), g, r.mlid) == 0) {
+        (void)ibv_detach_mcast(qp.get(), g, mlid);
+    }
+    ibv_ah_attr a = to_attr(
+        policy::group_ah(local_port, mgid, r.mlid, r.sl, r.flow_label, true, cfg.hop_limit));
+    AhPtr fresh(ibv_create_ah(pd.get(), &a));
+    if (!fresh) {
+        ctl_counters.ah_failed.fetch_add(1, std::memory_order_relaxed);
+        return false;  // retried at the next event
+    }
+    mlid = r.mlid;
+    live_group_ah.store(fresh.get(), std::memory_order_release);
+    if (group_ah && retired_ahs.size() < retired_ahs.capacity()) {
+        retired_ahs.push_back(std::move(group_ah));
+    }  // else: the old one is destroyed; its WRs completed long ago (a capacity of 16 events)
+    group_ah = std::move(fresh);
+    return true;
+}
+
+void VerbsTransport::Impl::control_loop() noexcept {
+    pollfd fds[2] = {{context->async_fd, POLLIN, 0}, {ctl_wake.get(), POLLIN, 0}};
+    bool rejoin = false;
+    int rejoin_backoff_ms = 0;
+    int timeout = -1;
+    while (!ctl_stop.load(std::memory_order_acquire)) {
+        (void)::poll(fds, 2, rejoin ? std::max(rejoin_backoff_ms, 1) : timeout);
+        std::uint64_t drained = 0;
+        [[maybe_unused]] const ssize_t got = ::read(ctl_wake.get(), &drained, sizeof drained);
+        handle_async(rejoin);
+        if (rejoin && sa) {
+            if (rejoin_sa()) {
+                rejoin = false;
+                rejoin_backoff_ms = 0;
+            } else {
+                rejoin_backoff_ms = std::min(std::max(rejoin_backoff_ms * 2, 100), 30000);
+            }
+        }
+        timeout = service_slots();
+    }
+}
+
+void VerbsTransport::Impl::stop_control() noexcept {
+    if (ctl.joinable()) {
+        ctl_stop.store(true, std::memory_order_release);
+        wake(ctl_wake.get());
+        ctl.join();
+    }
+}
+
+Result<void, Error> VerbsTransport::Impl::start_control() {
+    ctl_wake.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!ctl_wake.valid()) {
+        return fail<void>("eventfd failed: " + posix::errno_text(), std::errc::io_error);
+    }
+    retired_ahs.reserve(16);
+    try {
+        ctl = std::thread([this] { control_loop(); });
+    } catch (const std::system_error& e) {
+        return fail<void>(std::string("cannot start the verbs control thread: ") + e.what(),
+                          std::errc::resource_unavailable_try_again);
+    }
+    return {};
 }
 
 VerbsTransport::VerbsTransport(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
@@ -588,6 +979,11 @@ VerbsTransport::~VerbsTransport() = default;
 Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
     if (cfg.tx_depth < 8 || cfg.rx_depth < 8 || cfg.batch == 0) {
         return fail<void>("verbs: rx_depth and tx_depth must be >= 8");
+    }
+    // Fork safety (§1): on kernels without copy-on-fork for pinned pages (before 5.13) a
+    // fork() would corrupt registered memory unless libibverbs marks it MADV_DONTFORK.
+    if (ibv_is_fork_initialized() == IBV_FORK_DISABLED) {
+        (void)ibv_fork_init();  // EINVAL once memory is registered: then it is too late anyway
     }
     int n_dev = 0;
     DeviceList list(ibv_get_device_list(&n_dev));
@@ -644,20 +1040,18 @@ Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
             if (ibv_query_port(ctx.get(), static_cast<std::uint8_t>(p), &pa) != 0) {
                 continue;
             }
-            for (int gi = 0; gi < pa.gid_tbl_len; ++gi) {
-                ibv_gid g{};
-                if (ibv_query_gid(ctx.get(), static_cast<std::uint8_t>(p), gi, &g) != 0) {
-                    continue;
+            // The RoCE v2 entry holding the address, not its RoCE v1 twin (§4).
+            const auto table =
+                read_gid_table(ctx.get(), static_cast<std::uint8_t>(p), pa.gid_tbl_len);
+            const int gi = policy::pick_gid(table, pa.link_layer != IBV_LINK_LAYER_ETHERNET,
+                                            is_v4_mapped(want_local), &want_local);
+            if (gi >= 0) {
+                info.device = ibv_get_device_name(d);
+                info.port = p;
+                if (cfg.gid_index < 0) {
+                    info.gid_index = gi;
                 }
-                if (std::memcmp(g.raw, want_local.data(), 16) == 0) {
-                    info.device = ibv_get_device_name(d);
-                    info.port = p;
-                    if (cfg.gid_index < 0) {
-                        info.gid_index = gi;
-                    }
-                    found = true;
-                    break;
-                }
+                found = true;
             }
         }
         if (found) {
@@ -666,9 +1060,10 @@ Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
     }
     if (!found) {
         if (st.by_addr) {
-            return fail<void>("no RDMA port has the address " + cfg.local_addr + " in its GID "
-                                      "table (devices: " + names + ")",
-                           std::errc::no_such_device);
+            return fail<void>(
+                "no RDMA port has the address " + cfg.local_addr
+                    + " in a RoCE v2 (or IB) entry of its GID table (devices: " + names + ")",
+                std::errc::no_such_device);
         }
         return fail<void>("no RDMA device '" + cfg.device + "' (devices: " + names + ")",
                           std::errc::no_such_device);
@@ -683,27 +1078,27 @@ Result<void, Error> VerbsTransport::Impl::query_port(CreateState& st) {
     if (ibv_query_port(ctx, port, &pa) != 0) {
         return fail<void>("ibv_query_port failed on " + info.device, std::errc::io_error);
     }
-    {
-        ibv_device_attr da{};
-        if (ibv_query_device(ctx, &da) == 0) {
-            const auto max_wr = static_cast<std::size_t>(std::max(da.max_qp_wr, 0));
-            const auto max_cqe = static_cast<std::size_t>(std::max(da.max_cqe, 0));
-            if (cfg.rx_depth > max_wr || cfg.tx_depth > max_wr || cfg.rx_depth > max_cqe
-                || cfg.tx_depth > max_cqe) {
-                return fail<void>("verbs: rx_depth " + std::to_string(cfg.rx_depth) + " / tx_depth "
-                                      + std::to_string(cfg.tx_depth) + " exceed what " + info.device
-                                      + " allows (max_qp_wr " + std::to_string(max_wr)
-                                      + ", max_cqe " + std::to_string(max_cqe) + ")",
-                                  std::errc::invalid_argument);
-            }
-        }
+    ibv_device_attr da{};
+    if (ibv_query_device(ctx, &da) != 0) {
+        return fail<void>("ibv_query_device failed on " + info.device, std::errc::io_error);
     }
+    auto u32 = [](int v) {
+        return static_cast<std::uint32_t>(std::max(v, 0));
+    };
+    st.limits = {u32(da.max_qp_wr), u32(da.max_cqe), u32(da.max_mcast_grp),
+                 u32(da.max_mcast_qp_attach), u32(da.max_total_mcast_qp_attach)};
+    // Depths beyond the device's limits (irdma: max_qp_wr 4063) are lowered, not refused (§1).
+    const policy::Depths d = policy::clamp_depths(cfg.rx_depth, cfg.tx_depth, st.limits);
+    cfg.rx_depth = d.rx;
+    cfg.tx_depth = d.tx;
+    info.notes = d.note;
     if (pa.state != IBV_PORT_ACTIVE) {
         return fail<void>(info.device + " port " + std::to_string(info.port) + " is "
                               + port_state_text(pa.state) + ", not ACTIVE",
                           std::errc::network_down);
     }
     info.infiniband = pa.link_layer != IBV_LINK_LAYER_ETHERNET;
+    info.lid = info.infiniband ? pa.lid : 0;
     st.pkey = 0xffff;
     (void)ibv_query_pkey(ctx, port, 0, &st.pkey);
     st.pkey = ntohs(st.pkey);
@@ -714,6 +1109,10 @@ Result<void, Error> VerbsTransport::Impl::query_port(CreateState& st) {
     info.multicast = st.multicast;
     (void)ip_to_gid(cfg.group, st.plain_dest);
     st.v4 = is_v4_mapped(st.plain_dest);
+    st.plan = policy::plan_membership(info.infiniband, st.multicast, cfg.attach);
+    if (st.plan.attach_qp && !policy::has_ud_multicast(st.limits)) {
+        return fail<void>(policy::no_multicast_text(info.device), std::errc::not_supported);
+    }
     if (!st.multicast && cfg.dest_qpn == 0 && !cfg.attach) {
         return fail<void>("unicast destination " + cfg.group
                                   + " needs the receiver's QP number: add ?qpn=N (prizma-recv "
@@ -725,42 +1124,18 @@ Result<void, Error> VerbsTransport::Impl::query_port(CreateState& st) {
 Result<void, Error> VerbsTransport::Impl::choose_gid(CreateState& st) {
     ibv_context* ctx = context.get();
     const auto port = static_cast<std::uint8_t>(info.port);
-    // GID: the one asked for, or the RoCE v2 entry of the group's family (IB: index 0).
-    std::string gids;
-    auto describe_gids = [&] {
-        for (int gi = 0; gi < st.pa.gid_tbl_len && gids.size() < 400; ++gi) {
-            ibv_gid_entry e{};
-            if (ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(gi), &e, 0) == 0) {
-                Gid g{};
-                std::memcpy(g.data(), e.gid.raw, 16);
-                gids += " [" + std::to_string(gi) + "] " + gid_text(g)
-                        + (e.gid_type == IBV_GID_TYPE_ROCE_V2 ? " (RoCE v2)" : "");
-            }
-        }
-        return gids.empty() ? std::string(" none") : gids;
-    };
+    const auto table = read_gid_table(ctx, port, st.pa.gid_tbl_len);
+    // GID: the one asked for, the one holding the local address, or the RoCE v2 entry of the
+    // group's family (IPv6: a global one first; IB: index 0) (§4).
     if (cfg.gid_index >= 0) {
         info.gid_index = cfg.gid_index;
     } else if (!st.by_addr) {
-        int pick = -1;
-        for (int gi = 0; gi < st.pa.gid_tbl_len && pick < 0; ++gi) {
-            ibv_gid_entry e{};
-            if (ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(gi), &e, 0) != 0) {
-                continue;
-            }
-            Gid g{};
-            std::memcpy(g.data(), e.gid.raw, 16);
-            // IB: index 0; RoCE: the first v2 entry of the group's family.
-            const bool fits =
-                info.infiniband || (e.gid_type == IBV_GID_TYPE_ROCE_V2 && is_v4_mapped(g) == st.v4);
-            if (fits) {
-                pick = gi;
-            }
-        }
+        const int pick = policy::pick_gid(table, info.infiniband, st.v4, nullptr);
         if (pick < 0) {
             return fail<void>("no RoCE v2 " + std::string(st.v4 ? "IPv4" : "IPv6") + " GID on "
                                   + info.device + " port " + std::to_string(info.port)
-                                  + " (GIDs:" + describe_gids() + "); give gid_index=",
+                                  + " (GIDs:" + policy::describe_gids(table)
+                                  + "); RoCE v1 is not used (unroutable); give gid_index=",
                               std::errc::no_such_device);
         }
         info.gid_index = pick;
@@ -770,14 +1145,15 @@ Result<void, Error> VerbsTransport::Impl::choose_gid(CreateState& st) {
         || ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(info.gid_index), &ge, 0) != 0) {
         return fail<void>("gid_index " + std::to_string(info.gid_index) + " is empty on "
                               + info.device + " port " + std::to_string(info.port)
-                              + " (GIDs:" + describe_gids() + ")",
+                              + " (GIDs:" + policy::describe_gids(table) + ")",
                           std::errc::no_such_device);
     }
     std::memcpy(local_gid.data(), ge.gid.raw, 16);
     info.gid = gid_text(local_gid);
     if (!info.infiniband && is_v4_mapped(local_gid) != st.v4) {
         return fail<void>("GID " + info.gid + " (index " + std::to_string(info.gid_index)
-                          + ") is not of the group's " + "address family; GIDs:" + describe_gids());
+                          + ") is not of the group's address family; GIDs:"
+                          + policy::describe_gids(table));
     }
     if (!info.infiniband && ge.ndev_ifindex != 0) {
         char name[IF_NAMESIZE] = {};
@@ -785,17 +1161,96 @@ Result<void, Error> VerbsTransport::Impl::choose_gid(CreateState& st) {
             info.netdev = name;
         }
     }
-    mtu = mtu_bytes(st.pa.active_mtu);
-    if (cfg.mtu != 0) {
-        mtu = std::min(mtu, cfg.mtu);
-    }
+    mtu = policy::effective_mtu(mtu_bytes(st.pa.active_mtu), 0, false, cfg.mtu);
     info.mtu = mtu;
+    local_port = {info.infiniband, static_cast<std::uint8_t>(info.port),
+                  static_cast<std::uint8_t>(info.gid_index), cfg.traffic_class, cfg.sl};
+    return {};
+}
 
+// InfiniBand multicast, every role: a publisher joins too (as a full member: the SM creates a
+// group only then) to learn the MLID its sends go to. Under the host-wide count (§6.3).
+Result<void, Error> VerbsTransport::Impl::join_sa(CreateState& st) {
+    mgid = st.dest;
+    if (!st.multicast && cfg.dest_qpn != 0 && info.infiniband && cfg.dlid == 0) {
+        // One-to-one on InfiniBand without dlid=: ask the SA for the path (LID, SL, MTU).
+        auto path = query_path(info.device, info.port, local_gid, st.dest, st.pkey);
+        if (!path) {
+            return fail<void>("unicast destination " + cfg.group + " on InfiniBand: "
+                                  + path.error().message()
+                                  + " (or give the receiver's LID: ?dlid=N, its `ibv_devinfo` "
+                                    "port_lid)",
+                              path.error().code());
+        }
+        cfg.dlid = path->dlid;
+        local_port.sl = path->sl;
+        mtu = policy::effective_mtu(mtu, path->mtu, true, 0);
+        info.mtu = mtu;
+    }
+    if (!st.plan.sa_join) {
+        return {};
+    }
+    sa::McMemberRecord want;
+    want.mgid = st.dest;
+    want.port_gid = local_gid;
+    want.qkey = cfg.qkey;
+    want.pkey = st.pkey;
+    want.tclass = cfg.traffic_class;
+    want.sl = cfg.sl;
+    want.join_state = sa::JoinState::full_member;
+    want.mtu = static_cast<std::uint8_t>((2U << 6U)
+                                         | static_cast<unsigned>(st.pa.active_mtu));  // "exactly"
+    want.rate = static_cast<std::uint8_t>((2U << 6U) | 3U);                           // 10 Gb/s
+    want.scope = 2;                                                                   // link-local
+    const std::string key = info.device + "-" + std::to_string(info.port) + "-" + hex_text(mgid);
+    auto member =
+        PortMembership::enter(PortMembership::default_dir(), key, [&](bool) -> Result<void, Error> {
+            // Every member joins (idempotent at the SA, and it brings the MLID); only the
+            // last one leaves.
+            auto m = SaMembership::join(info.device, info.port, want);
+            if (!m) {
+                return m.error();
+            }
+            sa = std::move(*m);
+            return {};
+        });
+    if (!member) {
+        return member.error();
+    }
+    port_member = std::move(*member);
+    const sa::McMemberRecord& r = sa->record();
+    mlid = r.mlid;
+    info.mlid = mlid;
+    // The payload MTU is the group's when it is smaller than the port's (§3).
+    mtu = policy::effective_mtu(mtu, r.mtu, true, 0);
+    info.mtu = mtu;
     return {};
 }
 
 Result<void, Error> VerbsTransport::Impl::create_resources() {
     ibv_context* ctx = context.get();
+    // Pinned memory: stated, bounded by pinned_max (rx_depth lowered to fit) (§11).
+    if (cfg.pinned_max != 0) {
+        const std::size_t rx =
+            policy::rx_depth_for_limit(cfg.rx_depth, cfg.tx_depth, mtu, cfg.pinned_max);
+        if (rx == 0) {
+            return fail<void>("pinned_max=" + std::to_string(cfg.pinned_max)
+                              + " is below what 8 receive slots and tx_depth "
+                              + std::to_string(cfg.tx_depth) + " need at MTU " + std::to_string(mtu)
+                              + " (" + std::to_string(policy::pinned_estimate(8, cfg.tx_depth, mtu))
+                              + " bytes)");
+        }
+        if (rx != cfg.rx_depth) {
+            info.notes += (info.notes.empty() ? "" : "; ") + std::string("rx_depth ")
+                          + std::to_string(cfg.rx_depth) + " lowered to " + std::to_string(rx)
+                          + " for pinned_max=" + std::to_string(cfg.pinned_max);
+            cfg.rx_depth = rx;
+        }
+    }
+    info.rx_depth = cfg.rx_depth;
+    info.tx_depth = cfg.tx_depth;
+    info.pinned_bytes = policy::pinned_estimate(cfg.rx_depth, cfg.tx_depth, mtu);
+    counters.pinned_bytes = info.pinned_bytes;
     // Resources: comp channel, PD, one registered pool, CQs, the UD QP.
     channel.reset(ibv_create_comp_channel(ctx));
     if (!channel) {
@@ -809,12 +1264,10 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
     if (!pd) {
         return fail<void>("ibv_alloc_pd failed", std::errc::io_error);
     }
-    rx_stride = (kRxGrhOffset + kGrhBytes + mtu + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
-    tx_stride = (mtu + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
-    const std::size_t page = 4096;
-    std::size_t bytes = cfg.rx_depth * rx_stride + cfg.tx_depth * tx_stride;
-    bytes = (bytes + page - 1) / page * page;
-    pool.reset(std::aligned_alloc(page, bytes));  // NOLINT(*-no-malloc)
+    rx_stride = policy::rx_stride(mtu);
+    tx_stride = policy::tx_stride(mtu);
+    const std::size_t bytes = policy::pool_bytes(cfg.rx_depth, cfg.tx_depth, mtu);
+    pool.reset(std::aligned_alloc(4096, bytes));  // NOLINT(*-no-malloc)
     if (!pool) {
         return fail<void>("cannot allocate the " + std::to_string(bytes) + "-byte pool",
                           std::errc::not_enough_memory);
@@ -826,22 +1279,49 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
     // clang rejects under -Werror (-Wdeprecated-enum-enum-conversion).
     mr.reset((ibv_reg_mr)(pd.get(), pool.get(), bytes, static_cast<int>(IBV_ACCESS_LOCAL_WRITE)));
     if (!mr) {
-        return fail<void>("ibv_reg_mr of " + std::to_string(bytes)
-                              + " bytes failed: " + posix::errno_text() + " (RLIMIT_MEMLOCK?)",
-                          std::errc::not_enough_memory);
+        const int e = errno;
+        return fail<void>(
+            "ibv_reg_mr of " + std::to_string(bytes) + " bytes on " + info.device
+                + " failed: " + posix::errno_text(e)
+                + (is_memory_errno(e)
+                       ? "; " + policy::memlock_advice(info.pinned_bytes, memlock_limit())
+                       : std::string()),
+            std::errc::not_enough_memory);
     }
-    send_cq.reset(ibv_create_cq(ctx, static_cast<int>(cfg.tx_depth), nullptr, nullptr, 0));
-    recv_cq.reset(ibv_create_cq(ctx, static_cast<int>(cfg.rx_depth), nullptr, channel.get(), 0));
+    // Completion vectors: spread channels over the device's (one per core on real NICs).
+    static std::atomic<unsigned> next_vector{0};
+    const int nvec = std::max(ctx->num_comp_vectors, 1);
+    const int vec = cfg.comp_vector >= 0
+                        ? cfg.comp_vector % nvec
+                        : static_cast<int>(next_vector.fetch_add(1) % static_cast<unsigned>(nvec));
+    send_cq.reset(ibv_create_cq(ctx, static_cast<int>(cfg.tx_depth), nullptr, nullptr, vec));
+    recv_cq.reset(ibv_create_cq(ctx, static_cast<int>(cfg.rx_depth), nullptr, channel.get(), vec));
     if (!send_cq || !recv_cq) {
-        return fail<void>("ibv_create_cq failed: " + posix::errno_text(), std::errc::io_error);
+        const int e = errno;
+        return fail<void>(
+            "ibv_create_cq failed: " + posix::errno_text(e)
+                + (is_memory_errno(e)
+                       ? "; " + policy::memlock_advice(info.pinned_bytes, memlock_limit())
+                       : std::string()),
+            std::errc::io_error);
+    }
+    if (cfg.cq_moderation > 1) {
+        // Blocking mode: one CQ event per cq_moderation completions or 50 us, whichever first.
+        ibv_modify_cq_attr m{};
+        m.attr_mask = IBV_CQ_ATTR_MODERATE;
+        m.moderate.cq_count = cfg.cq_moderation;
+        m.moderate.cq_period = 50;
+        if (ibv_modify_cq(recv_cq.get(), &m) != 0) {
+            info.notes += (info.notes.empty() ? "" : "; ")
+                          + std::string("CQ moderation not supported by ") + info.device;
+        }
     }
     return create_qp();
 }
 
-// The UD QP (inline data stepped down to none if the device grants none) through INIT, RTR,
-// RTS; the work-request scratch; the receive ring filled.
-Result<void, Error> VerbsTransport::Impl::create_qp() {
-    const auto port = static_cast<std::uint8_t>(info.port);
+// ibv_create_qp with the inline request stepped down to the device's maximum (irdma: 101),
+// not dropped to none (§1).
+Result<void, Error> VerbsTransport::Impl::open_qp() {
     ibv_qp_init_attr qa{};
     qa.send_cq = send_cq.get();
     qa.recv_cq = recv_cq.get();
@@ -851,22 +1331,62 @@ Result<void, Error> VerbsTransport::Impl::create_qp() {
     qa.cap.max_recv_wr = static_cast<std::uint32_t>(cfg.rx_depth);
     qa.cap.max_send_sge = 2;
     qa.cap.max_recv_sge = 1;
-    qa.cap.max_inline_data = static_cast<std::uint32_t>(cfg.max_inline);
-    ibv_qp* made = ibv_create_qp(pd.get(), &qa);
-    if (made == nullptr && cfg.max_inline != 0) {
-        qa.cap.max_inline_data = 0;  // the device grants no inline: copy into the pool instead
-        made = ibv_create_qp(pd.get(), &qa);
+    ibv_qp* made = nullptr;
+    int last_errno = 0;
+    const policy::InlineGrant g = policy::step_inline(cfg.max_inline, [&](std::size_t n) {
+        ibv_qp_init_attr a = qa;
+        a.cap.max_inline_data = static_cast<std::uint32_t>(n);
+        ibv_qp* q = ibv_create_qp(pd.get(), &a);
+        if (q == nullptr) {
+            last_errno = errno;
+            return false;
+        }
+        if (made != nullptr) {
+            (void)ibv_destroy_qp(made);
+        }
+        made = q;
+        qa.cap = a.cap;  // the grant
+        return true;
+    });
+    if (g.granted < 0 || made == nullptr) {
+        return fail<void>(
+            "ibv_create_qp (UD, " + std::to_string(cfg.tx_depth) + " send / "
+                + std::to_string(cfg.rx_depth) + " recv) on " + info.device
+                + " failed: " + posix::errno_text(last_errno)
+                + (is_memory_errno(last_errno)
+                       ? "; " + policy::memlock_advice(info.pinned_bytes, memlock_limit())
+                       : std::string()),
+            std::errc::io_error);
     }
-    if (made == nullptr) {
-        return fail<void>("ibv_create_qp (UD, " + std::to_string(cfg.tx_depth) + " send / "
-                              + std::to_string(cfg.rx_depth)
-                              + " recv) failed: " + posix::errno_text(),
-                          std::errc::io_error);
+    // The QP of the largest accepted request (bisection may have made a smaller one last).
+    if (static_cast<std::size_t>(g.granted) != qa.cap.max_inline_data) {
+        ibv_qp_init_attr a = qa;
+        a.cap.max_inline_data = static_cast<std::uint32_t>(g.granted);
+        if (ibv_qp* q = ibv_create_qp(pd.get(), &a); q != nullptr) {
+            (void)ibv_destroy_qp(made);
+            made = q;
+            qa.cap = a.cap;
+        }
     }
     qp.reset(made);
     max_inline = qa.cap.max_inline_data;  // the grant
+    if (max_inline < cfg.max_inline) {
+        info.notes += (info.notes.empty() ? "" : "; ") + std::string("inline ")
+                      + std::to_string(cfg.max_inline) + " lowered to " + std::to_string(max_inline)
+                      + " (device maximum)";
+    }
     info.max_inline = max_inline;
     info.qpn = made->qp_num;
+    return {};
+}
+
+// The UD QP through INIT, RTR, RTS; the work-request scratch; the receive ring filled.
+Result<void, Error> VerbsTransport::Impl::create_qp() {
+    const auto port = static_cast<std::uint8_t>(info.port);
+    if (auto r = open_qp(); !r) {
+        return r;
+    }
+    ibv_qp* made = qp.get();
     {
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_INIT;
@@ -899,7 +1419,6 @@ Result<void, Error> VerbsTransport::Impl::create_qp() {
     wc.resize(cfg.batch);
     handed.resize(cfg.batch);
     repost.resize(cfg.rx_depth);
-    ahs.reserve(kAhCacheMax);
     // Signal often enough that the send queue never overflows: at most tx_depth/4 unsignalled.
     signal_every = std::max<std::size_t>(1, cfg.tx_depth / 4);
 
@@ -918,85 +1437,59 @@ Result<void, Error> VerbsTransport::Impl::create_qp() {
 }
 
 Result<void, Error> VerbsTransport::Impl::join_group(const CreateState& st) {
-    const auto port = static_cast<std::uint8_t>(info.port);
-    // Group membership (subscribers) and the downstream address handle.
-    mgid = st.dest;
-    if (st.multicast && cfg.attach) {
-        if (info.infiniband) {
-            sa::McMemberRecord want;
-            want.mgid = st.dest;
-            want.port_gid = local_gid;
-            want.qkey = cfg.qkey;
-            want.pkey = st.pkey;
-            want.tclass = cfg.traffic_class;
-            want.sl = cfg.sl;
-            want.join_state = sa::JoinState::full_member;
-            want.mtu = static_cast<std::uint8_t>(
-                (2U << 6U) | static_cast<unsigned>(st.pa.active_mtu));  // "exactly"
-            want.rate = static_cast<std::uint8_t>((2U << 6U) | 3U);     // 10 Gb/s
-            want.scope = 2;                                             // link-local
-            auto m = SaMembership::join(info.device, info.port, want);
-            if (!m) {
-                return m.error();
-            }
-            mlid = (*m)->record().mlid;
-            sa = std::move(*m);
-        } else {
-            // RoCE: hold an IP-level membership on the netdev behind the GID. rxe delivers
-            // nothing without it; real switches need the IGMP/MLD report it sends.
-            const int fam = st.v4 ? AF_INET : AF_INET6;
-            UniqueFd s(::socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-            if (s.get() < 0) {
-                return fail<void>("socket() for the IP multicast join failed", std::errc::io_error);
-            }
-            int rc = 0;
-            if (st.v4) {
-                ip_mreqn req{};
-                std::memcpy(&req.imr_multiaddr, &st.plain_dest[12], 4);
-                req.imr_ifindex = static_cast<int>(st.ge.ndev_ifindex);
-                rc = ::setsockopt(s.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &req, sizeof req);
-            } else {
-                ipv6_mreq req{};
-                std::memcpy(&req.ipv6mr_multiaddr, st.plain_dest.data(), 16);
-                req.ipv6mr_interface = st.ge.ndev_ifindex;
-                rc = ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_JOIN_GROUP, &req, sizeof req);
-            }
-            if (rc != 0) {
-                return fail<void>("IP multicast join of " + cfg.group + " on "
-                                      + (info.netdev.empty() ? "?" : info.netdev)
-                                      + " failed: " + posix::errno_text(),
-                                  std::errc::io_error);
-            }
-            ip_join = std::move(s);
+    if (st.plan.ip_join) {
+        // RoCE: hold an IP-level membership on the netdev behind the GID. rxe delivers
+        // nothing without it; real switches need the IGMP/MLD report it sends.
+        const int fam = st.v4 ? AF_INET : AF_INET6;
+        UniqueFd s(::socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+        if (s.get() < 0) {
+            return fail<void>("socket() for the IP multicast join failed", std::errc::io_error);
         }
-        if (ibv_attach_mcast(qp.get(), reinterpret_cast<const ibv_gid*>(st.dest.data()), mlid)
-            != 0) {
-            return fail<void>(
-                "ibv_attach_mcast " + gid_text(st.dest) + " failed: " + posix::errno_text(),
-                std::errc::io_error);
+        int rc = 0;
+        if (st.v4) {
+            ip_mreqn req{};
+            std::memcpy(&req.imr_multiaddr, &st.plain_dest[12], 4);
+            req.imr_ifindex = static_cast<int>(st.ge.ndev_ifindex);
+            rc = ::setsockopt(s.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &req, sizeof req);
+        } else {
+            ipv6_mreq req{};
+            std::memcpy(&req.ipv6mr_multiaddr, st.plain_dest.data(), 16);
+            req.ipv6mr_interface = st.ge.ndev_ifindex;
+            rc = ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_JOIN_GROUP, &req, sizeof req);
+        }
+        if (rc != 0) {
+            return fail<void>("IP multicast join of " + cfg.group + " on "
+                                  + (info.netdev.empty() ? "?" : info.netdev)
+                                  + " failed: " + posix::errno_text(),
+                              std::errc::io_error);
+        }
+        ip_join = std::move(s);
+    }
+    if (st.plan.attach_qp) {
+        // The provider's code is the return value; a missing op (bnxt_re) sets no errno (§6).
+        const int rc =
+            ibv_attach_mcast(qp.get(), reinterpret_cast<const ibv_gid*>(st.dest.data()), mlid);
+        if (rc != 0) {
+            const bool unsupported = rc == EOPNOTSUPP || rc == ENOSYS;
+            return fail<void>(policy::attach_error_text(info.device, gid_text(st.dest), rc),
+                              unsupported ? std::errc::not_supported : std::errc::io_error);
         }
         attached = true;
     }
     if (st.multicast || cfg.dest_qpn != 0) {
-        ibv_ah_attr a{};
-        a.is_global = 1;
-        std::memcpy(a.grh.dgid.raw, st.dest.data(), 16);
-        a.grh.sgid_index = static_cast<std::uint8_t>(info.gid_index);
-        a.grh.hop_limit = st.multicast ? cfg.hop_limit : 64;
-        a.grh.traffic_class = cfg.traffic_class;
-        a.dlid = mlid;
-        a.sl = cfg.sl;
-        a.port_num = port;
-        if (sa) {
-            a.grh.flow_label = sa->record().flow_label;
-            a.sl = sa->record().sl;
-        }
+        const policy::AhFields f =
+            st.multicast ? policy::group_ah(
+                local_port, st.dest, mlid, sa ? sa->record().sl : std::uint8_t{0},
+                sa ? sa->record().flow_label : 0U, sa != nullptr, cfg.hop_limit)
+                         : policy::configured_unicast_ah(local_port, st.dest, cfg.dlid);
+        ibv_ah_attr a = to_attr(f);
         group_ah.reset(ibv_create_ah(pd.get(), &a));
         if (!group_ah) {
             return fail<void>(
                 "ibv_create_ah for " + gid_text(st.dest) + " failed: " + posix::errno_text(),
                 std::errc::host_unreachable);
         }
+        live_group_ah.store(group_ah.get(), std::memory_order_release);
         dest_qpn = st.multicast ? kMulticastQpn : cfg.dest_qpn;
     }
     return {};
@@ -1007,7 +1500,7 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
     auto im = std::make_unique<Impl>();
     im->cfg = cfg;
     CreateState st;
-    for (auto step : {&Impl::open_device, &Impl::query_port, &Impl::choose_gid}) {
+    for (auto step : {&Impl::open_device, &Impl::query_port, &Impl::choose_gid, &Impl::join_sa}) {
         if (auto r = ((*im).*step)(st); !r) {
             return r.error();
         }
@@ -1016,6 +1509,9 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
         return r.error();
     }
     if (auto r = im->join_group(st); !r) {
+        return r.error();
+    }
+    if (auto r = im->start_control(); !r) {
         return r.error();
     }
     return R(new VerbsTransport(std::move(im)));
@@ -1058,12 +1554,11 @@ Result<bool> VerbsTransport::arm_wakeup() noexcept {
 }
 
 void VerbsTransport::forget(const Endpoint& peer) noexcept {
-    auto& v = impl_->ahs;
-    v.erase(std::remove_if(
-                v.begin(), v.end(),
-                [&](const auto& e) { return e.peer.addr == peer.addr && e.peer.id == peer.id; }),
-            v.end());
-    impl_->counters.ah_cache_size = v.size();
+    Impl& m = *impl_;
+    if (const std::size_t i = m.find_slot(peer); i != kAhSlots) {
+        m.slots[i].state.store(kSlotEvict, std::memory_order_release);
+        wake(m.ctl_wake.get());
+    }
 }
 
 std::string VerbsTransport::local_address_text() const {
@@ -1079,15 +1574,38 @@ Endpoint VerbsTransport::local_endpoint() const noexcept {
 }
 
 std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const noexcept {
+    impl_->refresh_counters();
     const VerbsCounters& c = impl_->counters;
     const NamedCounter all[] = {
-        {"rx_datagrams", c.rx_datagrams}, {"rx_ring_low", c.rx_ring_low},
-        {"rx_reposts", c.rx_reposts},     {"tx_datagrams", c.tx_datagrams},
-        {"tx_inline", c.tx_inline},       {"tx_posts", c.tx_posts},
-        {"tx_sq_full", c.tx_sq_full},     {"tx_oversize", c.tx_oversize},
-        {"tx_no_route", c.tx_no_route},   {"completion_errors", c.completion_errors},
-        {"ah_created", c.ah_created},     {"ah_cache_size", c.ah_cache_size},
-        {"async_events", c.async_events}, {"rejoins", c.rejoins},
+        {"rx_datagrams", c.rx_datagrams},
+        {"rx_ring_low", c.rx_ring_low},
+        {"rx_reposts", c.rx_reposts},
+        {"tx_datagrams", c.tx_datagrams},
+        {"tx_inline", c.tx_inline},
+        {"tx_posts", c.tx_posts},
+        {"tx_sq_full", c.tx_sq_full},
+        {"tx_oversize", c.tx_oversize},
+        {"tx_no_route", c.tx_no_route},
+        {"completion_errors", c.completion_errors},
+        {"ah_created", c.ah_created},
+        {"ah_cache_size", c.ah_cache_size},
+        {"ah_failed", c.ah_failed},
+        {"ah_pending", c.ah_pending},
+        {"ah_table_full", c.ah_table_full},
+        {"async_events", c.async_events},
+        {"rejoins", c.rejoins},
+        {"rejoin_failures", c.rejoin_failures},
+        {"mlid_changes", c.mlid_changes},
+        {"port_err", c.port_err},
+        {"port_active", c.port_active},
+        {"port_down", c.port_down},
+        {"lid_change", c.lid_change},
+        {"sm_change", c.sm_change},
+        {"gid_change", c.gid_change},
+        {"pkey_change", c.pkey_change},
+        {"client_reregister", c.client_reregister},
+        {"device_fatal", c.device_fatal},
+        {"pinned_bytes", c.pinned_bytes},
     };
     const std::size_t n = std::min(out.size(), std::size(all));
     std::copy_n(std::begin(all), n, out.begin());
@@ -1095,6 +1613,7 @@ std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const no
 }
 
 const VerbsCounters& VerbsTransport::counters() const noexcept {
+    impl_->refresh_counters();
     return impl_->counters;
 }
 
@@ -1121,6 +1640,10 @@ Result<std::size_t> VerbsTransport::send_batch(std::span<const TxPacket> packets
         m.reap_send();
     }
     std::size_t room = depth - (m.tx_posted - m.tx_done);
+    if (m.fatal.load(std::memory_order_relaxed)) {
+        return err(std::errc::io_error);  // IBV_EVENT_DEVICE_FATAL: nothing works any more
+    }
+    ibv_ah* const group = m.live_group_ah.load(std::memory_order_acquire);
     if (room == 0) {
         ++m.counters.tx_sq_full;
         return std::size_t{0};
@@ -1133,10 +1656,10 @@ Result<std::size_t> VerbsTransport::send_batch(std::span<const TxPacket> packets
         for (; consumed < chunk; ++consumed) {
             const TxPacket& p = packets[accepted + consumed];
             const std::size_t len = p.header.size() + p.payload.size();
-            ibv_ah* ah = m.group_ah.get();
+            ibv_ah* ah = group;
             std::uint32_t qpn = m.dest_qpn;
             if (p.route == Route::unicast) {
-                ah = m.ah_for(p.to);
+                ah = m.unicast_ah(p.to);
                 qpn = p.to.id;
             }
             if (len > m.mtu) {
@@ -1212,8 +1735,8 @@ Result<std::size_t> VerbsTransport::send_batch(std::span<const TxPacket> packets
 
 Result<std::size_t> VerbsTransport::poll_rx(std::span<RxPacket> out) noexcept {
     Impl& m = *impl_;
-    if ((++m.polls & 1023U) == 0) {
-        m.service_async();
+    if (m.fatal.load(std::memory_order_relaxed)) {
+        return err(std::errc::io_error);  // IBV_EVENT_DEVICE_FATAL: nothing works any more
     }
     if (m.stash_end == m.stash_begin) {
         const int want = static_cast<int>(std::min(out.size(), m.wc.size()));
@@ -1248,6 +1771,11 @@ Result<std::size_t> VerbsTransport::poll_rx(std::span<RxPacket> out) noexcept {
             r.from.addr = source_gid_from_grh(reinterpret_cast<const std::uint8_t*>(grh));
         } else {
             r.from.addr = {};
+        }
+        // The way back (IB: the LID, SL and path bits ibv_init_ah_from_wc would use), for the
+        // AH the control thread makes when a source is first seen (§7).
+        if (m.cfg.attach) {  // subscribers NAK sources; publishers send nothing unicast
+            m.note_source(r.from, policy::SourceRoute{w.slid, w.sl, w.dlid_path_bits});
         }
         r.rx_time_ns = 0;
         m.handed[k++] = slot;

@@ -45,21 +45,30 @@ struct VerbsConfig {
     std::uint8_t traffic_class = 0;  ///< RoCE v2: the DSCP/ECN byte
     std::uint8_t sl = 0;             ///< service level
     bool attach = true;              ///< join + attach to the multicast group (subscribers)
-    std::size_t batch = 32;          ///< completions polled / WRs chained per call
+    /// Most bytes to pin (pool + queues); 0: no bound. A bound below what rx_depth needs
+    /// lowers rx_depth to fit (VerbsInfo::notes says so); below what 8 slots need is an error.
+    std::size_t pinned_max = 0;
+    std::uint16_t dlid = 0;  ///< IB unicast mode: the peer's LID; 0: the SA's PathRecord
+    int comp_vector = -1;    ///< receive CQ completion vector; -1: spread over the device's
+    /// Blocking mode: one CQ event per this many completions (ibv_modify_cq; 0/1: every one).
+    std::uint16_t cq_moderation = 0;
+    std::size_t batch = 32;  ///< completions polled / WRs chained per call
     /// The channel's data-destination port (the URI's DPORT), for the layer above.
     std::uint16_t dport = 0;
 };
 
 /// Parses `verbs://DEVICE[:PORT]/GROUP:DPORT?key=value&...` or
 /// `verbs://LOCAL_ADDR/GROUP:DPORT?...` (LOCAL_ADDR: IPv4, or [IPv6/GID]). Keys: gid_index,
-/// qkey, qpn, rx_depth, tx_depth, inline, mtu, hop_limit, tclass, sl; any other is refused.
+/// qkey, qpn, rx_depth, tx_depth, inline, mtu, hop_limit, tclass, sl, pinned_max, dlid,
+/// comp_vector, cq_moderation; any other is refused.
 /// Errors: Errc::invalid_argument with a detail naming the bad part.
 Result<VerbsConfig, Error> parse_uri(std::string_view uri);
 /// The same, from a URI already split into its parts (the registry's factory uses this).
 Result<VerbsConfig, Error> config_from(const ChannelUri& uri);
 
 /// The multicast GID a group address maps to on RoCE v2 (IPv4 a.b.c.d -> ::ffff:a.b.c.d,
-/// IPv6 as is) or on InfiniBand (IPv4 -> IPoIB-style ff12:401b:PKEY::a.b.c.d low 28 bits).
+/// IPv6 as is) or on InfiniBand (IPv4 -> ff12:5047:PKEY::a.b.c.d low 28 bits: prizma's own
+/// signature 0x5047 "PG", not IPoIB's 0x401b; docs/RDMA.md §4).
 /// False when `group` is not an IP address.
 bool group_to_gid(std::string_view group,
                   bool infiniband,
@@ -85,7 +94,22 @@ struct VerbsCounters {
     std::uint64_t ah_created = 0;
     std::uint64_t ah_cache_size = 0;
     std::uint64_t async_events = 0;
-    std::uint64_t rejoins = 0;               ///< IB SA re-joins after a client re-register
+    std::uint64_t rejoins = 0;        ///< IB SA re-joins after a client re-register
+    std::uint64_t ah_failed = 0;      ///< AH creations that failed (retried with back-off)
+    std::uint64_t ah_pending = 0;     ///< unicast sends dropped: the peer's AH not made yet
+    std::uint64_t ah_table_full = 0;  ///< new peers without a table slot
+    std::uint64_t port_err = 0;       ///< IBV_EVENT_PORT_ERR (link down)
+    std::uint64_t port_active = 0;    ///< IBV_EVENT_PORT_ACTIVE (link up again)
+    std::uint64_t port_down = 0;      ///< 1 while the port is down (last event PORT_ERR)
+    std::uint64_t lid_change = 0;
+    std::uint64_t sm_change = 0;
+    std::uint64_t gid_change = 0;
+    std::uint64_t pkey_change = 0;
+    std::uint64_t client_reregister = 0;
+    std::uint64_t device_fatal = 0;          ///< the device died: every call fails from now on
+    std::uint64_t rejoin_failures = 0;       ///< SA re-joins that failed (retried)
+    std::uint64_t mlid_changes = 0;          ///< a re-join brought a new MLID: re-attached
+    std::uint64_t pinned_bytes = 0;          ///< memory pinned for this transport (estimate)
     const char* last_completion_error = "";  ///< ibv_wc_status_str of the last failed CQE
 };
 
@@ -101,6 +125,12 @@ struct VerbsInfo {
     std::uint32_t qpn = 0;
     std::string netdev;  ///< RoCE: the netdev behind the GID
     bool multicast = false;
+    std::size_t rx_depth = 0;  ///< after clamping to the device and pinned_max
+    std::size_t tx_depth = 0;
+    std::size_t pinned_bytes = 0;  ///< pool + queues (estimate), what RLIMIT_MEMLOCK must allow
+    std::uint16_t lid = 0;         ///< InfiniBand: the port's LID
+    std::uint16_t mlid = 0;        ///< InfiniBand: the group's MLID (publishers join too)
+    std::string notes;             ///< what was adjusted to the device (depths, inline), or empty
 };
 
 class VerbsTransport final : public Transport {

@@ -1,0 +1,481 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the verbs transport decides from a device, without a device: fake device tables with
+// the limits and GID tables of the NICs prizma's users own (irdma, mlx5, bnxt_re), SA replies,
+// and the address-handle fields and MADs that follow, checked field by field. Issue 19.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "tests/support/catch.hpp"
+#include "transports/verbs/device_policy.hpp"
+#include "transports/verbs/port_refcount.hpp"
+#include "transports/verbs/sa_mad.hpp"
+
+namespace policy = prizma::verbs::policy;
+namespace sa = prizma::verbs::sa;
+using policy::Gid;
+using policy::GidEntry;
+using policy::GidType;
+
+namespace {
+
+Gid v4_gid(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) {
+    Gid g{};
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12] = a;
+    g[13] = b;
+    g[14] = c;
+    g[15] = d;
+    return g;
+}
+
+Gid v6_gid(std::uint16_t first, std::uint8_t last) {
+    Gid g{};
+    g[0] = static_cast<std::uint8_t>(first >> 8U);
+    g[1] = static_cast<std::uint8_t>(first);
+    g[15] = last;
+    return g;
+}
+
+GidEntry entry(const Gid& g, GidType t) {
+    GidEntry e;
+    e.gid = g;
+    e.type = t;
+    e.valid = true;
+    e.ifindex = 3;
+    return e;
+}
+
+// An mlx5/bnxt_re RoCE port with IPv4 192.0.2.1 and a global IPv6 address: every address
+// appears twice, the RoCE v1 entry first; the link-local pair first of all.
+std::vector<GidEntry> mlx5_roce_table() {
+    return {
+        entry(v6_gid(0xfe80, 1), GidType::roce_v1),     // 0
+        entry(v6_gid(0xfe80, 1), GidType::roce_v2),     // 1
+        entry(v4_gid(192, 0, 2, 1), GidType::roce_v1),  // 2
+        entry(v4_gid(192, 0, 2, 1), GidType::roce_v2),  // 3
+        entry(v6_gid(0x2001, 7), GidType::roce_v1),     // 4
+        entry(v6_gid(0x2001, 7), GidType::roce_v2),     // 5
+    };
+}
+
+// irdma on an E810 (max_qp_wr 4063, inline 101), bnxt_re (no UD multicast), mlx5.
+constexpr policy::DeviceLimits kIrdma{4063, 1048575, 16384, 8, 131072};
+constexpr policy::DeviceLimits kBnxtRe{65535, 65535, 0, 0, 0};
+constexpr policy::DeviceLimits kMlx5{32768, 4194303, 2097152, 240, 503316480};
+
+}  // namespace
+
+TEST_CASE("verbs device limits: depths clamped to irdma's max_qp_wr, kept on mlx5",
+          "[verbs][policy]") {
+    const auto d = policy::clamp_depths(4096, 256, kIrdma);
+    CHECK(d.rx == 4063);
+    CHECK(d.tx == 256);
+    CHECK(d.clamped);
+    CHECK(d.note.find("4063") != std::string::npos);
+    const auto m = policy::clamp_depths(4096, 256, kMlx5);
+    CHECK(m.rx == 4096);
+    CHECK(m.tx == 256);
+    CHECK_FALSE(m.clamped);
+    CHECK(m.note.empty());
+    // the CQ bound counts too
+    const auto c = policy::clamp_depths(4096, 4096, policy::DeviceLimits{65536, 1000, 1, 1, 1});
+    CHECK(c.rx == 1000);
+    CHECK(c.tx == 1000);
+}
+
+TEST_CASE("verbs inline: a request above the device's maximum steps down to it, not to 0",
+          "[verbs][policy]") {
+    // a fake irdma: ibv_create_qp refuses max_inline_data > 101
+    std::vector<std::size_t> asked;
+    auto irdma = [&](std::size_t n) {
+        asked.push_back(n);
+        return n <= 101;
+    };
+    const auto g = policy::step_inline(256, irdma);
+    CHECK(g.granted == 101);
+    CHECK(asked.front() == 256);
+    CHECK(g.attempts == static_cast<int>(asked.size()));
+    CHECK(g.attempts <= 12);
+    // a device that takes the request: one attempt
+    const auto all = policy::step_inline(256, [](std::size_t) { return true; });
+    CHECK(all.granted == 256);
+    CHECK(all.attempts == 1);
+    // refused even without inline: the failure is something else (memory, limits)
+    const auto none = policy::step_inline(256, [](std::size_t) { return false; });
+    CHECK(none.granted == -1);
+    // a device with no inline at all
+    const auto zero = policy::step_inline(64, [](std::size_t n) { return n == 0; });
+    CHECK(zero.granted == 0);
+}
+
+TEST_CASE("verbs no UD multicast: bnxt_re's limits and attach's EOPNOTSUPP say so plainly",
+          "[verbs][policy]") {
+    CHECK_FALSE(policy::has_ud_multicast(kBnxtRe));
+    CHECK(policy::has_ud_multicast(kIrdma));
+    CHECK(policy::has_ud_multicast(kMlx5));
+    // the dummy op returns EOPNOTSUPP and leaves errno alone: the text comes from rc
+    errno = 0;
+    const std::string t = policy::attach_error_text("bnxt_re0", "::ffff:239.1.1.1", EOPNOTSUPP);
+    INFO(t);
+    CHECK(t.find("bnxt_re0 has no UD multicast") != std::string::npos);
+    CHECK(t.find("udp://") != std::string::npos);
+    CHECK(t.find("qpn=") != std::string::npos);
+    const std::string other = policy::attach_error_text("mlx5_0", "ff12::1", ENOMEM);
+    CHECK(other.find("no UD multicast") == std::string::npos);
+    CHECK(other.find(std::system_category().message(ENOMEM)) != std::string::npos);
+}
+
+TEST_CASE("verbs GID choice: RoCE v2 only, the v2 twin of a local address, global IPv6 first",
+          "[verbs][policy]") {
+    const auto t = mlx5_roce_table();
+    // IPv4 group: the v2 IPv4-mapped entry, never its v1 twin at index 2
+    CHECK(policy::pick_gid(t, false, true, nullptr) == 3);
+    // IPv6 group: the global v2 entry, not the link-local default at index 1
+    CHECK(policy::pick_gid(t, false, false, nullptr) == 5);
+    // by local address: the v2 entry holding it
+    const Gid local4 = v4_gid(192, 0, 2, 1);
+    CHECK(policy::pick_gid(t, false, true, &local4) == 3);
+    const Gid local6 = v6_gid(0x2001, 7);
+    CHECK(policy::pick_gid(t, false, false, &local6) == 5);
+    // only link-local IPv6: that one (v2)
+    const std::vector<GidEntry> ll(t.begin(), t.begin() + 4);
+    CHECK(policy::pick_gid(ll, false, false, nullptr) == 1);
+    // only RoCE v1 entries (a v1-only port): none fits, and the description says why
+    const std::vector<GidEntry> v1{entry(v4_gid(192, 0, 2, 1), GidType::roce_v1)};
+    CHECK(policy::pick_gid(v1, false, true, nullptr) == -1);
+    CHECK(policy::pick_gid(v1, false, true, &local4) == -1);
+    CHECK(policy::describe_gids(v1).find("RoCE v1") != std::string::npos);
+    // an address not on the port
+    const Gid other = v4_gid(10, 0, 0, 1);
+    CHECK(policy::pick_gid(t, false, true, &other) == -1);
+    // InfiniBand: index 0 (empty entries skipped), or the entry holding the local GID
+    std::vector<GidEntry> ib{GidEntry{}, entry(v6_gid(0xfe80, 9), GidType::ib),
+                             entry(v6_gid(0xfec0, 9), GidType::ib)};
+    CHECK(policy::pick_gid(ib, true, true, nullptr) == 1);
+    const Gid site = v6_gid(0xfec0, 9);
+    CHECK(policy::pick_gid(ib, true, false, &site) == 2);
+}
+
+TEST_CASE("verbs pinned memory: stated, bounded by pinned_max, advice names what to change",
+          "[verbs][policy]") {
+    // the defaults at MTU 4096: 4096 receive slots of 4160 bytes + 256 send slots, page
+    // rounded, plus the queues
+    const std::size_t pool = policy::pool_bytes(4096, 256, 4096);
+    CHECK(policy::rx_stride(4096) == 4160);
+    CHECK(policy::tx_stride(4096) == 4096);
+    CHECK(pool == (std::size_t{4096} * 4160 + std::size_t{256} * 4096 + 4095) / 4096 * 4096);
+    const std::size_t need = policy::pinned_estimate(4096, 256, 4096);
+    CHECK(need > pool);
+    CHECK(need < pool + (1U << 20U));
+    // pinned_max = 8 MiB: the largest rx depth that fits, and one more does not
+    const std::size_t lim = 8U << 20U;
+    const std::size_t rx = policy::rx_depth_for_limit(4096, 256, 4096, lim);
+    CHECK(rx < 4096);
+    CHECK(rx >= 8);
+    CHECK(policy::pinned_estimate(rx, 256, 4096) <= lim);
+    CHECK(policy::pinned_estimate(rx + 1, 256, 4096) > lim);
+    CHECK(policy::rx_depth_for_limit(4096, 256, 4096, 1U << 30U) == 4096);
+    CHECK(policy::rx_depth_for_limit(4096, 256, 4096, 4096) == 0);
+    const std::string a = policy::memlock_advice(need, 8U << 20U);
+    INFO(a);
+    CHECK(a.find("8.0 MiB") != std::string::npos);
+    CHECK(a.find("limits.conf") != std::string::npos);
+    CHECK(a.find("CAP_IPC_LOCK") != std::string::npos);
+    CHECK(a.find("pinned_max=") != std::string::npos);
+    const std::string u = policy::umad_advice("mlx5_0", 1, EACCES);
+    CHECK(u.find("udev") != std::string::npos);
+    CHECK(u.find("KERNEL==\"umad*\"") != std::string::npos);
+    CHECK(policy::umad_advice("mlx5_0", 1, ENOENT).find("modprobe ib_umad") != std::string::npos);
+}
+
+TEST_CASE("verbs IB unicast AH: DLID, SL and path bits from the completion, RoCE: GID only",
+          "[verbs][policy]") {
+    policy::LocalPort ib{true, 1, 0, 0x20, 3};
+    const Gid peer = v6_gid(0xfe80, 0x42);
+    // a NAK target seen in a completion: wc.slid 0x0017, wc.sl 5, wc.dlid_path_bits 2
+    const auto a = policy::unicast_ah(ib, peer, policy::SourceRoute{0x0017, 5, 2});
+    CHECK(a.is_global);
+    CHECK(a.dgid == peer);
+    CHECK(a.dlid == 0x0017);
+    CHECK(a.sl == 5);
+    CHECK(a.src_path_bits == 2);
+    CHECK(a.port_num == 1);
+    CHECK(a.sgid_index == 0);
+    CHECK(a.traffic_class == 0x20);
+    CHECK(a.hop_limit == 64);
+    // RoCE ignores the LID fields (a completion reports 0 there anyway)
+    policy::LocalPort roce{false, 1, 3, 0, 0};
+    const auto r = policy::unicast_ah(roce, v4_gid(192, 0, 2, 9), policy::SourceRoute{7, 5, 1});
+    CHECK(r.dlid == 0);
+    CHECK(r.sl == 0);
+    CHECK(r.src_path_bits == 0);
+    CHECK(r.sgid_index == 3);
+    // unicast publisher mode on IB: the given LID (dlid=)
+    const auto c = policy::configured_unicast_ah(ib, peer, 0x0031);
+    CHECK(c.dlid == 0x0031);
+    CHECK(c.sl == 3);
+}
+
+TEST_CASE("verbs IB publisher: joins as a full member and sends to the SA's MLID",
+          "[verbs][policy]") {
+    // IB publisher (not a subscriber): SA join, no QP attach, no IP join
+    const auto pub = policy::plan_membership(true, true, false);
+    CHECK(pub.sa_join);
+    CHECK_FALSE(pub.attach_qp);
+    CHECK_FALSE(pub.ip_join);
+    const auto sub = policy::plan_membership(true, true, true);
+    CHECK(sub.sa_join);
+    CHECK(sub.attach_qp);
+    CHECK_FALSE(sub.ip_join);
+    const auto roce_pub = policy::plan_membership(false, true, false);
+    CHECK_FALSE(roce_pub.sa_join);
+    CHECK_FALSE(roce_pub.attach_qp);
+    const auto roce_sub = policy::plan_membership(false, true, true);
+    CHECK(roce_sub.ip_join);
+    CHECK(roce_sub.attach_qp);
+    CHECK_FALSE(policy::plan_membership(true, false, true).sa_join);  // unicast
+
+    // The SA's reply to the publisher's join: MLID 0xc005, SL 2, flow label 0x12345, MTU code
+    // 4 (2048) -> the group AH's LRH and GRH fields
+    std::array<std::byte, sa::kMadSize> reply{};
+    sa::McMemberRecord rec;
+    rec.mgid = policy::ib_mgid_v4(std::array<std::uint8_t, 4>{239, 1, 2, 3}.data(), 0xffff);
+    rec.mlid = 0xc005;
+    rec.sl = 2;
+    rec.flow_label = 0x12345;
+    rec.mtu = (2U << 6U) | 4U;
+    reply = sa::encode_request(sa::kMethodGetResp, 7, sa::join_mask(true), rec);
+    sa::Response resp;
+    REQUIRE(sa::decode_response(reply, resp));
+    policy::LocalPort ib{true, 1, 0, 0, 0};
+    const auto g = policy::group_ah(ib, resp.rec.mgid, resp.rec.mlid, resp.rec.sl,
+                                    resp.rec.flow_label, true, 1);
+    CHECK(g.dlid == 0xc005);
+    CHECK(g.sl == 2);
+    CHECK(g.flow_label == 0x12345);
+    CHECK(g.dgid == rec.mgid);
+    CHECK(g.hop_limit == 1);
+    // RoCE: no MLID in the LRH (there is none)
+    policy::LocalPort roce{false, 1, 3, 0, 1};
+    const auto rg = policy::group_ah(roce, v4_gid(239, 1, 2, 3), 0, 0, 0, false, 4);
+    CHECK(rg.dlid == 0);
+    CHECK(rg.sl == 1);
+    // item 11: the payload MTU is the group's, when smaller than the port's
+    CHECK(policy::effective_mtu(4096, resp.rec.mtu, true, 0) == 2048);
+    CHECK(policy::effective_mtu(4096, resp.rec.mtu, false, 0) == 4096);
+    CHECK(policy::effective_mtu(4096, resp.rec.mtu, true, 1024) == 1024);
+}
+
+TEST_CASE("verbs IB MGID: prizma's own signature, not IPoIB's 0x401b", "[verbs][policy]") {
+    const std::array<std::uint8_t, 4> grp{239, 192, 0, 41};
+    const Gid g = policy::ib_mgid_v4(grp.data(), 0x8001);
+    const std::array<std::uint8_t, 16> want{0xff, 0x12, 0x50, 0x47, 0x80, 0x01, 0, 0,
+                                            0,    0,    0,    0,    0x0f, 192,  0, 41};
+    CHECK(g == want);
+    CHECK_FALSE((g[2] == 0x40 && g[3] == 0x1b));
+    // the SA join MAD carries it at the record's MGID offset
+    sa::McMemberRecord r;
+    r.mgid = g;
+    const auto mad = sa::encode_request(sa::kMethodSet, 1, sa::join_mask(false), r);
+    for (std::size_t i = 0; i < 16; ++i) {
+        CHECK(std::to_integer<std::uint8_t>(mad[sa::kSaDataOffset + i]) == want[i]);
+    }
+}
+
+TEST_CASE("verbs IB unicast path: the SA PathRecord query and reply, byte by byte",
+          "[verbs][policy]") {
+    const Gid sgid = v6_gid(0xfe80, 0x11);
+    const Gid dgid = v6_gid(0xfe80, 0x22);
+    const auto q = sa::encode_path_query(0x0102030405060708ULL, sgid, dgid, 0xffff);
+    auto at = [&](std::size_t i) {
+        return std::to_integer<std::uint8_t>(q[i]);
+    };
+    CHECK(at(0) == 1);     // base version
+    CHECK(at(1) == 0x03);  // SubnAdm
+    CHECK(at(2) == 2);
+    CHECK(at(3) == 0x01);  // SubnAdmGet
+    CHECK(at(8) == 0x01);
+    CHECK(at(15) == 0x08);  // TID
+    CHECK(at(16) == 0x00);
+    CHECK(at(17) == 0x35);  // PathRecord
+    // component mask: DGID (2) | SGID (3) | NumbPath (12) | P_Key (13) = 0x300c
+    CHECK(at(48) == 0);
+    CHECK(at(53) == 0);
+    CHECK(at(54) == 0x30);
+    CHECK(at(55) == 0x0c);
+    const std::size_t d = sa::kSaDataOffset;
+    for (std::size_t i = 0; i < 16; ++i) {
+        CHECK(at(d + 8 + i) == dgid[i]);
+        CHECK(at(d + 24 + i) == sgid[i]);
+    }
+    CHECK(at(d + 49) == 1);  // NumbPath 1, not reversible
+    CHECK(at(d + 50) == 0xff);
+    CHECK(at(d + 51) == 0xff);
+    // the SA's reply: DLID 0x0042, SLID 0x0007, SL 9, MTU code 4 (2048), flow label 0xabcde
+    auto reply = q;
+    reply[3] = std::byte{0x81};
+    reply[d + 40] = std::byte{0x00};
+    reply[d + 41] = std::byte{0x42};
+    reply[d + 42] = std::byte{0x00};
+    reply[d + 43] = std::byte{0x07};
+    reply[d + 44] = std::byte{0x0a};
+    reply[d + 45] = std::byte{0xbc};
+    reply[d + 46] = std::byte{0xde};
+    reply[d + 47] = std::byte{0x40};
+    reply[d + 53] = std::byte{0x09};
+    reply[d + 54] = std::byte{0x84};
+    std::uint64_t tid = 0;
+    std::uint16_t status = 1;
+    sa::PathRecord p;
+    REQUIRE(sa::decode_path_response(reply, tid, status, p));
+    CHECK(tid == 0x0102030405060708ULL);
+    CHECK(status == 0);
+    CHECK(p.dlid == 0x0042);
+    CHECK(p.slid == 0x0007);
+    CHECK(p.sl == 9);
+    CHECK(p.flow_label == 0xabcde);
+    CHECK(p.hop_limit == 0x40);
+    CHECK(policy::effective_mtu(4096, p.mtu, true, 0) == 2048);
+    // the unicast publisher's AH from the path
+    policy::LocalPort ib{true, 1, 0, 0, p.sl};
+    const auto a = policy::configured_unicast_ah(ib, dgid, p.dlid);
+    CHECK(a.dlid == 0x0042);
+    CHECK(a.sl == 9);
+    // an MCMemberRecord reply is not a path
+    sa::McMemberRecord r;
+    CHECK_FALSE(sa::decode_path_response(sa::encode_request(0x81, 1, 0, r), tid, status, p));
+}
+
+namespace {
+std::string temp_dir() {
+    std::string t = "/tmp/prizma-refcount-XXXXXX";
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    return t;
+}
+prizma::Result<void, prizma::Error> ok_join(bool /*first*/) {
+    return {};
+}
+}  // namespace
+
+TEST_CASE("verbs SA membership count: the first member joins, the last one leaves",
+          "[verbs][policy]") {
+    using prizma::verbs::PortMembership;
+    const std::string dir = temp_dir() + "/sa";
+    const std::string key = "mlx5_0-1-ff12504780010000000000000fc00029";
+    bool first_a = false;
+    bool first_b = true;
+    auto a = PortMembership::enter(dir, key, [&](bool f) {
+        first_a = f;
+        return ok_join(f);
+    });
+    REQUIRE(a);
+    auto b = PortMembership::enter(dir, key, [&](bool f) {
+        first_b = f;
+        return ok_join(f);
+    });
+    REQUIRE(b);
+    CHECK(first_a);
+    CHECK_FALSE(first_b);
+    CHECK(PortMembership::count(dir, key).value() == 2);
+    // a failed join leaves no member behind
+    auto c = PortMembership::enter(dir, key, [](bool) -> prizma::Result<void, prizma::Error> {
+        return prizma::Error(std::make_error_code(std::errc::timed_out), "no SA");
+    });
+    CHECK_FALSE(c);
+    CHECK(PortMembership::count(dir, key).value() == 2);
+    int lasts = 0;
+    int leaves = 0;
+    (*a)->leave([&](bool last) {
+        ++leaves;
+        lasts += last ? 1 : 0;
+    });
+    CHECK(leaves == 1);
+    CHECK(lasts == 0);  // b still there: no SA leave
+    (*b)->leave([&](bool last) {
+        ++leaves;
+        lasts += last ? 1 : 0;
+    });
+    CHECK(leaves == 2);
+    CHECK(lasts == 1);  // the last one leaves
+    CHECK(PortMembership::count(dir, key).value() == 0);
+}
+
+TEST_CASE("verbs SA membership count: a member killed with -9 is not counted", "[verbs][policy]") {
+    using prizma::verbs::PortMembership;
+    const std::string dir = temp_dir() + "/sa";
+    const std::string key = "dev-1-mgid";
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        auto m = PortMembership::enter(dir, key, ok_join);
+        const char c = m ? '1' : '0';
+        (void)::write(ready[1], &c, 1);
+        ::pause();
+        ::_exit(0);
+    }
+    char c = 0;
+    REQUIRE(::read(ready[0], &c, 1) == 1);
+    REQUIRE(c == '1');
+    bool first = true;
+    auto me = PortMembership::enter(dir, key, [&](bool f) {
+        first = f;
+        return ok_join(f);
+    });
+    REQUIRE(me);
+    CHECK_FALSE(first);  // the child is a live member
+    REQUIRE(::kill(child, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    bool last = false;
+    (*me)->leave([&](bool l) { last = l; });
+    CHECK(last);  // the killed child's file no longer counts
+    CHECK(PortMembership::count(dir, key).value() == 0);
+    ::close(ready[0]);
+    ::close(ready[1]);
+}
+
+#if PRIZMA_HAVE_VERBS
+#include "transports/verbs/verbs_transport.hpp"
+
+TEST_CASE("verbs GRH source: an IPv4 header without checksum (rxe loopback) is still IPv4",
+          "[verbs][policy]") {
+    // rxe's same-device loopback: 20 zero bytes, then an IPv4 header whose checksum is 0
+    std::array<std::uint8_t, 40> grh{};
+    const std::uint8_t ip[20] = {0x45, 0, 0,   60, 0, 0, 0x40, 0, 64, 17,
+                                 0,    0, 192, 0,  2, 1, 192,  0, 2,  1};
+    std::memcpy(&grh[20], ip, 20);
+    const std::array<std::uint8_t, 16> want{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1};
+    CHECK(prizma::verbs::source_gid_from_grh(grh.data()) == want);
+}
+
+TEST_CASE("verbs:// keys of issue 19: pinned_max, dlid, comp_vector, cq_moderation",
+          "[verbs][policy]") {
+    auto c = prizma::verbs::parse_uri(
+        "verbs://mlx5_0/"
+        "239.1.1.1:7500?pinned_max=8388608&dlid=0x17&comp_vector=3&cq_moderation=16");
+    REQUIRE(c);
+    CHECK(c->pinned_max == 8388608);
+    CHECK(c->dlid == 0x17);
+    CHECK(c->comp_vector == 3);
+    CHECK(c->cq_moderation == 16);
+    auto bad = prizma::verbs::parse_uri("verbs://mlx5_0/239.1.1.1:7500?pinned_max=100");
+    REQUIRE_FALSE(bad);
+    CHECK(bad.error().message().find("pinned_max") != std::string::npos);
+    CHECK_FALSE(prizma::verbs::parse_uri("verbs://mlx5_0/239.1.1.1:7500?dlid=0"));
+    CHECK_FALSE(prizma::verbs::parse_uri("verbs://mlx5_0/239.1.1.1:7500?dlid=0xffff"));
+}
+#endif

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Hot-standby failover between real processes over UDP multicast on loopback (docs/STREAMS.md):
+# two publishers write the same stream; at a seeded random point the one started first is
+# killed with -9 (mid-burst, possibly mid-fragmented record); it restarts from its own saved
+# state and rejoins as a standby. The arbitrating subscriber must get every record once, in
+# order, with no loss event. The seed is printed; the same seed replays the same kill points.
+# Usage: stream_failover.sh STREAM_PEER TRIALS [SEED]
+set -u
+peer=$1 trials=$2 seed=${3:-$(( $$ % 100000 ))}
+echo "stream_failover: $trials trials, seed $seed (rerun: $0 $peer $trials $seed)"
+RANDOM=$seed
+dir=$(mktemp -d)
+pids=()
+trap 'kill -9 "${pids[@]}" 2>/dev/null; rm -rf "$dir"' EXIT
+n=30000 rate=15000  # 2 s of stream per trial
+fail=0
+for t in $(seq 1 "$trials"); do
+    port=$(( 26800 + ($$ % 100) * 10 + t ))
+    uri="udp://239.192.95.$(( t + 10 )):$port?iface=127.0.0.1"
+    rm -f "$dir"/state-*
+    "$peer" sub "$uri" "$n" 3 >"$dir/sub.log" 2>&1 &
+    spid=$!; pids=("$spid")
+    for _ in $(seq 100); do grep -q listening "$dir/sub.log" && break; sleep 0.02; done
+    "$peer" pub "$uri" "$dir/state-a" "$n" "$rate" >"$dir/a.log" 2>&1 &
+    apid=$!
+    "$peer" pub "$uri" "$dir/state-b" "$n" "$rate" >"$dir/b.log" 2>&1 &
+    bpid=$!
+    pids+=("$apid" "$bpid")
+    kill_ms=$(( 200 + RANDOM % 1500 ))  # somewhere in the stream's 2 s
+    sleep "$(printf '%d.%03d' $((kill_ms / 1000)) $((kill_ms % 1000)))"
+    kill -9 "$apid" 2>/dev/null
+    wait "$apid" 2>/dev/null
+    resumed=$(cat "$dir/state-a" 2>/dev/null || echo 0)
+    sleep 0.2
+    "$peer" pub "$uri" "$dir/state-a" "$n" "$rate" >"$dir/a2.log" 2>&1 &
+    a2pid=$!; pids+=("$a2pid")
+    wait "$spid"; rc=$?
+    wait "$bpid" "$a2pid" 2>/dev/null
+    line=$(grep '^stream:' "$dir/sub.log")
+    echo "trial $t: killed the active publisher at ${kill_ms} ms, restarted from record $resumed: $line"
+    if [ "$rc" -ne 0 ]; then
+        echo "FAIL trial $t (seed $seed)"; cat "$dir/sub.log" "$dir/a.log" "$dir/b.log" "$dir/a2.log"
+        fail=$((fail + 1))
+    fi
+done
+echo "stream_failover: $((trials - fail)) of $trials trials passed (seed $seed)"
+[ "$fail" -eq 0 ]

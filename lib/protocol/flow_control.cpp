@@ -169,6 +169,15 @@ std::int64_t FlowLimiter::on_timer(Sqn next, std::uint32_t txw, std::int64_t now
     return next_sweep_ns_;
 }
 
+bool FlowLimiter::waits_for(std::uint16_t family,
+                            const std::array<std::uint8_t, 16>& addr,
+                            Sqn s) const noexcept {
+    return std::any_of(table_.begin(), table_.end(), [&](const Entry& e) {
+        return e.used && e.r.admitted && counts(e) && e.family == family && e.addr == addr
+               && gap(e.r.consumed, s) >= 0;
+    });
+}
+
 bool FlowLimiter::all_consumed(Sqn next) const noexcept {
     return std::all_of(table_.begin(), table_.end(), [&](const Entry& e) {
         return !e.used || !e.r.admitted || !counts(e) || gap(e.r.consumed, next) <= 0;

@@ -83,6 +83,11 @@ public:
     /// Drops silent and stalled receivers; returns when to call again.
     std::int64_t on_timer(Sqn next, std::uint32_t txw, std::int64_t now_ns) noexcept;
     [[nodiscard]] std::int64_t next_deadline() const noexcept { return next_sweep_ns_; }
+    /// A counted receiver at this address (family and address, any port) has not consumed
+    /// `s` yet: the source is waiting for it.
+    [[nodiscard]] bool waits_for(std::uint16_t family,
+                                 const std::array<std::uint8_t, 16>& addr,
+                                 Sqn s) const noexcept;
     /// Every counted receiver has consumed everything before `next` (true when none is).
     [[nodiscard]] bool all_consumed(Sqn next) const noexcept;
     /// Receivers admitted now (tagged or not).

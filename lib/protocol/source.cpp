@@ -583,7 +583,11 @@ bool Source::admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept {
         ++counters_.nak_ignored;
         return false;
     }
-    switch (pay(rq, static_cast<std::size_t>(sl.header_len) + sl.tsdu_len)) {
+    // Flow control: a counted receiver the source waits for gets what it is missing outside
+    // the NAK budget (the source earns no credit while it waits; the per-sqn limits above
+    // still bound it: docs/PROTOCOL.md §11).
+    const bool waited_for = flow_.active() && flow_.waits_for(rq.family, rq.addr, s);
+    switch (waited_for ? Pay::ok : pay(rq, static_cast<std::size_t>(sl.header_len) + sl.tsdu_len)) {
         case Pay::ok: break;
         case Pay::requester:
             ++counters_.nak_requester_limited;

@@ -503,3 +503,68 @@ TEST_CASE("flow hostile: on an authenticated channel only signed status counts",
     deliver(signed_ack);
     CHECK(pub->source()->flow().counters().status_received == 1);
 }
+
+TEST_CASE("flow: a counted receiver the source waits for is repaired outside the NAK budget",
+          "[protocol][flow]") {
+    SourceConfig sc;
+    sc.tsi.gsi.bytes = {9, 9, 9, 9, 9, 8};
+    sc.tsi.sport = 4000;
+    sc.dport = 7500;
+    sc.nla = pgm::Nla::ipv4(10, 0, 0, 1);
+    sc.group = pgm::Nla::ipv4(239, 1, 1, 1);
+    sc.txw_sqns = 1024;
+    sc.repair_budget_percent = 1;  // almost no credit: one RDATA costs more than 10 packets earn
+    sc.requester_budget_percent = 1;
+    sc.repair_burst_bytes = 1;
+    sc.flow = config(FlowStrategy::min);
+    auto src = Source::create(sc).value();
+    Capture out;
+    src->open(kT0, out);
+    const std::vector<std::byte> payload(100, std::byte{1});
+    for (int i = 0; i < 10; ++i) {
+        REQUIRE(src->send(payload, kT0, out).has_value());
+    }
+    src->on_packet(
+        [&] {
+            static std::vector<std::byte> ack;
+            pgm::StatusInfo st = status(5, 4, 8);  // consumed up to 4: it waits for 4 on
+            pgm::PacketSpec spec;
+            spec.type = PacketType::ack;
+            spec.sport = 7500;
+            spec.dport = 4000;
+            spec.gsi = sc.tsi.gsi;
+            spec.status = &st;
+            ack.resize(pgm::encoded_size(spec));
+            REQUIRE(pgm::encode(ack, spec) == ack.size());
+            pgm::store_checksum(ack, 0);
+            static pgm::Packet p;
+            REQUIRE(pgm::parse(ack, p) == pgm::ParseStatus::ok);
+            return p;
+        }(),
+        host(3, 7500), kT0, out);
+    REQUIRE(src->flow().counted() == 1);
+    const auto nak = [&](std::uint32_t sqn, const Endpoint& from) {
+        pgm::PacketSpec spec;
+        spec.type = PacketType::nak;
+        spec.sport = 7500;
+        spec.dport = 4000;
+        spec.gsi = sc.tsi.gsi;
+        spec.sqn = Sqn{sqn};
+        spec.nla = sc.nla;
+        spec.group = sc.group;
+        std::vector<std::byte> b(pgm::encoded_size(spec));
+        REQUIRE(pgm::encode(b, spec) == b.size());
+        pgm::store_checksum(b, 0);
+        pgm::Packet p;
+        REQUIRE(pgm::parse(b, p) == pgm::ParseStatus::ok);
+        src->on_packet(p, from, kT0 + 1'000'000, out);
+    };
+    nak(6, host(77, 7500));  // another host: the budget says no
+    CHECK(src->counters().rdata_queued == 0);
+    CHECK(src->counters().nak_ignored == 1);
+    nak(6, host(3, 7500));  // the receiver the source waits for: repaired
+    CHECK(src->counters().rdata_queued == 1);
+    nak(2, host(3, 7500));  // before its consumed position: not waited for, the budget says no
+    CHECK(src->counters().rdata_queued == 1);
+    CHECK(src->counters().nak_ignored == 2);
+}

@@ -192,6 +192,13 @@ inline CLI::Option* add_preset(CLI::App& app, ChannelOptions& opts) {
         ->check(one_of({"wan", "lan", "rdma"}));
 }
 
+/// --window PACKETS: ChannelOptions::window_sqns (transmit or receive window).
+inline CLI::Option* add_window(CLI::App& app, ChannelOptions& opts) {
+    return app.add_option("--window", opts.window_sqns, "Window, packets (default 65536)")
+        ->type_name("PACKETS")
+        ->check(CLI::Range(1U, 1U << 24U));
+}
+
 /// The tools' Context: made, or the reason printed ("prizma-send: ...") and nullopt. A stats
 /// file that could not be made is a warning (the tool runs on; prizma-stat cannot see it).
 inline std::optional<Context> make_context(const char* tool) {

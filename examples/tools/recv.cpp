@@ -42,7 +42,7 @@ int parse_args(int argc, char** argv, Args& a) {
         app,
         "prizma-recv URI --count N [--timeout SECONDS] [--deadline SECONDS]\n"
         "                   [--preset wan|lan|rdma] [--recover] [--spin] [--verbose]\n"
-        "                   [--consume-rate MSGS_PER_S]",
+        "                   [--consume-rate MSGS_PER_S] [--window PACKETS]",
         "Subscribes to URI and checks that messages 0..N-1 from prizma-send (a 64-bit\n"
         "little-endian index in the first 8 bytes) all arrive exactly once.",
         "Exits 0 only when messages 0..N-1 all arrived exactly once; 1 when a message is\n"
@@ -67,6 +67,7 @@ int parse_args(int argc, char** argv, Args& a) {
         ->type_name("SECONDS")
         ->check(prizma::tools::above(0));
     prizma::tools::add_preset(app, a.opts);
+    prizma::tools::add_window(app, a.opts);
     app.add_flag("--recover", a.opts.recover_history,
                  "Late join: recover the source's history back to its trail\n"
                  "(default: start at the first packet heard)");

@@ -64,6 +64,26 @@ wait $r2; rc2=$?
 result "processes: prizma-send -> prizma-recv on $RXE_DEV and ${RXE_DEV2:-$RXE_DEV}, $N x 200 B multicast [$(($(date +%s) - s))s]" \
 	$((src | rc1 | rc2)) "$OUT/proc1.log"
 
+# 2a. flow control over verbs (issue 20 §1 (g)): an unpaced publisher and a subscriber that
+#     consumes 5,000 messages/s (the VM sends ~12,000/s) with a window of 1024 packets, both flow=min: every message
+#     once, no loss event, and the publisher held back by the subscriber's status.
+G=239.192.0.43
+N=15000
+s=$(date +%s)
+"$RECV" "verbs://$RXE_DEV:1/$G:7500?flow=min" --count $N --timeout 90 --window 1024 --consume-rate 5000 >"$OUT/recvfc.log" 2>&1 &
+rf=$!
+wait_ready "$OUT/recvfc.log"
+"$SEND" "verbs://$RXE_DEV:1/$G:7500?flow=min" --count $N --size 200 --window 1024 >"$OUT/sendfc.log" 2>&1
+src=$?
+wait $rf; rcf=$?
+blocked=$(sed -n 's/^counters .*flow_blocked \([0-9]*\).*/\1/p' "$OUT/sendfc.log")
+losses=$(sed -n 's/^counters .*loss_events \([0-9]*\).*/\1/p' "$OUT/recvfc.log")
+ok=$((src | rcf))
+[ "${blocked:-0}" -gt 0 ] && [ "${losses:-1}" = 0 ] || ok=1
+{ cat "$OUT/sendfc.log" "$OUT/recvfc.log"; diag; } >"$OUT/procfc.log"
+result "flow control: unpaced prizma-send -> prizma-recv consuming 5 k/s, flow=min, held back $blocked times, $losses loss events [$(($(date +%s) - s))s]" \
+	$ok "$OUT/procfc.log"
+
 # 2b. two subscriber processes on one device leaving in turn (issue 19 item 8): the first
 #     leaves after 200 messages, a third is killed with -9; the remaining one still gets all.
 G=239.192.0.44

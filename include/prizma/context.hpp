@@ -105,6 +105,8 @@ public:
     /// The transport's own counters (verbs: rx_ring_low, sq_full, completion_errors,
     /// ah_cache_size, ...); empty for transports without any. Allocates: not for the hot path.
     [[nodiscard]] std::vector<NamedCounter> transport_counters() const;
+    /// As Subscriber::transport_events().
+    [[nodiscard]] std::vector<TransportEvent> transport_events();
 
 private:
     friend class Context;
@@ -144,6 +146,10 @@ public:
     [[nodiscard]] std::string local_address() const;
     /// The transport's own counters, as Publisher::transport_counters().
     [[nodiscard]] std::vector<NamedCounter> transport_counters() const;
+    /// Link, fabric and device events of the channel's transport since the last call (verbs:
+    /// port down/up, LID/GID/SM changes, group re-joined, fatal), at most one per kind with
+    /// its count; empty for transports without any. Allocates: call it now and then.
+    [[nodiscard]] std::vector<TransportEvent> transport_events();
 
 private:
     friend class Context;

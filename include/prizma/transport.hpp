@@ -51,6 +51,26 @@ struct RxPacket {
 
 /// A datagram transport. Non-blocking. Every method is called from one thread (the owner
 /// thread of the Context that uses it); none is thread-safe.
+/// Something a transport's link or fabric did (verbs: port down and up, LID/GID/P_Key or
+/// subnet manager changes, a multicast group re-joined, a fatal device error), for the
+/// application to log or act on (Publisher/Subscriber::transport_events()).
+struct TransportEvent {
+    enum class Kind : std::uint8_t {
+        link_down,        ///< the port went down: nothing is sent or received until it is up
+        link_up,          ///< the port is active again
+        address_changed,  ///< the port's LID, GID table or P_Key table changed
+        fabric_changed,   ///< a new subnet manager, or it asked clients to re-register
+        group_rejoined,   ///< the multicast group was joined again (after one of the above)
+        rejoin_failed,    ///< joining the group again failed (retried with back-off)
+        fatal,            ///< the device failed: the channel's sends and receives now fail
+    };
+    Kind kind = Kind::link_down;
+    std::uint64_t count = 1;  ///< how many of these since the last call
+};
+
+/// A text for logs: "link_down", "group_rejoined", ...
+std::string_view to_string(TransportEvent::Kind kind) noexcept;
+
 class Transport {
 public:
     Transport() = default;
@@ -91,6 +111,12 @@ public:
     /// Writes up to out.size() transport-specific counters into `out` and returns how many
     /// this transport has (which may be more than out.size()). Names are static strings.
     virtual std::size_t named_counters(std::span<NamedCounter> out) const noexcept {
+        (void)out;
+        return 0;
+    }
+    /// Takes up to out.size() events that happened since the last call (at most one per
+    /// kind, with its count); returns how many were written. Never blocks; owner thread.
+    virtual std::size_t take_events(std::span<TransportEvent> out) noexcept {
         (void)out;
         return 0;
     }

@@ -927,6 +927,25 @@ std::vector<FlowReceiverInfo> Publisher::flow_receivers() const {
     return out;
 }
 
+namespace {
+std::vector<TransportEvent> events_of(detail::Channel* ch) {
+    std::vector<TransportEvent> out;
+    if (ch != nullptr) {
+        out.resize(16);
+        out.resize(ch->base->take_events(out));
+    }
+    return out;
+}
+}  // namespace
+
+std::vector<TransportEvent> Publisher::transport_events() {
+    return events_of(ch_);
+}
+
+std::vector<TransportEvent> Subscriber::transport_events() {
+    return events_of(ch_);
+}
+
 std::vector<NamedCounter> Publisher::transport_counters() const {
     return ch_ != nullptr ? transport_counters_of(*ch_) : std::vector<NamedCounter>{};
 }

@@ -142,4 +142,17 @@ std::vector<std::string> TransportRegistry::schemes() const {
     return out;
 }
 
+std::string_view to_string(TransportEvent::Kind kind) noexcept {
+    switch (kind) {
+        case TransportEvent::Kind::link_down: return "link_down";
+        case TransportEvent::Kind::link_up: return "link_up";
+        case TransportEvent::Kind::address_changed: return "address_changed";
+        case TransportEvent::Kind::fabric_changed: return "fabric_changed";
+        case TransportEvent::Kind::group_rejoined: return "group_rejoined";
+        case TransportEvent::Kind::rejoin_failed: return "rejoin_failed";
+        case TransportEvent::Kind::fatal: return "fatal";
+    }
+    return "?";
+}
+
 }  // namespace prizma

@@ -55,6 +55,14 @@ public:
         return n;
     }
     void release_rx(std::size_t count) noexcept override { (void)count; }
+    /// Events the test made up, handed to the application once.
+    std::size_t take_events(std::span<prizma::TransportEvent> out) noexcept override {
+        const std::size_t n = std::min(out.size(), events_.size());
+        std::copy_n(events_.begin(), n, out.begin());
+        events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
+        return n;
+    }
+    std::vector<prizma::TransportEvent> events_;
     [[nodiscard]] int wakeup_fd() const noexcept override { return efd_; }
     [[nodiscard]] prizma::Result<bool> arm_wakeup() noexcept override {
         std::uint64_t v = 0;
@@ -220,6 +228,9 @@ TEST_CASE("plug-in: a ready-made transport handed to the Context, next to the bu
     auto ctx = prizma::Context::create().value();  // built-ins; the pipe needs no scheme
     prizma::TransportChannel a;
     a.transport = bus->attach();
+    auto* pipe = static_cast<PipeTransport*>(a.transport.get());
+    pipe->events_ = {{prizma::TransportEvent::Kind::link_down, 1},
+                     {prizma::TransportEvent::Kind::group_rejoined, 2}};
     auto sub = ctx.add_subscriber(std::move(a), {}, "pipe-sub");
     REQUIRE(sub.has_value());
     prizma::TransportChannel b;
@@ -228,6 +239,15 @@ TEST_CASE("plug-in: a ready-made transport handed to the Context, next to the bu
     REQUIRE(pub.has_value());
     REQUIRE(pub->offer(bytes_of("hello")).has_value());
     CHECK(drain(ctx, *sub, 1) == std::vector<std::string>{"hello"});
+    // The transport's link and fabric events reach the application, each once.
+    const auto ev = sub->transport_events();
+    REQUIRE(ev.size() == 2);
+    CHECK(ev[0].kind == prizma::TransportEvent::Kind::link_down);
+    CHECK(ev[1].kind == prizma::TransportEvent::Kind::group_rejoined);
+    CHECK(ev[1].count == 2);
+    CHECK(prizma::to_string(ev[1].kind) == "group_rejoined");
+    CHECK(sub->transport_events().empty());
+    CHECK(pub->transport_events().empty());
     // No transport: refused with the name given.
     auto none = ctx.add_publisher(prizma::TransportChannel{}, {}, "empty");
     CHECK(none.error() == prizma::Errc::invalid_argument);

@@ -598,6 +598,19 @@ TEST_CASE("verbs async events: port down and up are counted, off the data path",
     CHECK(named("port_down") == 0);
     CHECK(named("async_events") >= 2);
     CHECK(named("device_fatal") == 0);
+    // The same as events for the application: one link_down and one link_up, then nothing.
+    std::array<TransportEvent, 8> ev{};
+    const std::size_t n = t->take_events(ev);
+    bool down = false;
+    bool up = false;
+    for (std::size_t i = 0; i < n; ++i) {
+        down = down || (ev.at(i).kind == TransportEvent::Kind::link_down && ev.at(i).count >= 1);
+        up = up || (ev.at(i).kind == TransportEvent::Kind::link_up && ev.at(i).count >= 1);
+        CHECK(ev.at(i).kind != TransportEvent::Kind::fatal);
+    }
+    CHECK(down);
+    CHECK(up);
+    CHECK(t->take_events(ev) == 0);
 }
 
 // Run on its own as a non-root user with a small RLIMIT_MEMLOCK (guest-tests.sh).

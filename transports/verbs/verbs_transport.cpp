@@ -557,6 +557,8 @@ struct VerbsTransport::Impl {
     std::atomic<bool> ctl_stop{false};
     std::atomic<bool> fatal{false};
     CtlCounters ctl_counters;
+    // take_events(): the control thread's counters as last reported (owner thread only).
+    std::array<std::uint64_t, 7> events_seen{};
     policy::LocalPort local_port;
 
     VerbsConfig cfg;
@@ -1571,6 +1573,33 @@ Endpoint VerbsTransport::local_endpoint() const noexcept {
     e.id = impl_->info.qpn;
     e.addr = impl_->local_gid;
     return e;
+}
+
+std::size_t VerbsTransport::take_events(std::span<TransportEvent> out) noexcept {
+    const CtlCounters& c = impl_->ctl_counters;
+    const auto get = [](const std::atomic<std::uint64_t>& a) {
+        return a.load(std::memory_order_relaxed);
+    };
+    using K = TransportEvent::Kind;
+    const std::array<std::uint64_t, 7> now = {
+        get(c.port_err),
+        get(c.port_active),
+        get(c.lid_change) + get(c.gid_change) + get(c.pkey_change),
+        get(c.sm_change) + get(c.client_reregister),
+        get(c.rejoins),
+        get(c.rejoin_failures),
+        get(c.device_fatal)};
+    constexpr std::array<K, 7> kinds = {K::link_down,      K::link_up,        K::address_changed,
+                                        K::fabric_changed, K::group_rejoined, K::rejoin_failed,
+                                        K::fatal};
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < now.size() && n < out.size(); ++i) {
+        if (now[i] != impl_->events_seen[i]) {
+            out[n++] = TransportEvent{kinds[i], now[i] - impl_->events_seen[i]};
+            impl_->events_seen[i] = now[i];
+        }
+    }
+    return n;
 }
 
 std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const noexcept {

@@ -156,6 +156,8 @@ public:
     [[nodiscard]] Endpoint local_endpoint() const noexcept override;
     [[nodiscard]] std::string local_address_text() const override;
     std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
+    /// Port, fabric and device events the control thread saw (from its counters).
+    std::size_t take_events(std::span<TransportEvent> out) noexcept override;
 
     [[nodiscard]] const VerbsCounters& counters() const noexcept;
     [[nodiscard]] const VerbsInfo& info() const noexcept;

@@ -479,3 +479,19 @@ TEST_CASE("verbs:// keys of issue 19: pinned_max, dlid, comp_vector, cq_moderati
     CHECK_FALSE(prizma::verbs::parse_uri("verbs://mlx5_0/239.1.1.1:7500?dlid=0xffff"));
 }
 #endif
+
+TEST_CASE("verbs IB group rate: the creator's link rate, not a fixed 10 Gb/s", "[unit][verbs]") {
+    // ibv_port_attr: active_width 1 = 1x, 2 = 4x, 4 = 8x, 8 = 12x, 16 = 2x; active_speed
+    // 1 SDR, 2 DDR, 4 QDR, 8 FDR10, 16 FDR, 32 EDR, 64 HDR, 128 NDR. Codes as the SA and
+    // ibv_rate encode them.
+    CHECK(policy::ib_rate_code(1, 1) == 2);     // 1x SDR: 2.5 Gb/s
+    CHECK(policy::ib_rate_code(2, 4) == 7);     // 4x QDR: 40 Gb/s
+    CHECK(policy::ib_rate_code(2, 16) == 12);   // 4x FDR: 56 Gb/s
+    CHECK(policy::ib_rate_code(2, 32) == 16);   // 4x EDR: 100 Gb/s (ConnectX-5)
+    CHECK(policy::ib_rate_code(2, 64) == 17);   // 4x HDR: 200 Gb/s (ConnectX-6)
+    CHECK(policy::ib_rate_code(2, 128) == 21);  // 4x NDR: 400 Gb/s (ConnectX-7)
+    CHECK(policy::ib_rate_code(16, 64) == 16);  // 2x HDR: 100 Gb/s
+    CHECK(policy::ib_rate_code(8, 4) == 10);    // 12x QDR: 120 Gb/s
+    CHECK(policy::ib_rate_code(3, 4) == 0);     // unknown width
+    CHECK(policy::ib_rate_code(2, 3) == 0);     // unknown speed
+}

@@ -334,4 +334,46 @@ Gid ib_mgid_v4(const std::uint8_t* group4, std::uint16_t pkey) noexcept {
     return g;
 }
 
+std::uint8_t ib_rate_code(std::uint8_t active_width, std::uint32_t active_speed) noexcept {
+    unsigned lanes = 0;
+    switch (active_width) {
+        case 1: lanes = 1; break;
+        case 2: lanes = 4; break;
+        case 4: lanes = 8; break;
+        case 8: lanes = 12; break;
+        case 16: lanes = 2; break;
+        default: return 0;
+    }
+    unsigned lane_mbps = 0;  // the rates ibv_rate names (FDR10 counts as 10 Gb/s)
+    switch (active_speed) {
+        case 1: lane_mbps = 2500; break;      // SDR
+        case 2: lane_mbps = 5000; break;      // DDR
+        case 4: lane_mbps = 10000; break;     // QDR
+        case 8: lane_mbps = 10000; break;     // FDR10
+        case 16: lane_mbps = 14000; break;    // FDR
+        case 32: lane_mbps = 25000; break;    // EDR
+        case 64: lane_mbps = 50000; break;    // HDR
+        case 128: lane_mbps = 100000; break;  // NDR
+        case 256: lane_mbps = 200000; break;  // XDR
+        default: return 0;
+    }
+    const unsigned mbps = lanes * lane_mbps;
+    struct Code {
+        unsigned mbps;
+        std::uint8_t code;
+    };
+    static constexpr Code kCodes[] = {
+        {2500, 2},    {5000, 5},    {10000, 3},   {14000, 11},  {20000, 6},   {25000, 15},
+        {28000, 19},  {30000, 4},   {40000, 7},   {50000, 20},  {56000, 12},  {60000, 8},
+        {80000, 9},   {100000, 16}, {112000, 13}, {120000, 10}, {168000, 14}, {200000, 17},
+        {300000, 18}, {400000, 21}, {600000, 22}, {800000, 23}, {1200000, 24}};
+    std::uint8_t best = 0;
+    for (const Code& c : kCodes) {
+        if (c.mbps <= mbps) {
+            best = c.code;
+        }
+    }
+    return best;
+}
+
 }  // namespace prizma::verbs::policy

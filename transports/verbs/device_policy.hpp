@@ -180,4 +180,10 @@ constexpr std::uint16_t kMgidSignature = 0x5047;
 /// IPv4 group (4 bytes) -> its InfiniBand MGID under prizma's signature.
 Gid ib_mgid_v4(const std::uint8_t* group4, std::uint16_t pkey) noexcept;
 
+/// The SA rate code (IBA 15.2.5.6 / ibv_rate) of a port's link: its active width (1x, 2x, 4x,
+/// 8x, 12x as ibv_port_attr encodes it) times its lane speed (SDR ... NDR); the largest code
+/// not above it, 0 when the width or speed is unknown. A group prizma creates runs at its
+/// creator's link rate, not a fixed one.
+std::uint8_t ib_rate_code(std::uint8_t active_width, std::uint32_t active_speed) noexcept;
+
 }  // namespace prizma::verbs::policy

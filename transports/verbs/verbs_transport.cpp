@@ -1202,8 +1202,11 @@ Result<void, Error> VerbsTransport::Impl::join_sa(CreateState& st) {
     want.join_state = sa::JoinState::full_member;
     want.mtu = static_cast<std::uint8_t>((2U << 6U)
                                          | static_cast<unsigned>(st.pa.active_mtu));  // "exactly"
-    want.rate = static_cast<std::uint8_t>((2U << 6U) | 3U);                           // 10 Gb/s
-    want.scope = 2;                                                                   // link-local
+    // "exactly" the creator's link rate (a fixed 10 Gb/s capped faster fabrics); on a
+    // mixed-rate fabric, create the group in the SM first (docs/RDMA-HARDWARE.md).
+    const std::uint8_t rate = policy::ib_rate_code(st.pa.active_width, st.pa.active_speed);
+    want.rate = static_cast<std::uint8_t>((2U << 6U) | (rate != 0 ? rate : 3U));
+    want.scope = 2;  // link-local
     const std::string key = info.device + "-" + std::to_string(info.port) + "-" + hex_text(mgid);
     auto member =
         PortMembership::enter(PortMembership::default_dir(), key, [&](bool) -> Result<void, Error> {

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Benchmarks of the market-data gateway (examples/marketdata), side by side in one run:
+#  1. 60-bar queries (/getStockData, one hour of 1m bars) with wrk -t1 -c100 against nginx
+#     serving a static file of the same bytes (as many workers as the gateway has loops,
+#     access_log off, keep-alive): req/s and p99, RUNS rounds alternating, medians;
+#  2. feed -> gateway -> WebSocket client latency of bar updates (p50/p99) at the open's burst;
+#  3. ticks/s the gateway absorbs while wrk keeps querying it at full rate.
+# Multicast stays on loopback (iface=127.0.0.1). Prints a summary to paste into
+# docs/MARKETDATA.md.
+#   bench/marketdata.sh [BIN_DIR] (default build/release/examples/marketdata); RUNS=3 SECS=10
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${1:-$here/../build/release/examples/marketdata}
+runs=${RUNS:-3}
+secs=${SECS:-10}
+loops=${LOOPS:-2}
+uri="udp://239.192.122.20:24740?iface=127.0.0.1"
+py=/usr/bin/python3
+free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+gw_port=$(free_port)
+ng_port=$(free_port)
+work=$(mktemp -d)
+chmod 755 "$work"  # nginx workers (user nobody when started as root) read www/
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+health() { curl -s "http://127.0.0.1:$gw_port/healthz"; }
+ticks_now() { health | sed -n 's/.*"ticks":\([0-9]*\).*/\1/p'; }
+
+"$bin/md-gateway" "$uri" --http "127.0.0.1:$gw_port" --threads "$loops" >"$work/gw.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do health >/dev/null && break; sleep 0.1; done
+echo "== one trading day, 5000 symbols, 1,000,000 continuous ticks"
+"$bin/md-feed" "$uri" --symbols 5000 --day-ticks 1000000 --rate 200000 | tail -1
+
+q="/getStockData?code=300525.SZ&period=1m&start=202308180930&end=202308181030"
+curl -s "http://127.0.0.1:$gw_port$q" >"$work/bars.json"
+bytes=$(stat -c %s "$work/bars.json")
+$py -c "import json,sys; assert len(json.load(open('$work/bars.json'))) == 60" \
+    || { echo "bench: the query does not answer 60 bars"; exit 1; }
+mkdir -p "$work/www" "$work/nginx"
+chmod 755 "$work/www"
+cp "$work/bars.json" "$work/www/bars.json"
+cat >"$work/nginx/nginx.conf" <<NGX
+worker_processes $loops;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 60;
+    default_type application/json;
+    client_body_temp_path $work/nginx;
+    proxy_temp_path $work/nginx;
+    fastcgi_temp_path $work/nginx;
+    uwsgi_temp_path $work/nginx;
+    scgi_temp_path $work/nginx;
+    server { listen 127.0.0.1:$ng_port; root $work/www; }
+}
+NGX
+nginx -c "$work/nginx/nginx.conf" -g 'daemon off;' &
+pids+=($!)
+sleep 0.5
+curl -sf "http://127.0.0.1:$ng_port/bars.json" | cmp - "$work/bars.json"
+
+# wrk's summary: "req/s p99_ms".
+run_wrk() {
+    wrk -t1 -c100 -d"${secs}s" --latency "$1" | awk '
+        /Requests\/sec/ { rps = $2 }
+        /^ +99%/ { v = $2; if (v ~ /us$/) { sub(/us$/, "", v); v /= 1000 }
+                   else if (v ~ /ms$/) { sub(/ms$/, "", v) }
+                   else if (v ~ /s$/) { sub(/s$/, "", v); v *= 1000 }
+                   p99 = v }
+        END { printf "%.0f %.3f\n", rps, p99 }'
+}
+echo "== wrk -t1 -c100 -d${secs}s, $runs rounds: md-gateway ($loops loops) vs nginx ($loops workers), $bytes-byte answers"
+: >"$work/gw.txt"
+: >"$work/ng.txt"
+for r in $(seq "$runs"); do
+    g=$(run_wrk "http://127.0.0.1:$gw_port$q")
+    n=$(run_wrk "http://127.0.0.1:$ng_port/bars.json")
+    echo "round $r: md-gateway $g   nginx $n   (req/s p99_ms)"
+    echo "$g" >>"$work/gw.txt"
+    echo "$n" >>"$work/ng.txt"
+done
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+g_rps=$(cut -d' ' -f1 "$work/gw.txt" | median)
+g_p99=$(cut -d' ' -f2 "$work/gw.txt" | median)
+n_rps=$(cut -d' ' -f1 "$work/ng.txt" | median)
+n_p99=$(cut -d' ' -f2 "$work/ng.txt" | median)
+
+echo "== feed -> gateway -> WebSocket latency of bar updates, second day's open burst"
+$py - "$gw_port" >"$work/ws.txt" <<'PY' &
+import json, sys, time, websocket
+port = int(sys.argv[1])
+codes = ["600000.SH", "300525.SZ", "000001.SZ", "600001.SH", "000003.SZ"]
+socks = [websocket.create_connection("ws://127.0.0.1:%d/ws?code=%s&period=1m" % (port, c))
+         for c in codes]
+for s in socks:
+    s.recv()  # the snapshot
+import selectors
+sel = selectors.DefaultSelector()
+for s in socks:
+    sel.register(s.sock, selectors.EVENT_READ, s)
+lat = []
+end = time.time() + 8
+while time.time() < end:
+    for key, _ in sel.select(0.5):
+        m = json.loads(key.data.recv())
+        if "sent_ns" in m:
+            lat.append((time.time_ns() - m["sent_ns"]) / 1e3)
+lat.sort()
+if lat:
+    print("%d %.0f %.0f" % (len(lat), lat[len(lat) // 2], lat[int(len(lat) * 0.99)]))
+else:
+    print("0 0 0")
+PY
+ws_pid=$!
+pids+=($ws_pid)
+sleep 1
+# The open's burst rate: the generator puts 7x the average into the first minutes; 100k
+# ticks/s on the wire.
+"$bin/md-feed" "$uri" --symbols 5000 --day-ticks 300000 --rate 100000 --seed 2 \
+    --date 20230821 --duration 5 >/dev/null || true
+wait "$ws_pid" || true
+read -r ws_n ws_p50 ws_p99 <"$work/ws.txt"
+
+echo "== ticks/s absorbed while wrk queries at full rate"
+wrk -t1 -c100 -d20s "http://127.0.0.1:$gw_port$q" >"$work/wrk_bg.txt" &
+wrk_pid=$!
+pids+=($wrk_pid)
+sleep 1
+t0_ticks=$(ticks_now)
+t0=$(date +%s.%N)
+feed_out=$("$bin/md-feed" "$uri" --symbols 5000 --day-ticks 1000000 --rate 0 --seed 3 \
+    --date 20230822 --window 1048576 | tail -1)
+sent=$(echo "$feed_out" | sed -n 's/^published \([0-9]*\) ticks.*/\1/p')
+want=$((t0_ticks + sent))
+for _ in $(seq 300); do
+    [ "$(ticks_now)" -ge "$want" ] && break
+    sleep 0.05
+done
+t1=$(date +%s.%N)
+got=$(( $(ticks_now) - t0_ticks ))
+wait "$wrk_pid" || true
+loss=$(curl -s "http://127.0.0.1:$gw_port/metrics" | sed -n 's/^md_feed_loss_events_total //p')
+abs_rate=$($py -c "print('%.0f' % ($got / ($t1 - $t0)))")
+bg_rps=$(awk '/Requests\/sec/ { print $2 }' "$work/wrk_bg.txt")
+
+ratio=$($py -c "print('%.2f' % ($g_rps / $n_rps))")
+per_core=$($py -c "print('%.0f' % ($g_rps / $loops))")
+echo
+echo "== summary (medians of $runs rounds)"
+echo "60-bar query ($bytes bytes): md-gateway $g_rps req/s p99 $g_p99 ms; nginx static $n_rps req/s p99 $n_p99 ms; ratio $ratio x"
+echo "per busy loop: $per_core req/s (reference: ~11000 req/s per core)"
+echo "feed->gateway->WebSocket: $ws_n updates, p50 $ws_p50 us, p99 $ws_p99 us"
+echo "absorbed $got of $sent ticks in $($py -c "print('%.2f' % ($t1 - $t0))") s = $abs_rate ticks/s while serving $bg_rps req/s (loss events so far: $loss)"

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// The prizma Context inside an Asio loop: the Context's wakeup_fd watched by a
+// posix::stream_descriptor, its next_deadline by a steady_timer; every wake-up polls the
+// Context, folds the ticks into bars, pushes the touched bars and (every 200 ms) writes the
+// changed bars to LMDB.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include <prizma/prizma.hpp>
+
+#include "gateway.hpp"
+#include "md/redis_store.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+namespace md::gw {
+
+class FeedPump {
+public:
+    /// Subscribes to cfg.uri and loads the store; nullptr and `error` on failure.
+    static std::unique_ptr<FeedPump> create(boost::asio::io_context& ioc,
+                                            Shared& shared,
+                                            std::string& error);
+    FeedPump(const FeedPump&) = delete;
+    FeedPump& operator=(const FeedPump&) = delete;
+    FeedPump(FeedPump&&) = delete;
+    FeedPump& operator=(FeedPump&&) = delete;
+    ~FeedPump();
+    /// Starts watching (call on the loop's thread).
+    void start();
+    /// Writes what is not stored yet and stops watching.
+    void stop();
+
+private:
+    FeedPump(boost::asio::io_context& ioc, Shared& shared, prizma::Context ctx);
+    void run_once();
+    void arm();
+    void schedule_flush();
+    void on_message(const prizma::Message& m);
+    void on_ticks(const MsgHeader& h);
+    void on_tick(const Tick& t);
+    void note_bar(Code c, Period p, const Bar& b);
+    void flush_store();
+    bool open_stores(std::string& error);
+    void flush_push();
+    void check_lost_tail();
+
+    struct DirtyKey {
+        std::uint64_t code_period;
+        std::uint64_t time;
+        bool operator==(const DirtyKey&) const = default;
+    };
+    struct DirtyHash {
+        std::size_t operator()(const DirtyKey& k) const noexcept {
+            return std::hash<std::uint64_t>{}(k.code_period * 0x9e3779b97f4a7c15ULL ^ k.time);
+        }
+    };
+
+    boost::asio::io_context& ioc_;
+    Shared& s_;
+    prizma::Context ctx_;
+    std::optional<prizma::Subscriber> sub_;
+    std::unique_ptr<LmdbStore> store_;
+    std::unique_ptr<RedisStore> redis_;
+    boost::asio::posix::stream_descriptor fd_;
+    boost::asio::steady_timer deadline_;
+    boost::asio::steady_timer flush_timer_;
+    std::uint64_t generation_ = 0;
+    bool stopped_ = false;
+    std::map<std::uint64_t, FeedPosition> feeds_;
+    std::uint64_t current_feed_ = 0;
+    bool loss_pending_ = false;
+    std::chrono::steady_clock::time_point loss_at_{};
+    std::vector<Tick> ticks_;
+    std::vector<Instrument> instruments_;
+    std::unordered_map<DirtyKey, Bar, DirtyHash> dirty_;
+    StoreBatch batch_;
+    struct PushItem {
+        Bar bar;
+        std::int64_t sent_ns = 0;
+    };
+    std::unordered_map<std::uint64_t, PushItem> to_push_;
+    std::int64_t msg_sent_ns_ = 0;
+    BarStore::BarSink sink_;
+};
+
+}  // namespace md::gw

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gateway.hpp"
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+#include "md/query.hpp"
+
+namespace md::gw {
+
+std::size_t latency_bucket(double seconds) noexcept {
+    const auto* const it = std::lower_bound(kLatencyBounds.begin(), kLatencyBounds.end(), seconds);
+    return static_cast<std::size_t>(it - kLatencyBounds.begin());
+}
+
+void PushHub::add(std::uint64_t k, const std::shared_ptr<PushClient>& c) {
+    const std::lock_guard lock(mu_);
+    subs_[k].push_back(c);
+    count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void PushHub::remove(std::uint64_t k, const PushClient* c) {
+    const std::lock_guard lock(mu_);
+    const auto it = subs_.find(k);
+    if (it == subs_.end()) {
+        return;
+    }
+    auto& v = it->second;
+    const auto n = std::erase_if(v, [c](const std::weak_ptr<PushClient>& w) {
+        const auto sp = w.lock();
+        return !sp || sp.get() == c;
+    });
+    count_.fetch_sub(n, std::memory_order_relaxed);
+    if (v.empty()) {
+        subs_.erase(it);
+    }
+}
+
+std::size_t PushHub::publish(Code c, Period p, const Bar& b, std::int64_t sent_ns) {
+    std::vector<std::shared_ptr<PushClient>> targets;
+    {
+        const std::lock_guard lock(mu_);
+        const auto it = subs_.find(key(c, p));
+        if (it == subs_.end()) {
+            return 0;
+        }
+        for (const auto& w : it->second) {
+            if (auto sp = w.lock()) {
+                targets.push_back(std::move(sp));
+            }
+        }
+    }
+    if (targets.empty()) {
+        return 0;
+    }
+    auto msg = std::make_shared<std::string>();
+    msg->reserve(200);
+    *msg += R"({"period":")";
+    *msg += period_name(p);
+    *msg += R"(","bar":)";
+    append_bar(*msg, c, b);
+    *msg += R"(,"sent_ns":)";
+    *msg += std::to_string(sent_ns);
+    *msg += '}';
+    const std::shared_ptr<const std::string> shared = std::move(msg);
+    for (const auto& t : targets) {
+        t->push(shared);
+    }
+    return targets.size();
+}
+
+namespace {
+
+void counter(std::string& out, const char* name, const char* help, std::uint64_t v) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, v);
+}
+
+void gauge(std::string& out, const char* name, const char* help, double v) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, v);
+}
+
+template <typename Buckets>
+void histogram(
+    std::string& out, const char* name, const char* help, const Buckets& b, double sum_s) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
+    std::uint64_t cum = 0;
+    for (std::size_t i = 0; i < b.size(); ++i) {
+        cum += b[i];
+        if (i < kLatencyBounds.size()) {
+            out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, kLatencyBounds.at(i), cum);
+        } else {
+            out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cum);
+        }
+    }
+    out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum_s, name, cum);
+}
+
+}  // namespace
+
+std::string metrics_text(const Shared& s) {
+    std::string out;
+    out.reserve(4096);
+    std::array<std::uint64_t, 6> by_class{};
+    std::array<std::uint64_t, kLatencyBounds.size() + 1> lat{};
+    std::uint64_t sum_ns = 0;
+    std::uint64_t not_modified = 0;
+    for (const auto& l : s.loops) {
+        for (std::size_t i = 0; i < by_class.size(); ++i) {
+            by_class.at(i) += l->by_class.at(i).load(std::memory_order_relaxed);
+        }
+        for (std::size_t i = 0; i < lat.size(); ++i) {
+            lat.at(i) += l->latency.at(i).load(std::memory_order_relaxed);
+        }
+        sum_ns += l->latency_sum_ns.load(std::memory_order_relaxed);
+        not_modified += l->not_modified.load(std::memory_order_relaxed);
+    }
+    out +=
+        "# HELP md_http_requests_total HTTP requests answered, by status class.\n"
+        "# TYPE md_http_requests_total counter\n";
+    for (std::size_t i = 1; i < by_class.size(); ++i) {
+        out += fmt::format("md_http_requests_total{{code=\"{}xx\"}} {}\n", i, by_class.at(i));
+    }
+    counter(out, "md_http_not_modified_total", "Answers 304 to If-None-Match.", not_modified);
+    histogram(out, "md_http_request_duration_seconds",
+              "Time from a request read to its answer written.", lat,
+              static_cast<double>(sum_ns) * 1e-9);
+    const FeedMetrics& f = s.feed;
+    std::array<std::uint64_t, kLatencyBounds.size() + 1> lag{};
+    for (std::size_t i = 0; i < lag.size(); ++i) {
+        lag.at(i) = f.lag.at(i).load(std::memory_order_relaxed);
+    }
+    histogram(out, "md_feed_lag_seconds", "Feed message receive time minus send time.", lag, 0);
+    gauge(out, "md_feed_last_lag_seconds", "Lag of the last feed message.",
+          static_cast<double>(f.lag_ns.load()) * 1e-9);
+    counter(out, "md_feed_messages_total", "Feed messages received.", f.messages);
+    counter(out, "md_feed_ticks_total", "Ticks folded into bars.", f.ticks);
+    counter(out, "md_feed_duplicate_ticks_total", "Ticks seen before (dropped).",
+            f.duplicate_ticks);
+    counter(out, "md_feed_malformed_total", "Feed messages that are not ticks.", f.malformed);
+    counter(out, "md_feed_loss_events_total", "prizma unrecoverable-loss events.", f.loss_events);
+    counter(out, "md_feed_lost_sqns_total", "Sequence numbers prizma reported lost.", f.lost_sqns);
+    counter(out, "md_feed_gaps_total", "Tick gaps marked on bars (gap flag).", f.gaps);
+    gauge(out, "md_feed_last_channel_seq", "Last channel sequence number applied.",
+          static_cast<double>(f.last_channel_seq.load()));
+    counter(out, "md_store_commits_total", "LMDB transactions written.", f.store_commits);
+    counter(out, "md_store_errors_total", "LMDB transactions that failed.", f.store_errors);
+    counter(out, "md_redis_writes_total", "Batches written to Redis.", f.redis_writes);
+    counter(out, "md_redis_errors_total", "Batches Redis refused or lost.", f.redis_errors);
+    counter(out, "md_redis_redirections_total", "Redis Cluster MOVED/ASK replies followed.",
+            f.redis_redirections);
+    counter(out, "md_push_sent_total", "Bar updates handed to push clients.", f.push_sent);
+    counter(out, "md_push_conflated_total", "Bar updates replaced by a newer one unsent.",
+            f.push_conflated);
+    gauge(out, "md_ws_clients", "WebSocket clients.", static_cast<double>(f.ws_clients.load()));
+    gauge(out, "md_sse_clients", "SSE clients.", static_cast<double>(f.sse_clients.load()));
+    gauge(out, "md_http_connections", "Open connections.",
+          static_cast<double>(f.connections.load()));
+    counter(out, "md_http_connections_refused_total", "Connections over --max-connections.",
+            f.connections_refused);
+    return out;
+}
+
+std::string health_text(const Shared& s) {
+    const FeedMetrics& f = s.feed;
+    return fmt::format(
+        R"({{"status":"ok","ticks":{},"last_channel_seq":{},"codes":{},"gaps":{},)"
+        R"("loss_events":{},"bars_loaded":{},"uptime_s":{:.1f}}})",
+        f.ticks.load(), f.last_channel_seq.load(), s.bars.codes().size(), f.gaps.load(),
+        f.loss_events.load(), f.bars_loaded.load(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count());
+}
+
+}  // namespace md::gw

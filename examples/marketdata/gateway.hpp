@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+// md-gateway's parts: the shared state (bars, metrics, push subscriptions), the feed pump (the
+// prizma Context on the first event loop) and the HTTP server (one io_context per loop).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "md/bars.hpp"
+#include "md/lmdb_store.hpp"
+
+namespace md::gw {
+
+struct Config {
+    std::string uri;
+    std::string http = "127.0.0.1:8080";
+    std::string store_dir;
+    std::string redis;
+    std::string web_dir;
+    unsigned threads = 0;
+    std::size_t max_bars = 5000;
+    double idle_timeout_s = 60;
+    std::size_t max_connections = 20'000;
+    std::size_t store_mib = 4096;
+};
+
+/// Latency histogram bounds in seconds (Prometheus `le`), +Inf implied.
+inline constexpr std::array<double, 10> kLatencyBounds{0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                       0.005,  0.01,    0.025,  0.1,   1.0};
+
+/// Request counters of one HTTP loop (written by that loop only).
+struct alignas(64) LoopMetrics {
+    std::array<std::atomic<std::uint64_t>, 6> by_class{};  // 1xx..5xx by first digit
+    std::array<std::atomic<std::uint64_t>, kLatencyBounds.size() + 1> latency{};
+    std::atomic<std::uint64_t> latency_sum_ns{0};
+    std::atomic<std::uint64_t> not_modified{0};
+};
+
+/// Feed counters (written by the feed thread).
+struct FeedMetrics {
+    std::atomic<std::uint64_t> messages{0};
+    std::atomic<std::uint64_t> malformed{0};
+    std::atomic<std::uint64_t> ticks{0};
+    std::atomic<std::uint64_t> duplicate_ticks{0};
+    std::atomic<std::uint64_t> out_of_session{0};
+    std::atomic<std::uint64_t> loss_events{0};
+    std::atomic<std::uint64_t> lost_sqns{0};
+    std::atomic<std::uint64_t> gaps{0};
+    std::atomic<std::uint64_t> last_channel_seq{0};
+    std::atomic<std::int64_t> lag_ns{0};  // last message: receive time - send time
+    std::array<std::atomic<std::uint64_t>, kLatencyBounds.size() + 1> lag{};
+    std::atomic<std::uint64_t> store_commits{0};
+    std::atomic<std::uint64_t> store_errors{0};
+    std::atomic<std::uint64_t> redis_writes{0};
+    std::atomic<std::uint64_t> redis_errors{0};
+    std::atomic<std::uint64_t> redis_redirections{0};
+    std::atomic<long long> bars_loaded{0};
+    std::atomic<std::uint64_t> push_sent{0};
+    std::atomic<std::uint64_t> push_conflated{0};
+    std::atomic<std::uint64_t> ws_clients{0};
+    std::atomic<std::uint64_t> sse_clients{0};
+    std::atomic<std::uint64_t> connections{0};
+    std::atomic<std::uint64_t> connections_refused{0};
+};
+
+/// Index of the histogram bucket of `seconds`.
+std::size_t latency_bucket(double seconds) noexcept;
+
+/// A live-push client (WebSocket or SSE). push() is called from the feed thread and must not
+/// block: it keeps the latest message only (conflation) and lets the client's loop write it.
+class PushClient {
+public:
+    PushClient() = default;
+    PushClient(const PushClient&) = delete;
+    PushClient& operator=(const PushClient&) = delete;
+    PushClient(PushClient&&) = delete;
+    PushClient& operator=(PushClient&&) = delete;
+    virtual ~PushClient() = default;
+    virtual void push(std::shared_ptr<const std::string> msg) = 0;
+};
+
+/// Subscriptions per (code, period).
+class PushHub {
+public:
+    static std::uint64_t key(Code c, Period p) noexcept {
+        return (std::uint64_t{c} << 3U) | static_cast<std::uint64_t>(p);
+    }
+    void add(std::uint64_t k, const std::shared_ptr<PushClient>& c);
+    void remove(std::uint64_t k, const PushClient* c);
+    [[nodiscard]] bool any() const noexcept { return count_.load(std::memory_order_relaxed) > 0; }
+    /// Sends the bar's JSON to every subscriber of (code, period); returns how many.
+    /// `sent_ns`: the feed's send time of the last tick in it (CLOCK_REALTIME), passed on as
+    /// "sent_ns" so that a client can measure the feed-to-client latency.
+    std::size_t publish(Code c, Period p, const Bar& b, std::int64_t sent_ns);
+
+private:
+    std::mutex mu_;
+    std::unordered_map<std::uint64_t, std::vector<std::weak_ptr<PushClient>>> subs_;
+    std::atomic<std::size_t> count_{0};
+};
+
+/// Everything the loops share.
+struct Shared {
+    Config cfg;
+    BarStore bars;
+    PushHub hub;
+    FeedMetrics feed;
+    std::vector<std::unique_ptr<LoopMetrics>> loops;
+    std::string web_js;  // lightweight-charts, read from --web DIR at start (empty: none)
+    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+};
+
+/// The Prometheus text of /metrics.
+std::string metrics_text(const Shared& s);
+/// The JSON of /healthz.
+std::string health_text(const Shared& s);
+
+}  // namespace md::gw

@@ -1,0 +1,607 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "http_server.hpp"
+
+#include <charconv>
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+
+#include "md/query.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+
+namespace md::gw {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+using Request = http::request<http::empty_body>;
+using Response = http::response<http::string_body>;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// The conflation slot of a push client: the feed thread stores the latest message, the
+/// client's loop takes it when no write is in flight.
+class Conflator {
+public:
+    /// Feed thread: true when the loop must be woken to write.
+    bool offer(std::shared_ptr<const std::string> msg, FeedMetrics& m) {
+        const std::lock_guard lock(mu_);
+        if (pending_) {
+            ++m.push_conflated;
+        }
+        pending_ = std::move(msg);
+        return !std::exchange(scheduled_, true);
+    }
+    /// Loop thread: the message to write next, if any.
+    std::shared_ptr<const std::string> take() {
+        const std::lock_guard lock(mu_);
+        scheduled_ = false;
+        return std::exchange(pending_, nullptr);
+    }
+
+private:
+    std::mutex mu_;
+    std::shared_ptr<const std::string> pending_;
+    bool scheduled_ = false;
+};
+
+std::string snapshot_message(const Shared& s, const PushQuery& q) {
+    std::vector<Bar> bars;
+    (void)s.bars.last(q.code, q.period, 1, bars);
+    std::string msg = R"({"period":")";
+    msg += period_name(q.period);
+    msg += R"(","bar":)";
+    if (bars.empty()) {
+        msg += "null";
+    } else {
+        append_bar(msg, q.code, bars.front());
+    }
+    msg += '}';
+    return msg;
+}
+
+class WsSession final : public PushClient, public std::enable_shared_from_this<WsSession> {
+public:
+    WsSession(tcp::socket&& sock, Shared& s, PushQuery q)
+        : ws_(std::move(sock)), s_(s), q_(q), key_(PushHub::key(q.code, q.period)) {}
+    ~WsSession() override {
+        s_.hub.remove(key_, this);
+        --s_.feed.ws_clients;
+    }
+    WsSession(const WsSession&) = delete;
+    WsSession& operator=(const WsSession&) = delete;
+    WsSession(WsSession&&) = delete;
+    WsSession& operator=(WsSession&&) = delete;
+
+    void start(const Request& req) {
+        ++s_.feed.ws_clients;
+        ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+        ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
+            if (!ec) {
+                self->s_.hub.add(self->key_, self);
+                self->push(
+                    std::make_shared<const std::string>(snapshot_message(self->s_, self->q_)));
+                self->read();
+            }
+        });
+    }
+    void push(std::shared_ptr<const std::string> msg) override {
+        if (slot_.offer(std::move(msg), s_.feed)) {
+            asio::post(ws_.get_executor(), [w = weak_from_this()] {
+                if (auto self = w.lock()) {
+                    self->write();
+                }
+            });
+        }
+    }
+
+private:
+    void read() {
+        ws_.async_read(rbuf_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+            if (ec) {
+                self->closed_ = true;
+                return;
+            }
+            self->rbuf_.clear();
+            self->read();
+        });
+    }
+    void write() {
+        if (writing_ || closed_) {
+            return;
+        }
+        cur_ = slot_.take();
+        if (!cur_) {
+            return;
+        }
+        writing_ = true;
+        ws_.text(true);
+        ws_.async_write(asio::buffer(*cur_),
+                        [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                            self->writing_ = false;
+                            if (ec) {
+                                self->closed_ = true;
+                                return;
+                            }
+                            self->write();
+                        });
+    }
+
+    websocket::stream<beast::tcp_stream> ws_;
+    Shared& s_;
+    PushQuery q_;
+    std::uint64_t key_;
+    Conflator slot_;
+    beast::flat_buffer rbuf_;
+    std::shared_ptr<const std::string> cur_;
+    bool writing_ = false;
+    bool closed_ = false;
+};
+
+class SseSession final : public PushClient, public std::enable_shared_from_this<SseSession> {
+public:
+    SseSession(beast::tcp_stream&& stream, Shared& s, PushQuery q)
+        : stream_(std::move(stream)), s_(s), q_(q), key_(PushHub::key(q.code, q.period)) {}
+    ~SseSession() override {
+        s_.hub.remove(key_, this);
+        --s_.feed.sse_clients;
+    }
+    SseSession(const SseSession&) = delete;
+    SseSession& operator=(const SseSession&) = delete;
+    SseSession(SseSession&&) = delete;
+    SseSession& operator=(SseSession&&) = delete;
+
+    void start() {
+        ++s_.feed.sse_clients;
+        stream_.expires_never();
+        head_ =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            "Connection: close\r\n\r\n";
+        head_ += "data: ";
+        head_ += snapshot_message(s_, q_);
+        head_ += "\n\n";
+        writing_ = true;
+        asio::async_write(stream_, asio::buffer(head_),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                              self->writing_ = false;
+                              if (ec) {
+                                  self->closed_ = true;
+                                  return;
+                              }
+                              self->s_.hub.add(self->key_, self);
+                              self->read();
+                              self->write();
+                          });
+    }
+    void push(std::shared_ptr<const std::string> msg) override {
+        if (slot_.offer(std::move(msg), s_.feed)) {
+            asio::post(stream_.get_executor(), [w = weak_from_this()] {
+                if (auto self = w.lock()) {
+                    self->write();
+                }
+            });
+        }
+    }
+
+private:
+    void read() {  // only to see the client go
+        stream_.async_read_some(asio::buffer(rbuf_),
+                                [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                                    if (ec) {
+                                        self->closed_ = true;
+                                        self->stream_.socket().close(ec);
+                                        return;
+                                    }
+                                    self->read();
+                                });
+    }
+    void write() {
+        if (writing_ || closed_) {
+            return;
+        }
+        const auto msg = slot_.take();
+        if (!msg) {
+            return;
+        }
+        out_ = "data: ";
+        out_ += *msg;
+        out_ += "\n\n";
+        writing_ = true;
+        asio::async_write(stream_, asio::buffer(out_),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                              self->writing_ = false;
+                              if (ec) {
+                                  self->closed_ = true;
+                                  return;
+                              }
+                              self->write();
+                          });
+    }
+
+    beast::tcp_stream stream_;
+    Shared& s_;
+    PushQuery q_;
+    std::uint64_t key_;
+    Conflator slot_;
+    std::array<char, 512> rbuf_{};
+    std::string head_;
+    std::string out_;
+    bool writing_ = false;
+    bool closed_ = false;
+};
+
+/// Everything a plain request can be answered with.
+class Router {
+public:
+    explicit Router(Shared& s) : s_(s) {}
+    /// Fills `res` (status, body, content type); returns false when the request is a push
+    /// subscription instead (`push` and `ws` then say which).
+    void route(const Request& req, const Target& t, Response& res, LoopMetrics& m) const;
+
+private:
+    void bars_v1(const Target& t, std::string_view target, Response& res) const;
+    void bars_v2(const Request& req, const Target& t, Response& res, LoopMetrics& m) const;
+    void web_js(Response& res) const;
+    Shared& s_;
+};
+
+void set_error(Response& res, http::status st, std::string_view message) {
+    res.result(st);
+    res.set(http::field::content_type, "application/json");
+    std::string body = R"({"error":)";
+    append_json_string(body, message);
+    body += "}\n";
+    res.body() = std::move(body);
+}
+
+/// A loop's cache of reference-API answers by target, each valid while its code's change
+/// counter stays the same (the answer was made after the counter was read, so a hit is never
+/// older than the code's bars). Bounded: emptied when it holds kMaxCached answers.
+struct CachedAnswer {
+    std::uint64_t version = 0;
+    std::string body;
+};
+constexpr std::size_t kMaxCached = 4096;
+
+void Router::bars_v1(const Target& t, std::string_view target, Response& res) const {
+    std::string error;
+    const auto q = parse_bar_query(t, error);
+    if (!q) {
+        set_error(res, http::status::bad_request, error);
+        return;
+    }
+    thread_local std::unordered_map<std::string, CachedAnswer> cache;
+    const std::uint64_t version = s_.bars.version(q->code);
+    if (const auto it = cache.find(std::string(target));
+        it != cache.end() && version != 0 && it->second.version == version) {
+        res.result(http::status::ok);
+        res.set(http::field::content_type, "application/json");
+        res.body() = it->second.body;
+        return;
+    }
+    thread_local std::vector<Bar> bars;
+    bars.clear();
+    std::size_t n = 0;
+    if (!s_.bars.range(q->code, q->period, q->start, q->end, s_.cfg.max_bars, bars, &n)) {
+        set_error(res, http::status::not_found, "unknown code " + code_text(q->code));
+        return;
+    }
+    if (n > s_.cfg.max_bars) {
+        set_error(res, http::status::bad_request,
+                  "range holds " + std::to_string(n) + " bars; at most "
+                      + std::to_string(s_.cfg.max_bars)
+                      + " per request: narrow start..end (or use /v2/bars?last=N)");
+        return;
+    }
+    res.result(http::status::ok);
+    res.set(http::field::content_type, "application/json");
+    std::string& body = res.body();
+    body.reserve(64 + bars.size() * 180);
+    append_bars(body, q->code, bars);
+    body += '\n';
+    if (version != 0) {
+        if (cache.size() >= kMaxCached) {
+            cache.clear();
+        }
+        cache[std::string(target)] = CachedAnswer{version, body};
+    }
+}
+
+void Router::bars_v2(const Request& req, const Target& t, Response& res, LoopMetrics& m) const {
+    std::string error;
+    const auto q = parse_v2_query(t, s_.cfg.max_bars, error);
+    if (!q) {
+        set_error(res, http::status::bad_request, error);
+        return;
+    }
+    // The ETag: the codes' change counters and the target (an unchanged code's answer to the
+    // same target is the same); any change of a code's bars changes it.
+    std::uint64_t h = std::hash<std::string_view>{}(req.target());
+    for (const Code c : q->codes) {
+        if (!s_.bars.known(c)) {
+            set_error(res, http::status::not_found, "unknown code " + code_text(c));
+            return;
+        }
+        h = (h ^ (s_.bars.version(c) + 0x9e3779b97f4a7c15ULL + (h << 6U) + (h >> 2U)))
+            * 0x100000001b3ULL;
+    }
+    const std::string etag = "\"" + std::to_string(h) + "\"";
+    res.set(http::field::etag, etag);
+    if (const auto inm = req.find(http::field::if_none_match);
+        inm != req.end() && inm->value() == etag) {
+        res.result(http::status::not_modified);
+        ++m.not_modified;
+        return;
+    }
+    std::string& body = res.body();
+    body += '{';
+    std::vector<Bar> bars;
+    for (std::size_t i = 0; i < q->codes.size(); ++i) {
+        bars.clear();
+        std::size_t n = 0;
+        if (q->last > 0) {
+            (void)s_.bars.last(q->codes[i], q->period, q->last, bars);
+        } else {
+            (void)s_.bars.range(q->codes[i], q->period, q->start, q->end, s_.cfg.max_bars, bars,
+                                &n);
+            if (n > s_.cfg.max_bars) {
+                res.body().clear();
+                set_error(res, http::status::bad_request,
+                          "range holds " + std::to_string(n) + " bars of " + code_text(q->codes[i])
+                              + "; at most " + std::to_string(s_.cfg.max_bars) + " per code");
+                return;
+            }
+        }
+        body += i > 0 ? ",\"" : "\"";
+        append_code(body, q->codes[i]);
+        body += "\":";
+        append_bars(body, q->codes[i], bars);
+    }
+    body += "}\n";
+    res.result(http::status::ok);
+    res.set(http::field::content_type, "application/json");
+}
+
+void Router::web_js(Response& res) const {
+    if (s_.web_js.empty()) {
+        set_error(res, http::status::not_found,
+                  "no chart library: start md-gateway with --web DIR "
+                  "(scripts/fetch-web-assets.sh fetches it)");
+        return;
+    }
+    res.result(http::status::ok);
+    res.set(http::field::content_type, "application/javascript");
+    res.set(http::field::cache_control, "max-age=86400");
+    res.body() = s_.web_js;
+}
+
+void Router::route(const Request& req, const Target& t, Response& res, LoopMetrics& m) const {
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+        set_error(res, http::status::method_not_allowed, "only GET");
+        return;
+    }
+    if (t.path == "/getStockData") {
+        bars_v1(t, req.target(), res);
+    } else if (t.path == "/v2/bars") {
+        bars_v2(req, t, res, m);
+    } else if (t.path == "/healthz") {
+        res.result(http::status::ok);
+        res.set(http::field::content_type, "application/json");
+        res.body() = health_text(s_) + "\n";
+    } else if (t.path == "/metrics") {
+        res.result(http::status::ok);
+        res.set(http::field::content_type, "text/plain; version=0.0.4");
+        res.body() = metrics_text(s_);
+    } else if (t.path == "/") {
+        res.result(http::status::ok);
+        res.set(http::field::content_type, "text/html; charset=utf-8");
+        res.body() = index_html();
+    } else if (t.path == "/lightweight-charts.js") {
+        web_js(res);
+    } else {
+        set_error(res, http::status::not_found,
+                  "no such path: /getStockData, /v2/bars, /ws, /sse, /healthz, /metrics, /");
+    }
+}
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+public:
+    HttpSession(tcp::socket&& sock, Shared& s, LoopMetrics& m)
+        : stream_(std::move(sock)), s_(s), m_(m), router_(s) {
+        ++s_.feed.connections;
+    }
+    ~HttpSession() { --s_.feed.connections; }
+    HttpSession(const HttpSession&) = delete;
+    HttpSession& operator=(const HttpSession&) = delete;
+    HttpSession(HttpSession&&) = delete;
+    HttpSession& operator=(HttpSession&&) = delete;
+
+    void read() {
+        parser_.emplace();
+        parser_->header_limit(8192);
+        parser_->body_limit(0);
+        stream_.expires_after(std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::duration<double>(s_.cfg.idle_timeout_s)));
+        http::async_read(
+            stream_, buf_, *parser_,
+            [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+    }
+
+private:
+    void on_read(beast::error_code ec) {
+        if (ec == http::error::end_of_stream || ec == beast::error::timeout
+            || ec == asio::error::connection_reset || ec == asio::error::eof) {
+            stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+            return;
+        }
+        t0_ = Clock::now();
+        res_ = {};
+        res_.version(11);
+        if (ec) {  // a malformed request: answered, then the connection closes
+            set_error(res_, http::status::bad_request, "malformed HTTP request: " + ec.message());
+            res_.keep_alive(false);
+            write();
+            return;
+        }
+        Request req = parser_->release();
+        std::string error;
+        const auto t = parse_target(req.target(), error);
+        if (t && (t->path == "/ws" || t->path == "/sse")) {
+            if (upgrade(req, *t)) {
+                return;
+            }
+        } else if (!t) {
+            set_error(res_, http::status::bad_request, error);
+        } else {
+            router_.route(req, *t, res_, m_);
+        }
+        res_.keep_alive(req.keep_alive());
+        res_.prepare_payload();
+        if (req.method() == http::verb::head) {
+            res_.body().clear();  // Content-Length stays the GET answer's
+        }
+        write();
+    }
+    /// /ws and /sse: true when the connection became a push session.
+    bool upgrade(Request& req, const Target& t) {
+        std::string error;
+        const auto q = parse_push_query(t, error);
+        if (!q) {
+            set_error(res_, http::status::bad_request, error);
+            return false;
+        }
+        if (!s_.bars.known(q->code)) {
+            set_error(res_, http::status::not_found, "unknown code " + code_text(q->code));
+            return false;
+        }
+        count(200);
+        if (t.path == "/ws") {
+            if (!websocket::is_upgrade(req)) {
+                set_error(res_, http::status::bad_request, "/ws needs a WebSocket upgrade");
+                return false;
+            }
+            std::make_shared<WsSession>(stream_.release_socket(), s_, *q)->start(req);
+            return true;
+        }
+        std::make_shared<SseSession>(std::move(stream_), s_, *q)->start();
+        return true;
+    }
+    void write() {
+        if (!res_.has_content_length()) {
+            res_.prepare_payload();
+        }
+        if (res_.result() == http::status::not_modified) {
+            res_.content_length(boost::none);
+        }
+        res_.set(http::field::server, "md-gateway");
+        http::async_write(
+            stream_, res_,
+            [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_write(ec); });
+    }
+    void count(unsigned status) {
+        ++m_.by_class.at(std::min<std::size_t>(status / 100, 5));
+        const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
+        ++m_.latency.at(latency_bucket(secs));
+        m_.latency_sum_ns += static_cast<std::uint64_t>(secs * 1e9);
+    }
+    void on_write(beast::error_code ec) {
+        count(res_.result_int());
+        if (ec || !res_.keep_alive()) {
+            stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+            return;
+        }
+        read();
+    }
+
+    beast::tcp_stream stream_;
+    beast::flat_buffer buf_;
+    std::optional<http::request_parser<http::empty_body>> parser_;
+    Response res_;
+    Shared& s_;
+    LoopMetrics& m_;
+    Router router_;
+    Clock::time_point t0_;
+};
+
+class Listener : public std::enable_shared_from_this<Listener> {
+public:
+    Listener(asio::io_context& ioc, Shared& s, LoopMetrics& m) : acc_(ioc), s_(s), m_(m) {}
+    std::string open(const tcp::endpoint& ep) {
+        beast::error_code ec;
+        acc_.open(ep.protocol(), ec);
+        if (ec) {
+            return ec.message();
+        }
+        acc_.set_option(asio::socket_base::reuse_address(true), ec);
+        using ReusePort = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+        acc_.set_option(ReusePort(true), ec);
+        acc_.bind(ep, ec);
+        if (!ec) {
+            acc_.listen(4096, ec);
+        }
+        if (ec) {
+            return ec.message();
+        }
+        return {};
+    }
+    void accept() {
+        acc_.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket sock) {
+            if (ec == asio::error::operation_aborted) {
+                return;
+            }
+            if (!ec) {
+                if (self->s_.feed.connections.load() >= self->s_.cfg.max_connections) {
+                    ++self->s_.feed.connections_refused;
+                    sock.close(ec);
+                } else {
+                    sock.set_option(tcp::no_delay(true), ec);
+                    std::make_shared<HttpSession>(std::move(sock), self->s_, self->m_)->read();
+                }
+            }
+            self->accept();
+        });
+    }
+
+private:
+    tcp::acceptor acc_;
+    Shared& s_;
+    LoopMetrics& m_;
+};
+
+}  // namespace
+
+std::string listen(asio::io_context& ioc,
+                   Shared& shared,
+                   LoopMetrics& metrics,
+                   const std::string& addr_port) {
+    const std::size_t colon = addr_port.rfind(':');
+    if (colon == std::string::npos) {
+        return "--http " + addr_port + ": ADDR:PORT";
+    }
+    beast::error_code ec;
+    const auto addr = asio::ip::make_address(addr_port.substr(0, colon), ec);
+    unsigned port = 0;
+    const std::string ps = addr_port.substr(colon + 1);
+    const auto [end, pec] = std::from_chars(ps.data(), ps.data() + ps.size(), port);
+    if (ec || pec != std::errc{} || end != ps.data() + ps.size() || port > 65535) {
+        return "--http " + addr_port + ": ADDR:PORT with an IP address and a port number";
+    }
+    auto l = std::make_shared<Listener>(ioc, shared, metrics);
+    if (std::string err = l->open({addr, static_cast<unsigned short>(port)}); !err.empty()) {
+        return "cannot listen on " + addr_port + ": " + err;
+    }
+    l->accept();
+    return {};
+}
+
+}  // namespace md::gw

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+// The gateway's HTTP side (Boost.Beast): one io_context per loop, each with its own
+// SO_REUSEPORT acceptor; sessions for plain requests, WebSocket and SSE push.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "gateway.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+namespace md::gw {
+
+/// Binds ADDR:PORT on `ioc` (SO_REUSEPORT, so every loop binds the same port) and accepts
+/// connections into sessions on that loop; `metrics` is the loop's. Returns the error text,
+/// empty on success.
+std::string listen(boost::asio::io_context& ioc,
+                   Shared& shared,
+                   LoopMetrics& metrics,
+                   const std::string& addr_port);
+
+/// The page at `/`.
+const std::string& index_html();
+
+}  // namespace md::gw

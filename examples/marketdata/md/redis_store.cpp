@@ -1,0 +1,463 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "redis_store.hpp"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "query.hpp"
+
+#include <hiredis/hiredis.h>
+
+namespace md {
+
+namespace {
+
+/// The number in `s`, 0 when it is not one.
+template <typename T>
+T number(const std::string& s) {
+    T v{};
+    (void)std::from_chars(s.data(), s.data() + s.size(), v);
+    return v;
+}
+
+std::string bars_key(Code c, Period p) {
+    std::string k = "{";
+    append_code(k, c);
+    k += "}_";
+    k += period_name(p);
+    return k;
+}
+
+std::string info_key(Code c) {
+    std::string k = "{";
+    append_code(k, c);
+    k += "}_info";
+    return k;
+}
+
+bool split_host_port(const std::string& hp, std::string& host, int& port) {
+    const std::size_t colon = hp.rfind(':');
+    if (colon == std::string::npos) {
+        return false;
+    }
+    host = hp.substr(0, colon);
+    const char* b = hp.data() + colon + 1;
+    const char* e = hp.data() + hp.size();
+    const auto [end, ec] = std::from_chars(b, e, port);
+    return ec == std::errc{} && end == e && port > 0 && port < 65536 && !host.empty();
+}
+
+/// A reply, freed with it.
+struct Reply {
+    redisReply* r = nullptr;
+    Reply() = default;
+    Reply(const Reply&) = delete;
+    Reply& operator=(const Reply&) = delete;
+    Reply(Reply&&) = delete;
+    Reply& operator=(Reply&&) = delete;
+    ~Reply() {
+        if (r != nullptr) {
+            freeReplyObject(r);
+        }
+    }
+};
+
+/// "MOVED 3999 127.0.0.1:6381" / "ASK ...": the kind, slot and node, or false.
+bool redirection(const redisReply* r, bool& ask, std::string& host, int& port) {
+    if (r == nullptr || r->type != REDIS_REPLY_ERROR) {
+        return false;
+    }
+    const std::string_view s(r->str, r->len);
+    ask = s.starts_with("ASK ");
+    if (!ask && !s.starts_with("MOVED ")) {
+        return false;
+    }
+    const std::size_t sp = s.rfind(' ');
+    return split_host_port(std::string(s.substr(sp + 1)), host, port);
+}
+
+void flatten(const redisReply* r, std::vector<std::string>& out) {
+    if (r->type == REDIS_REPLY_ARRAY) {
+        for (std::size_t i = 0; i < r->elements; ++i) {
+            flatten(r->element[i], out);
+        }
+    } else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+        out.emplace_back(r->str, r->len);
+    } else if (r->type == REDIS_REPLY_INTEGER) {
+        out.push_back(std::to_string(r->integer));
+    }
+}
+
+std::int64_t parse_cents(std::string_view v) {
+    const std::size_t dot = v.find('.');
+    std::int64_t whole = 0;
+    std::int64_t frac = 0;
+    const bool neg = !v.empty() && v[0] == '-';
+    const std::string_view w = v.substr(
+        neg ? 1 : 0, dot == std::string_view::npos ? std::string_view::npos : dot - (neg ? 1 : 0));
+    (void)std::from_chars(w.data(), w.data() + w.size(), whole);
+    if (dot != std::string_view::npos && v.size() >= dot + 3) {
+        (void)std::from_chars(v.data() + dot + 1, v.data() + dot + 3, frac);
+    }
+    const std::int64_t c = whole * 100 + frac;
+    return neg ? -c : c;
+}
+
+bool field(std::string_view json, std::string_view name, std::string_view& value) {
+    std::string key = "\"";
+    key += name;
+    key += "\":";
+    const std::size_t at = json.find(key);
+    if (at == std::string_view::npos) {
+        return false;
+    }
+    const std::size_t b = at + key.size();
+    const std::size_t e = json.find_first_of(",}", b);
+    if (e == std::string_view::npos) {
+        return false;
+    }
+    value = json.substr(b, e - b);
+    return true;
+}
+
+}  // namespace
+
+unsigned redis_slot(std::string_view key) noexcept {
+    const std::size_t open = key.find('{');
+    if (open != std::string_view::npos) {
+        const std::size_t close = key.find('}', open + 1);
+        if (close != std::string_view::npos && close > open + 1) {
+            key = key.substr(open + 1, close - open - 1);
+        }
+    }
+    unsigned crc = 0;
+    for (const char ch : key) {
+        crc ^= static_cast<unsigned>(static_cast<unsigned char>(ch)) << 8U;
+        for (int i = 0; i < 8; ++i) {
+            crc = (crc & 0x8000U) != 0 ? ((crc << 1U) ^ 0x1021U) & 0xffffU : (crc << 1U) & 0xffffU;
+        }
+    }
+    return crc % 16384U;
+}
+
+bool parse_bar_json(std::string_view json, Bar& out) {
+    std::string_view v;
+    Bar b;
+    if (!field(json, "time", v)) {
+        return false;
+    }
+    (void)std::from_chars(v.data(), v.data() + v.size(), b.time);
+    std::array<std::pair<const char*, std::int32_t*>, 4> prices{
+        {{"open", &b.open}, {"high", &b.high}, {"low", &b.low}, {"close", &b.close}}};
+    for (auto& [name, dst] : prices) {
+        if (!field(json, name, v)) {
+            return false;
+        }
+        *dst = static_cast<std::int32_t>(parse_cents(v));
+    }
+    if (!field(json, "volume", v)) {
+        return false;
+    }
+    (void)std::from_chars(v.data(), v.data() + v.size(), b.volume);
+    if (!field(json, "turnover", v)) {
+        return false;
+    }
+    b.turnover = parse_cents(v);
+    if (field(json, "gap", v) && v == "true") {
+        b.flags |= kBarGap;
+    }
+    b.ticks = 1;  // a bar with trades: later ticks fold into it
+    out = b;
+    return true;
+}
+
+std::unique_ptr<RedisStore> RedisStore::connect(const std::string& host_port,
+                                                bool lazy_slots,
+                                                std::string& error) {
+    std::string host;
+    int port = 0;
+    if (!split_host_port(host_port, host, port)) {
+        error = "--redis " + host_port + ": HOST:PORT";
+        return nullptr;
+    }
+    std::unique_ptr<RedisStore> s(new RedisStore());
+    if (s->node_for(host, port, error) < 0 || (!lazy_slots && !s->map_slots(error))) {
+        return nullptr;
+    }
+    return s;
+}
+
+RedisStore::~RedisStore() {
+    for (Node& n : nodes_) {
+        if (n.ctx != nullptr) {
+            redisFree(n.ctx);
+        }
+    }
+}
+
+int RedisStore::node_for(const std::string& host, int port, std::string& error) {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (nodes_[i].host == host && nodes_[i].port == port) {
+            return static_cast<int>(i);
+        }
+    }
+    const timeval tv{5, 0};
+    redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+    if (c == nullptr || c->err != 0) {
+        error = "redis " + host + ":" + std::to_string(port) + ": "
+                + (c != nullptr ? c->errstr : "cannot allocate");
+        if (c != nullptr) {
+            redisFree(c);
+        }
+        return -1;
+    }
+    (void)redisSetTimeout(c, tv);
+    nodes_.push_back({host, port, c});
+    return static_cast<int>(nodes_.size() - 1);
+}
+
+bool RedisStore::map_slots(std::string& error) {
+    Reply r;
+    r.r = static_cast<redisReply*>(redisCommand(nodes_[0].ctx, "CLUSTER SLOTS"));
+    if (r.r == nullptr) {
+        error = std::string("redis: ") + nodes_[0].ctx->errstr;
+        return false;
+    }
+    if (r.r->type != REDIS_REPLY_ARRAY) {  // "ERR This instance has cluster support disabled"
+        cluster_ = false;
+        return true;
+    }
+    cluster_ = true;
+    for (std::size_t i = 0; i < r.r->elements; ++i) {
+        const redisReply* range = r.r->element[i];
+        if (range->elements < 3 || range->element[2]->elements < 2) {
+            continue;
+        }
+        const redisReply* master = range->element[2];
+        const int node = node_for(std::string(master->element[0]->str, master->element[0]->len),
+                                  static_cast<int>(master->element[1]->integer), error);
+        if (node < 0) {
+            return false;
+        }
+        for (long long slot = range->element[0]->integer; slot <= range->element[1]->integer;
+             ++slot) {
+            slot_node_.at(static_cast<std::size_t>(slot)) = node;
+        }
+    }
+    return true;
+}
+
+bool RedisStore::run_one(const std::string& key,
+                         const Args& args,
+                         std::vector<std::string>* array,
+                         std::string& error) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const std::string& a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    int node = slot_node_.at(redis_slot(key));
+    bool ask = false;
+    for (int hop = 0; hop < 5; ++hop) {
+        redisContext* c = nodes_.at(static_cast<std::size_t>(node)).ctx;
+        if (ask) {
+            Reply a;
+            a.r = static_cast<redisReply*>(redisCommand(c, "ASKING"));
+        }
+        Reply r;
+        r.r = static_cast<redisReply*>(
+            redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+        if (r.r == nullptr) {
+            error = std::string("redis: ") + c->errstr;
+            return false;
+        }
+        std::string host;
+        int port = 0;
+        if (redirection(r.r, ask, host, port)) {
+            ++redirections_;
+            node = node_for(host, port, error);
+            if (node < 0) {
+                return false;
+            }
+            if (!ask) {
+                slot_node_.at(redis_slot(key)) = node;
+            }
+            continue;
+        }
+        if (r.r->type == REDIS_REPLY_ERROR) {
+            error = "redis " + args[0] + ": " + std::string(r.r->str, r.r->len);
+            return false;
+        }
+        if (array != nullptr) {
+            flatten(r.r, *array);
+        }
+        return true;
+    }
+    error = "redis: too many redirections for " + key;
+    return false;
+}
+
+bool RedisStore::run(const std::vector<std::pair<std::string, Args>>& cmds,
+                     std::vector<std::vector<std::string>>* arrays,
+                     std::string& error) {
+    // Pipelined: every command appended to its node's connection, then the replies read
+    // back in order; a redirected command is re-run alone (run_one follows MOVED / ASK).
+    std::vector<std::vector<std::size_t>> per_node(nodes_.size());
+    for (std::size_t i = 0; i < cmds.size(); ++i) {
+        const auto node = static_cast<std::size_t>(slot_node_.at(redis_slot(cmds[i].first)));
+        std::vector<const char*> argv;
+        std::vector<std::size_t> lens;
+        for (const std::string& a : cmds[i].second) {
+            argv.push_back(a.data());
+            lens.push_back(a.size());
+        }
+        (void)redisAppendCommandArgv(nodes_[node].ctx, static_cast<int>(argv.size()), argv.data(),
+                                     lens.data());
+        per_node[node].push_back(i);
+    }
+    if (arrays != nullptr) {
+        arrays->assign(cmds.size(), {});
+    }
+    std::vector<std::size_t> retry;
+    for (std::size_t n = 0; n < per_node.size(); ++n) {
+        for (const std::size_t i : per_node[n]) {
+            Reply r;
+            void* raw = nullptr;
+            if (redisGetReply(nodes_[n].ctx, &raw) != REDIS_OK) {
+                error = std::string("redis: ") + nodes_[n].ctx->errstr;
+                return false;
+            }
+            r.r = static_cast<redisReply*>(raw);
+            bool ask = false;
+            std::string host;
+            int port = 0;
+            if (redirection(r.r, ask, host, port)) {
+                retry.push_back(i);
+            } else if (r.r->type == REDIS_REPLY_ERROR) {
+                error = "redis " + cmds[i].second[0] + ": " + std::string(r.r->str, r.r->len);
+                return false;
+            } else if (arrays != nullptr) {
+                flatten(r.r, (*arrays)[i]);
+            }
+        }
+    }
+    for (const std::size_t i : retry) {
+        if (!run_one(cmds[i].first, cmds[i].second, arrays != nullptr ? &(*arrays)[i] : nullptr,
+                     error)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool RedisStore::write(const StoreBatch& batch, std::string& error) {
+    std::vector<std::pair<std::string, Args>> cmds;
+    for (const auto& item : batch.bars) {
+        const std::string key = bars_key(item.code, item.period);
+        const std::string score = std::to_string(item.bar.time);
+        std::string json;
+        append_bar(json, item.code, item.bar);
+        cmds.push_back({key, {"ZREMRANGEBYSCORE", key, score, score}});
+        cmds.push_back({key, {"ZADD", key, score, json}});
+    }
+    for (const Instrument& in : batch.instruments) {
+        const std::string key = info_key(in.code);
+        cmds.push_back({"md:codes", {"SADD", "md:codes", code_text(in.code)}});
+        cmds.push_back({key,
+                        {"HSET", key, "date", std::to_string(in.date), "prev_close",
+                         std::to_string(in.prev_close), "limit_up", std::to_string(in.limit_up),
+                         "limit_down", std::to_string(in.limit_down)}});
+    }
+    for (const auto& item : batch.bars) {
+        if (item.period == Period::d1) {  // every traded code has a day bar
+            cmds.push_back({"md:codes", {"SADD", "md:codes", code_text(item.code)}});
+        }
+    }
+    for (const GapInterval& g : batch.gaps) {
+        cmds.push_back(
+            {"md:gaps", {"SADD", "md:gaps", std::to_string(g.from) + "-" + std::to_string(g.to)}});
+    }
+    for (const auto& [id, pos] : batch.feed_seq) {
+        cmds.push_back({"md:feeds",
+                        {"HSET", "md:feeds", std::to_string(id),
+                         std::to_string(pos.last_seq) + " " + std::to_string(pos.last_instant)}});
+    }
+    return cmds.empty() || run(cmds, nullptr, error);
+}
+
+long long RedisStore::load(BarStore& store,
+                           std::map<std::uint64_t, FeedPosition>& feeds,
+                           std::string& error) {
+    std::vector<std::string> codes;
+    std::vector<std::string> gaps;
+    std::vector<std::string> feed_kv;
+    if (!run_one("md:codes", {"SMEMBERS", "md:codes"}, &codes, error)
+        || !run_one("md:gaps", {"SMEMBERS", "md:gaps"}, &gaps, error)
+        || !run_one("md:feeds", {"HGETALL", "md:feeds"}, &feed_kv, error)) {
+        return -1;
+    }
+    std::vector<std::pair<std::string, Args>> cmds;
+    std::vector<std::pair<Code, Period>> what;
+    for (const std::string& text : codes) {
+        const auto c = parse_code(text);
+        if (!c) {
+            continue;
+        }
+        for (const Period p : kPeriods) {
+            const std::string key = bars_key(*c, p);
+            cmds.push_back({key, {"ZRANGE", key, "0", "-1"}});
+            what.emplace_back(*c, p);
+        }
+        const std::string ik = info_key(*c);
+        cmds.push_back({ik, {"HMGET", ik, "date", "prev_close", "limit_up", "limit_down"}});
+        what.emplace_back(*c, Period::m1);
+    }
+    std::vector<std::vector<std::string>> replies;
+    if (!run(cmds, &replies, error)) {
+        return -1;
+    }
+    long long n = 0;
+    for (std::size_t i = 0; i < cmds.size(); ++i) {
+        const auto [code, period] = what[i];
+        if (cmds[i].second[0] == "HMGET") {
+            Instrument in{code};
+            if (replies[i].size() == 4) {
+                in.date = number<std::uint32_t>(replies[i][0]);
+                in.prev_close = number<std::int32_t>(replies[i][1]);
+                in.limit_up = number<std::int32_t>(replies[i][2]);
+                in.limit_down = number<std::int32_t>(replies[i][3]);
+            }
+            store.apply(in);
+            continue;
+        }
+        for (const std::string& json : replies[i]) {
+            Bar b;
+            if (parse_bar_json(json, b)) {
+                store.load(code, period, b);
+                ++n;
+            }
+        }
+    }
+    for (const std::string& g : gaps) {
+        const std::size_t dash = g.find('-');
+        if (dash != std::string::npos) {
+            store.add_gap({std::strtoull(g.c_str(), nullptr, 10),
+                           std::strtoull(g.c_str() + dash + 1, nullptr, 10)},
+                          nullptr);
+        }
+    }
+    for (std::size_t i = 0; i + 1 < feed_kv.size(); i += 2) {
+        FeedPosition pos;
+        char* end = nullptr;
+        pos.last_seq = std::strtoull(feed_kv[i + 1].c_str(), &end, 10);
+        pos.last_instant = std::strtoull(end, nullptr, 10);
+        FeedPosition& f = feeds[std::strtoull(feed_kv[i].c_str(), nullptr, 10)];
+        if (pos.last_seq > f.last_seq) {
+            f = pos;
+        }
+    }
+    return n;
+}
+
+}  // namespace md

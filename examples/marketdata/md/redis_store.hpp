@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// The optional Redis backend, in the reference's layout: a sorted set per `{code}_period`
+// (score = the bar's label YYYYMMDDHHMM, member = the bar's JSON), the braces a hash tag so
+// that a code's six periods share a Redis Cluster slot. Works with one redis-server or a
+// Redis Cluster (slots from CLUSTER SLOTS; MOVED and ASK redirections followed). Several
+// gateways write the same bars (idempotent: a bar replaces the member of its score) and a
+// gateway that starts late loads the whole history from it.
+// Other keys: `md:codes` (set of known codes), `{code}_info` (instrument), `md:gaps` (set of
+// "from-to"), `md:feeds` (hash: feed id -> "last_seq last_instant").
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bars.hpp"
+#include "lmdb_store.hpp"
+
+struct redisContext;
+
+namespace md {
+
+/// CRC16 (XMODEM) slot of a key, with Redis's hash-tag rule.
+unsigned redis_slot(std::string_view key) noexcept;
+
+class RedisStore {
+public:
+    /// Connects to HOST:PORT and, when it is a cluster node, to every master (with
+    /// `lazy_slots`, only to the nodes MOVED replies name, as they come); nullptr and `error`
+    /// on failure.
+    static std::unique_ptr<RedisStore> connect(const std::string& host_port,
+                                               bool lazy_slots,
+                                               std::string& error);
+    ~RedisStore();
+    RedisStore(const RedisStore&) = delete;
+    RedisStore& operator=(const RedisStore&) = delete;
+    RedisStore(RedisStore&&) = delete;
+    RedisStore& operator=(RedisStore&&) = delete;
+
+    /// Writes a batch (pipelined per node); false and `error` on failure.
+    bool write(const StoreBatch& batch, std::string& error);
+    /// Loads every code's bars, the instruments, gaps and feed positions; the number of bars,
+    /// or -1 and `error`.
+    long long load(BarStore& store,
+                   std::map<std::uint64_t, FeedPosition>& feeds,
+                   std::string& error);
+    [[nodiscard]] bool cluster() const noexcept { return cluster_; }
+    /// MOVED and ASK replies followed so far.
+    [[nodiscard]] std::uint64_t redirections() const noexcept { return redirections_; }
+
+private:
+    using Args = std::vector<std::string>;
+    struct Node {
+        std::string host;
+        int port = 0;
+        redisContext* ctx = nullptr;
+    };
+    RedisStore() = default;
+    int node_for(const std::string& host, int port, std::string& error);
+    bool map_slots(std::string& error);
+    /// Runs commands (each with the key that routes it), pipelined per node; replies as text
+    /// ("" for non-string replies, arrays flattened into `arrays`). False and `error` on a
+    /// connection error or an error reply other than a redirection.
+    bool run(const std::vector<std::pair<std::string, Args>>& cmds,
+             std::vector<std::vector<std::string>>* arrays,
+             std::string& error);
+    bool run_one(const std::string& key,
+                 const Args& args,
+                 std::vector<std::string>* array,
+                 std::string& error);
+
+    std::vector<Node> nodes_;
+    std::vector<int> slot_node_ = std::vector<int>(16384, 0);
+    bool cluster_ = false;
+    std::uint64_t redirections_ = 0;
+};
+
+/// Reads a bar object written by append_bar() back; false when `json` is not one.
+bool parse_bar_json(std::string_view json, Bar& out);
+
+}  // namespace md

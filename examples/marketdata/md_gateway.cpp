@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+// md-gateway URI --http ADDR:PORT [--store DIR] [--redis HOST:PORT] [--threads N] [--web DIR]
+// Subscribes to a md-feed channel, builds 1m..1d bars and serves them over HTTP (reference
+// API, v2, WebSocket/SSE push, a chart page, health and metrics). docs/MARKETDATA.md.
+#include <sys/resource.h>
+
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <thread>
+
+#include <fmt/core.h>
+
+#include "../tools/cli.hpp"
+#include "feed_pump.hpp"
+#include "http_server.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+
+namespace {
+
+namespace asio = boost::asio;
+using md::gw::Config;
+
+int parse_args(int argc, char** argv, Config& c) {
+    CLI::App app{"", "md-gateway"};
+    prizma::tools::init(
+        app,
+        "md-gateway URI --http ADDR:PORT [--store DIR] [--redis HOST:PORT] [--threads N]\n"
+        "                  [--web DIR] [--max-bars N] [--idle-timeout SECONDS]\n"
+        "                  [--max-connections N]",
+        "Builds 1m/5m/15m/30m/60m/1d bars from the md-feed ticks on URI and serves them:\n"
+        "  GET /getStockData?code=300525.SZ&period=1m&start=202308180930&end=202308181030\n"
+        "  GET /v2/bars?codes=A,B&period=5m&last=N (or start, end; ETag / If-None-Match)\n"
+        "  /ws?code=&period= (WebSocket), /sse?code=&period= (Server-Sent Events)\n"
+        "  / (chart page), /healthz, /metrics (Prometheus)",
+        "Bars are labelled by their end minute (202308180931 = 09:30..09:31); see\n"
+        "docs/MARKETDATA.md for the conventions.");
+    app.add_option("URI", c.uri, "The feed: udp://GROUP:PORT?iface=ADDR ... (docs/URI.md)")
+        ->required()
+        ->type_name("");
+    app.add_option("--http", c.http, "Listen address")->required()->type_name("ADDR:PORT");
+    app.add_option("--store", c.store_dir, "LMDB directory: bars survive a restart")
+        ->type_name("DIR");
+    app.add_option("--redis", c.redis,
+                   "Redis (standalone or a cluster node): bars shared by gateways")
+        ->type_name("HOST:PORT");
+    app.add_option("--threads", c.threads, "Event loops (default: one per core)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 256));
+    app.add_option("--web", c.web_dir, "Directory with lightweight-charts.standalone.production.js")
+        ->type_name("DIR");
+    app.add_option("--max-bars", c.max_bars, "Most bars one answer holds (default 5000)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 1'000'000));
+    app.add_option("--idle-timeout", c.idle_timeout_s,
+                   "Close a connection idle (or sending a request slower) than this (60)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_option("--max-connections", c.max_connections, "Open connections (default 20000)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 1'000'000));
+    return prizma::tools::parse(app, argc, argv);
+}
+
+/// Raises the open-files limit to its hard limit (idle connections are file descriptors).
+void raise_nofile() {
+    rlimit r{};
+    if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        (void)::setrlimit(RLIMIT_NOFILE, &r);
+    }
+}
+
+bool read_web(md::gw::Shared& s) {
+    if (s.cfg.web_dir.empty()) {
+        return true;
+    }
+    const std::string path = s.cfg.web_dir + "/lightweight-charts.standalone.production.js";
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        fmt::print(stderr, "md-gateway: cannot read {} (scripts/fetch-web-assets.sh)\n", path);
+        return false;
+    }
+    s.web_js.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return true;
+}
+
+int run(int argc, char** argv) {
+    auto shared = std::make_unique<md::gw::Shared>();
+    if (const int rc = parse_args(argc, argv, shared->cfg); rc >= 0) {
+        return rc;
+    }
+    raise_nofile();
+    if (!read_web(*shared)) {
+        return 1;
+    }
+    const unsigned loops = shared->cfg.threads != 0
+                               ? shared->cfg.threads
+                               : std::max(1U, std::thread::hardware_concurrency());
+    std::vector<std::unique_ptr<asio::io_context>> iocs;
+    for (unsigned i = 0; i < loops; ++i) {
+        iocs.push_back(std::make_unique<asio::io_context>(1));
+        shared->loops.push_back(std::make_unique<md::gw::LoopMetrics>());
+    }
+    std::string error;
+    auto pump = md::gw::FeedPump::create(*iocs[0], *shared, error);
+    if (!pump) {
+        fmt::print(stderr, "md-gateway: {}\n", error);
+        return 1;
+    }
+    for (unsigned i = 0; i < loops; ++i) {
+        error = md::gw::listen(*iocs[i], *shared, *shared->loops[i], shared->cfg.http);
+        if (!error.empty()) {
+            fmt::print(stderr, "md-gateway: {}\n", error);
+            return 1;
+        }
+    }
+    asio::signal_set signals(*iocs[0], SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code&, int) {
+        pump->stop();
+        for (auto& ioc : iocs) {
+            ioc->stop();
+        }
+    });
+    pump->start();
+    fmt::print("md-gateway: listening on {} with {} loops; {} bars loaded\n", shared->cfg.http,
+               loops, shared->feed.bars_loaded.load());
+    (void)std::fflush(stdout);
+    std::vector<std::thread> threads;
+    for (unsigned i = 1; i < loops; ++i) {
+        threads.emplace_back([&ioc = *iocs[i]] { ioc.run(); });
+    }
+    iocs[0]->run();
+    for (auto& ioc : iocs) {
+        ioc->stop();
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return prizma::tools::guarded_main("md-gateway", run, argc, argv);
+}

@@ -1,0 +1,542 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Market-data gateway tests against real processes (one case per ctest):
+  md_test.py CASE BIN_DIR [WORK_DIR]
+reference  bars of a recorded 2-day feed against mdref.reference_bars, every code x period
+restart    LMDB: the same answers after a restart; ticks missed while down mark a gap
+gap        a lossy feed: prizma's loss events become gap flags, every bar that differs from
+           the reference carries one
+http       bad input: malformed queries, unknown codes, reversed / huge ranges, slow and
+           half-open clients, 10,000 idle connections; v2 + ETag; metrics
+push       WebSocket (python3-websocket) and SSE (curl) clients get bar updates; a stalled
+           client does not stall the gateway
+"""
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mdref  # noqa: E402
+
+CASE, BIN = sys.argv[1], sys.argv[2]
+FEED = os.path.join(BIN, "md-feed")
+GATEWAY = os.path.join(BIN, "md-gateway")
+WORK = tempfile.mkdtemp(prefix="md-%s-" % CASE)
+FEED_ONE = ["--symbols", "40", "--day-ticks", "30000", "--seed", "11"]
+FEED_ARGS = FEED_ONE + ["--days", "2"]
+GROUPS = {"reference": 1, "restart": 2, "gap": 3, "http": 4, "push": 5, "web": 6, "redis": 7,
+          "redis_cluster": 8}
+URI = mdref.group_uri(GROUPS[CASE])
+RANGE = "&start=202308180000&end=202308212359"
+
+
+def all_answers(gw, codes):
+    out = {}
+    for code in codes:
+        for p in mdref.PERIODS:
+            st, _, body = mdref.get(gw.port, "/getStockData?code=%s&period=%s%s" % (
+                mdref.code_text(code), p, RANGE))
+            assert st == 200, (code, p, st, body)
+            out[(code, p)] = body
+    return out
+
+
+_REF = {}
+
+
+def expected(ticks, code, period):
+    """The reference answer (reference_bars computed once per tick list)."""
+    if id(ticks) not in _REF:
+        _REF[id(ticks)] = mdref.reference_bars(ticks)
+    ref = _REF[id(ticks)].get((code, period), [])
+    return "[" + ",".join(mdref.bar_json(code, b) for b in ref) + "]\n"
+
+
+def case_reference():
+    rec = os.path.join(WORK, "feed.rec")
+    gw = mdref.Gateway(GATEWAY, URI)
+    try:
+        n = mdref.run_feed(FEED, URI, *FEED_ARGS, "--rate", "60000", "--record", rec)
+        gw.wait_ticks(n)
+        assert gw.metric("md_feed_loss_events_total") == 0, "loss on loopback: cannot compare"
+        instruments, ticks = mdref.read_recording(rec)
+        assert len(ticks) == n
+        codes = sorted({i[0] for i in instruments})
+        answers = all_answers(gw, codes)
+        for (code, p), body in answers.items():
+            mdref.check_same(body, expected(ticks, code, p), "%s %s" % (mdref.code_text(code), p))
+        # Session boundaries: the busiest code has the first and last bar of each session.
+        times = [b["time"] % 10000 for b in json.loads(answers[(codes[0], "1m")])]
+        for hhmm in (931, 1130, 1301, 1500):
+            assert hhmm in times, hhmm
+        sixty = {b["time"] % 10000 for b in json.loads(answers[(codes[0], "60m")])}
+        assert sixty == {1030, 1130, 1400, 1500}, sixty
+        # The limit-up symbol closes each day at its upper limit.
+        limit_up = mdref_code("600001.SH")
+        days = json.loads(answers[(limit_up, "1d")])
+        limits = {i[1]: i[3] for i in instruments if i[0] == limit_up}
+        assert len(days) == 2
+        for d in days:
+            assert round(d["close"] * 100) == limits[d["time"] // 10000], (d, limits)
+        # A suspended symbol: known, no bars.
+        assert answers[(mdref_code("000002.SZ"), "1m")] == "[]\n"
+        st, _, body = mdref.get(gw.port, "/getStockData?code=688999.SH&period=1m" + RANGE)
+        assert st == 404 and "unknown code" in body, (st, body)
+    finally:
+        gw.stop()
+
+
+def mdref_code(text):
+    number, exch = text.split(".")
+    return (int(number) << 2) | (0 if exch == "SH" else 1)
+
+
+def case_restart():
+    store = os.path.join(WORK, "store")
+    gw = mdref.Gateway(GATEWAY, URI, store=store)
+    try:
+        n = mdref.run_feed(FEED, URI, *FEED_ONE, "--rate", "60000")
+        gw.wait_ticks(n)
+        codes = [mdref_code(c) for c in ("600000.SH", "300525.SZ", "600001.SH", "000002.SZ")]
+        before = all_answers(gw, codes)
+        v2 = mdref.get(gw.port, "/v2/bars?codes=600000.SH,300525.SZ&period=5m&last=30")[2]
+    finally:
+        gw.stop()
+    gw = mdref.Gateway(GATEWAY, URI, store=store)
+    try:
+        assert gw.health()["bars_loaded"] > 0
+        after = all_answers(gw, codes)
+        for k in before:
+            mdref.check_same(after[k], before[k], "after restart %s" % (k,))
+        mdref.check_same(mdref.get(gw.port, "/v2/bars?codes=600000.SH,300525.SZ&period=5m"
+                                   "&last=30")[2], v2, "v2 after restart")
+        assert '"gap"' not in "".join(after.values())
+    finally:
+        gw.stop()
+    # Ticks published while the gateway is down: the 2-day feed's first day is the same
+    # stream, its channel sequence goes on... a restarted gateway that sees seq N+k marks the
+    # gap instead of serving the bars as complete.
+    rec = os.path.join(WORK, "two.rec")
+    mdref.run_feed(FEED, "mem://md:1", *FEED_ARGS, "--rate", "0", "--record", rec)
+    instruments, ticks = mdref.read_recording(rec)
+    gw = mdref.Gateway(GATEWAY, URI, store=os.path.join(WORK, "store2"))
+    try:
+        # Publish day 1 minus its last 20 % while up, then day 2 after a restart.
+        cut = os.path.join(WORK, "cut.rec")
+        split_recording(rec, cut, lambda t: t[3] == 20230818 and t[4] < 13 * 3600000)
+        n1 = mdref.run_feed(FEED, URI, "--replay", cut, "--rate", "60000")
+        gw.wait_ticks(n1)
+    finally:
+        gw.stop()
+    gw = mdref.Gateway(GATEWAY, URI, store=os.path.join(WORK, "store2"))
+    try:
+        late = os.path.join(WORK, "late.rec")
+        split_recording(rec, late, lambda t: t[3] == 20230821)
+        n2 = mdref.run_feed(FEED, URI, "--replay", late, "--rate", "60000")
+        gw.wait_ticks(n2)
+        assert gw.health()["gaps"] >= 1
+        body = mdref.get(gw.port, "/getStockData?code=600000.SH&period=1d" + RANGE)[2]
+        days = json.loads(body)
+        assert [d.get("gap", False) for d in days] == [True, True], body
+        # Bars before the outage stay unflagged and right; the one holding the last tick seen
+        # before it is flagged (later ticks of the same bar may be missing).
+        morning = json.loads(mdref.get(gw.port, "/getStockData?code=600000.SH&period=60m"
+                                       "&start=202308180930&end=202308181130")[2])
+        want = expected(ticks, mdref_code("600000.SH"), "60m")
+        assert morning[0] == json.loads(want)[0], morning
+        assert morning[1]["gap"] is True, morning
+    finally:
+        gw.stop()
+
+
+def split_recording(src, dst, keep):
+    """Writes the instrument messages and the tick messages whose ticks all satisfy `keep`."""
+    import struct
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        out.write(f.read(8))
+        while True:
+            n = f.read(4)
+            if not n:
+                break
+            msg = f.read(struct.unpack("<I", n)[0])
+            _, kind, count, _, _ = struct.unpack_from("<IHHQq", msg, 0)
+            if kind == 2:
+                out.write(n + msg)
+                continue
+            ticks = [struct.unpack_from("<QIIIIiIq", msg, 24 + 40 * i) for i in range(count)]
+            if kind == 2 or (ticks and all(keep(t) for t in ticks)):
+                out.write(n + msg)
+
+
+def case_gap():
+    rec = os.path.join(WORK, "feed.rec")
+    gw = mdref.Gateway(GATEWAY, URI + "&loss=0.2&seed=5")
+    try:
+        mdref.run_feed(FEED, URI, *FEED_ARGS, "--rate", "0", "--window", "64", "--record", rec)
+        time.sleep(2)
+        loss = gw.metric("md_feed_loss_events_total")
+        gaps = gw.metric("md_feed_gaps_total")
+        assert loss > 0, "no unrecoverable loss: the test needs a smaller window"
+        assert gaps > 0, "loss events but no gap marked"
+        instruments, ticks = mdref.read_recording(rec)
+        codes = sorted({i[0] for i in instruments})
+        flagged = differing = 0
+        for (code, p), body in all_answers(gw, codes).items():
+            got = {b["time"]: b for b in json.loads(body)}
+            want = {b["time"]: b for b in json.loads(expected(ticks, code, p))}
+            for t, b in got.items():
+                if b.get("gap"):
+                    flagged += 1
+                    continue
+                b.pop("gap", None)
+                assert want.get(t) == b, ("unflagged bar differs", code, p, b, want.get(t))
+            for t in want:
+                if t not in got:
+                    differing += 1
+        assert flagged > 0
+        print("gap: %d loss events, %d gaps, %d flagged bars" % (loss, gaps, flagged))
+    finally:
+        gw.stop()
+
+
+def raw(port, data, read=True, timeout=5):
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        if not read:
+            return b""
+        chunks = []
+        while True:
+            try:
+                c = s.recv(65536)
+            except socket.timeout:
+                break
+            if not c:
+                break
+            chunks.append(c)
+        return b"".join(chunks)
+
+
+def case_http():
+    gw = mdref.Gateway(GATEWAY, URI, extra=["--idle-timeout", "2", "--max-bars", "300"])
+    try:
+        n = mdref.run_feed(FEED, URI, *FEED_ARGS, "--rate", "60000")
+        gw.wait_ticks(n)
+        check_bad_queries(gw)
+        check_v2(gw)
+        check_slow_clients(gw)
+        check_idle_connections(gw)
+        check_metrics(gw)
+        check_answers_follow_updates(gw)
+        assert gw.proc.poll() is None
+    finally:
+        gw.stop()
+
+
+def check_bad_queries(gw):
+    good = "/getStockData?code=600000.SH&period=1m&start=202308180930&end=202308181030"
+    st, _, body = mdref.get(gw.port, good)
+    assert st == 200 and len(json.loads(body)) == 60, body[:200]
+    bad = {
+        "/getStockData?code=600000.SH&period=1m&start=202308181030&end=202308180930": "after",
+        "/getStockData?code=600000.SH&period=7m" + RANGE: "bad period",
+        "/getStockData?code=600000&period=1m" + RANGE: "bad code",
+        "/getStockData?code=600000.SH&period=1m&start=202302300930&end=202308180930": "bad start",
+        "/getStockData?code=600000.SH&period=1m&start=2023081809&end=202308180930": "bad start",
+        "/getStockData?period=1m" + RANGE: "missing parameter 'code'",
+        "/getStockData?code=600000.SH&code=600000.SH&period=1m" + RANGE: "twice",
+        "/getStockData?code=%zz&period=1m" + RANGE: "malformed",
+        "/getStockData?code=600000.SH&period=1m&start=202001010000&end=202312312359": "at most",
+        "/getStockData?code=600000.SH&period=1m&bogus=1" + RANGE: "unknown parameter",
+        "/v2/bars?codes=600000.SH&period=1m&last=100000": "bad last",
+        "/ws?code=600000.SH&period=1m": "WebSocket upgrade",
+    }
+    for path, words in bad.items():
+        st, _, body = mdref.get(gw.port, path)
+        assert st == 400 and words in json.loads(body)["error"], (path, st, body[:300])
+    st, _, body = mdref.get(gw.port, "/getStockData?code=688001.SH&period=1m" + RANGE)
+    assert st == 404 and "unknown code" in body
+    st, _, body = mdref.get(gw.port, "/nope")
+    assert st == 404
+    # Raw garbage and an oversized header: a 400 (or a close), never a crash.
+    assert b"400" in raw(gw.port, b"GARBAGE\r\n\r\n").split(b"\r\n")[0]
+    assert b"400" in raw(gw.port, b"GET / HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n")[:20]
+    big = raw(gw.port, b"GET /getStockData?" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n"
+              b"Connection: close\r\n\r\n")
+    assert b"400" in big.split(b"\r\n")[0], big[:100]
+
+
+def check_v2(gw):
+    path = "/v2/bars?codes=600000.SH,300525.SZ&period=5m&last=10"
+    st, h, body = mdref.get(gw.port, path)
+    data = json.loads(body)
+    assert st == 200 and len(data["600000.SH"]) == 10 and len(data["300525.SZ"]) == 10
+    etag = h["ETag"]
+    st, _, _ = mdref.get(gw.port, path, headers={"If-None-Match": etag})
+    assert st == 304, st
+    st, _, _ = mdref.get(gw.port, path, headers={"If-None-Match": '"other"'})
+    assert st == 200
+    # By range: the same bars as the reference API.
+    st, _, body = mdref.get(gw.port, "/v2/bars?codes=600000.SH&period=15m" + RANGE)
+    v1 = mdref.get(gw.port, "/getStockData?code=600000.SH&period=15m" + RANGE)[2]
+    assert json.loads(body)["600000.SH"] == json.loads(v1)
+
+
+def check_slow_clients(gw):
+    # A client that sends half a request and stops is closed after --idle-timeout (2 s).
+    s = socket.create_connection(("127.0.0.1", gw.port))
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHo")
+    s.settimeout(10)
+    t0 = time.time()
+    assert s.recv(100) == b"", "half-sent request not closed"
+    assert time.time() - t0 < 9
+    s.close()
+    # One that sends a byte a second: cut off too (the timeout is per request, not per byte).
+    s = socket.create_connection(("127.0.0.1", gw.port))
+    s.settimeout(0.5)
+    closed = False
+    for ch in b"GET /healthz HTTP/1.1\r\nHost: x\r\n":
+        try:
+            s.sendall(bytes([ch]))
+            if s.recv(100) == b"":
+                closed = True
+                break
+        except socket.timeout:
+            pass
+        except OSError:
+            closed = True
+            break
+    s.close()
+    assert closed, "slowloris client never cut off"
+    # A client that never reads its answers: the gateway still answers others.
+    s = socket.create_connection(("127.0.0.1", gw.port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    req = b"GET /getStockData?code=600000.SH&period=1m" + RANGE.encode() + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    s.setblocking(False)
+    for _ in range(200):
+        try:
+            s.send(req)
+        except BlockingIOError:
+            break
+    assert mdref.get(gw.port, "/healthz")[0] == 200
+    s.close()
+
+
+def check_idle_connections(gw):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 10_000
+    if hard < want + 200:
+        print("idle connections: hard fd limit %d, testing %d" % (hard, hard - 200))
+        want = hard - 200
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want + 200), hard))
+    conns = []
+    try:
+        for _ in range(want):
+            conns.append(socket.create_connection(("127.0.0.1", gw.port)))
+        deadline = time.time() + 10
+        while gw.metric("md_http_connections") < want * 0.99 and time.time() < deadline:
+            time.sleep(0.1)
+        assert gw.metric("md_http_connections") >= want * 0.99
+        st, _, body = mdref.get(gw.port, "/getStockData?code=600000.SH&period=60m" + RANGE)
+        assert st == 200 and len(json.loads(body)) == 8
+    finally:
+        for c in conns:
+            c.close()
+    # The idle ones are closed by the gateway after --idle-timeout anyway.
+    deadline = time.time() + 10
+    while gw.metric("md_http_connections") > 5 and time.time() < deadline:
+        time.sleep(0.2)
+    assert gw.metric("md_http_connections") <= 5
+
+
+def check_answers_follow_updates(gw):
+    # The same query before and after more ticks: the (cached) answer follows the bars.
+    path = "/getStockData?code=600000.SH&period=1d&start=202308180000&end=202308312359"
+    before = json.loads(mdref.get(gw.port, path)[2])
+    assert [b["time"] for b in before] == [202308181500, 202308211500], before
+    n0 = gw.health()["ticks"]
+    n = mdref.run_feed(FEED, URI, *FEED_ONE, "--date", "20230822", "--rate", "60000")
+    gw.wait_ticks(n0 + n)
+    after = json.loads(mdref.get(gw.port, path)[2])
+    assert [b["time"] for b in after] == [202308181500, 202308211500, 202308221500], after
+
+
+def check_metrics(gw):
+    text = mdref.get(gw.port, "/metrics")[2]
+    for name in ("md_http_requests_total{code=\"2xx\"}", "md_http_requests_total{code=\"4xx\"}",
+                 "md_http_request_duration_seconds_bucket{le=\"+Inf\"}", "md_feed_lag_seconds_count",
+                 "md_feed_loss_events_total", "md_feed_gaps_total", "md_feed_ticks_total"):
+        assert any(line.startswith(name + " ") for line in text.splitlines()), name
+    assert gw.metric("md_http_not_modified_total") >= 1
+    assert float([l for l in text.splitlines() if l.startswith('md_http_requests_total{code="4xx"}')]
+                 [0].split()[1]) >= 10
+
+
+def case_push():
+    import websocket  # python3-websocket
+    gw = mdref.Gateway(GATEWAY, URI)
+    feed = None
+    try:
+        # Day 1 first, so that the code is known; then day 2 while clients listen.
+        n1 = mdref.run_feed(FEED, URI, *FEED_ONE, "--rate", "60000")
+        ws = websocket.create_connection("ws://127.0.0.1:%d/ws?code=600000.SH&period=1m" % gw.port,
+                                         timeout=10)
+        snap = json.loads(ws.recv())
+        assert snap["period"] == "1m" and snap["bar"]["code"] == "600000.SH", snap
+        # A stalled client: subscribed over SSE, never reads.
+        stalled = socket.create_connection(("127.0.0.1", gw.port))
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        stalled.sendall(b"GET /sse?code=600000.SH&period=1m HTTP/1.1\r\nHost: x\r\n\r\n")
+        sse = subprocess.Popen(["curl", "-sN", "--max-time", "30",
+                                "http://127.0.0.1:%d/sse?code=600000.SH&period=1m" % gw.port],
+                               stdout=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        feed = subprocess.Popen([FEED, URI, "--symbols", "40", "--day-ticks", "30000", "--days",
+                                 "1", "--seed", "12", "--date", "20230821", "--rate", "20000"],
+                                stdout=subprocess.PIPE, text=True)
+        got = []
+        while len(got) < 20:
+            m = json.loads(ws.recv())
+            got.append(m["bar"])
+        times = [b["time"] for b in got]
+        assert all(t // 10000 == 20230821 for t in times), times
+        assert times == sorted(times), times
+        lines = []
+        for line in sse.stdout:
+            if line.startswith("data: "):
+                lines.append(json.loads(line[6:]))
+            if len(lines) >= 20:
+                break
+        sse.kill()
+        assert lines[0]["bar"]["code"] == "600000.SH"
+        assert any(m["bar"]["time"] // 10000 == 20230821 for m in lines[1:]), lines[:3]
+        assert feed.wait(60) == 0
+        n = int(feed.stdout.read().split("published ")[1].split()[0])
+        gw.wait_ticks(n1 + n)
+        ws.close()
+        stalled.close()
+        assert gw.metric("md_push_sent_total") > 20
+    finally:
+        if feed and feed.poll() is None:
+            feed.kill()
+        gw.stop()
+
+
+def start_redis(cluster_ports=None):
+    """redis-server(s) on free loopback ports in WORK; returns (processes, ports)."""
+    ports = cluster_ports or [mdref.free_port()]
+    procs = []
+    try:
+        return start_redis_on(ports, procs, cluster_ports is not None)
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        raise
+
+
+def cluster_ports():
+    """Three free ports whose cluster bus ports (port + 10000) are valid too."""
+    ports = []
+    while len(ports) < 3:
+        p = mdref.free_port()
+        if p < 55000 and mdref.port_free(p + 10000):
+            ports.append(p)
+    return ports
+
+
+def start_redis_on(ports, procs, cluster):
+    for p in ports:
+        d = os.path.join(WORK, "redis-%d" % p)
+        os.makedirs(d)
+        args = ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", d, "--daemonize", "no"]
+        if cluster:
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+    for p in ports:
+        deadline = time.time() + 10
+        while subprocess.run(["redis-cli", "-p", str(p), "ping"], capture_output=True,
+                             text=True).stdout.strip() != "PONG":
+            assert time.time() < deadline, "redis-server on %d did not start" % p
+            time.sleep(0.05)
+    if cluster:
+        out = subprocess.run(["redis-cli", "--cluster", "create"]
+                             + ["127.0.0.1:%d" % p for p in ports]
+                             + ["--cluster-replicas", "0", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+        for p in ports:
+            deadline = time.time() + 20
+            while "cluster_state:ok" not in subprocess.run(
+                    ["redis-cli", "-p", str(p), "cluster", "info"], capture_output=True,
+                    text=True).stdout:
+                assert time.time() < deadline, "cluster not ok"
+                time.sleep(0.1)
+    return procs, ports
+
+
+def case_redis(cluster=False):
+    procs, ports = start_redis(cluster_ports() if cluster else None)
+    gws = []
+    try:
+        target = "127.0.0.1:%d" % ports[0]
+        a = mdref.Gateway(GATEWAY, URI, extra=["--redis", target])
+        b = mdref.Gateway(GATEWAY, URI, extra=["--redis", "127.0.0.1:%d" % ports[-1]])
+        gws += [a, b]
+        n = mdref.run_feed(FEED, URI, *FEED_ARGS, "--rate", "60000")
+        a.wait_ticks(n)
+        b.wait_ticks(n)
+        codes = sorted(mdref_code(c) for c in ("600000.SH", "300525.SZ", "600001.SH",
+                                                "000002.SZ", "000001.SZ"))
+        from_a = all_answers(a, codes)
+        mdref.check_same(all_answers(b, codes), from_a, "two gateways on one feed")
+        time.sleep(0.5)  # a's last batch reaches Redis (written every 200 ms)
+        a.stop()
+        # A gateway that starts after the feed: the whole history from Redis.
+        env = dict(os.environ, MD_REDIS_LAZY_SLOTS="1") if cluster else None
+        late = mdref.Gateway(GATEWAY, URI, extra=["--redis", "127.0.0.1:%d" % ports[1 % len(ports)]],
+                             env=env)
+        gws.append(late)
+        assert late.health()["bars_loaded"] > 0
+        mdref.check_same(all_answers(late, codes), from_a, "late gateway from Redis")
+        if cluster:
+            keys = set()
+            for p in ports:
+                keys |= set(subprocess.run(["redis-cli", "-p", str(p), "--scan"],
+                                           capture_output=True, text=True).stdout.split())
+            assert "{600000.SH}_1m" in keys and "{600000.SH}_1d" in keys, sorted(keys)[:10]
+            assert late.metric("md_redis_redirections_total") > 0, "no MOVED followed"
+        else:
+            zs = subprocess.run(["redis-cli", "-p", str(ports[0]), "zrange", "{300525.SZ}_1d",
+                                 "0", "-1", "withscores"], capture_output=True, text=True).stdout
+            assert '"code":"300525.SZ"' in zs and "202308181500" in zs, zs
+    finally:
+        for g in gws:
+            g.stop()
+        for p in procs:
+            p.terminate()
+            p.wait()
+
+
+def main():
+    try:
+        {"reference": case_reference, "restart": case_restart, "gap": case_gap,
+         "http": case_http, "push": case_push, "redis": case_redis,
+         "redis_cluster": lambda: case_redis(cluster=True)}[CASE]()
+        print("marketdata %s: ok" % CASE)
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+// Unit tests of the market-data library: time conventions, labels, codes, queries, JSON,
+// the wire format and the bar store.
+#include <catch2/catch.hpp>
+
+#include "md/bars.hpp"
+#include "md/codec.hpp"
+#include "md/core.hpp"
+#include "md/generator.hpp"
+#include "md/query.hpp"
+
+namespace {
+
+md::Target target(std::string_view t) {
+    std::string err;
+    auto r = md::parse_target(t, err);
+    REQUIRE(r);
+    return *r;
+}
+
+}  // namespace
+
+TEST_CASE("codes round-trip and bad codes are refused", "[md]") {
+    CHECK(md::code_text(*md::parse_code("600000.SH")) == "600000.SH");
+    CHECK(md::code_text(*md::parse_code("000001.SZ")) == "000001.SZ");
+    CHECK_FALSE(md::parse_code("60000.SH"));
+    CHECK_FALSE(md::parse_code("600000.HK"));
+    CHECK_FALSE(md::parse_code("60000a.SH"));
+    CHECK(md::code_text(md::generator_code(1)) == "300525.SZ");
+}
+
+TEST_CASE("trading minutes and bar labels follow the end-of-minute convention", "[md]") {
+    using md::hm_ms;
+    CHECK(md::trading_minute(hm_ms(9, 24)) == 0);
+    CHECK(md::trading_minute(hm_ms(9, 25)) == 1);  // opening auction joins 09:31
+    CHECK(md::trading_minute(hm_ms(9, 30) + 59'999) == 1);
+    CHECK(md::trading_minute(hm_ms(9, 31)) == 2);
+    CHECK(md::trading_minute(hm_ms(11, 29) + 59'999) == 120);
+    CHECK(md::trading_minute(hm_ms(11, 30)) == 120);
+    CHECK(md::trading_minute(hm_ms(13, 0)) == 121);
+    CHECK(md::trading_minute(hm_ms(14, 58) + 59'999) == 239);
+    CHECK(md::trading_minute(hm_ms(15, 0)) == 240);
+    CHECK(md::trading_minute(hm_ms(15, 30)) == 0);
+    CHECK(md::bar_label(20230818, hm_ms(9, 30) + 5, md::Period::m1) == 202308180931ULL);
+    CHECK(md::bar_label(20230818, hm_ms(9, 25), md::Period::m5) == 202308180935ULL);
+    CHECK(md::bar_label(20230818, hm_ms(10, 31), md::Period::m60) == 202308181130ULL);
+    CHECK(md::bar_label(20230818, hm_ms(13, 0), md::Period::m60) == 202308181400ULL);
+    CHECK(md::bar_label(20230818, hm_ms(13, 0), md::Period::m30) == 202308181330ULL);
+    CHECK(md::bar_label(20230818, hm_ms(15, 0), md::Period::d1) == 202308181500ULL);
+    for (int m = 1; m <= md::kMinutesPerDay; ++m) {
+        CHECK(md::minute_of_hhmm(md::minute_hhmm(m)) == m);
+    }
+    const auto span = md::bar_minutes(202308181400ULL, md::Period::m60);
+    CHECK(span.first == 121);
+    CHECK(span.last == 180);
+    CHECK(md::bar_minutes(202308181401ULL, md::Period::m60).first == 0);
+}
+
+TEST_CASE("dates: validity and weekdays", "[md]") {
+    CHECK(md::valid_date(20240229));
+    CHECK_FALSE(md::valid_date(20230229));
+    CHECK(md::weekday(20230818) == 4);  // a Friday
+    CHECK(md::next_weekday(20230818) == 20230821);
+    CHECK(md::parse_time12("202308180931"));
+    CHECK_FALSE(md::parse_time12("202313180931"));
+    CHECK_FALSE(md::parse_time12("20230818093"));
+    CHECK_FALSE(md::parse_time12("202308182460"));
+}
+
+TEST_CASE("queries: the reference API's parameters, checked", "[md]") {
+    std::string err;
+    const auto q = md::parse_bar_query(
+        target("/getStockData?code=300525.SZ&period=1m&start=202308180930&end=202308181030"), err);
+    REQUIRE(q);
+    CHECK(q->start == 202308180930ULL);
+    CHECK(q->period == md::Period::m1);
+    CHECK_FALSE(md::parse_bar_query(
+        target("/getStockData?code=300525.SZ&period=1m&start=202308181030&end=202308180930"), err));
+    CHECK(err.find("after") != std::string::npos);
+    CHECK_FALSE(md::parse_bar_query(target("/getStockData?code=300525.SZ&period=2m&start="
+                                           "202308180930&end=202308181030"),
+                                    err));
+    CHECK(err.find("period") != std::string::npos);
+    CHECK_FALSE(md::parse_target("/x?a=%zz", err));
+    CHECK_FALSE(md::parse_target("/x?a=1&a=2", err));
+    CHECK_FALSE(md::parse_target("/x?a=%0a", err));
+    const auto v2 = md::parse_v2_query(
+        target("/v2/bars?codes=600000.SH,300525.SZ&period=5m&last=60"), 5000, err);
+    REQUIRE(v2);
+    CHECK(v2->codes.size() == 2);
+    CHECK(v2->last == 60);
+    CHECK_FALSE(md::parse_v2_query(target("/v2/bars?codes=600000.SH&period=5m&last=0"), 5000, err));
+}
+
+TEST_CASE("JSON: two-decimal prices and the reference's bar object", "[md]") {
+    std::string s;
+    md::append_price(s, 3157);
+    s += ' ';
+    md::append_price(s, 5);
+    s += ' ';
+    md::append_price(s, -5);
+    CHECK(s == "31.57 0.05 -0.05");
+    md::Bar b{202308180931ULL, 3157, 3160, 3153, 3155, 250080, 789002400, 0, 3};
+    std::string j;
+    md::append_bar(j, *md::parse_code("300525.SZ"), b);
+    CHECK(j
+          == R"({"code":"300525.SZ","time":202308180931,"open":31.57,"high":31.60,"low":31.53,)"
+             R"("close":31.55,"volume":250080,"turnover":7890024.00})");
+}
+
+TEST_CASE("wire format round-trips; truncated messages are refused", "[md]") {
+    md::Tick t{7, 3, *md::parse_code("600000.SH"), 20230818, md::hm_ms(9, 31), 1234, 2, 500};
+    std::vector<md::Tick> ticks{t, t};
+    std::vector<std::byte> msg;
+    md::encode_ticks(msg, md::MsgHeader{md::MsgKind::ticks, 0, 42, 99}, ticks);
+    md::MsgHeader h;
+    std::vector<md::Tick> out;
+    std::vector<md::Instrument> inst;
+    REQUIRE(md::decode(msg, h, out, inst));
+    CHECK(out == ticks);
+    CHECK(h.feed_id == 42);
+    msg.pop_back();
+    out.clear();
+    CHECK_FALSE(md::decode(msg, h, out, inst));
+    CHECK(out.empty());
+}
+
+TEST_CASE("bar store: folding, gaps and ranges", "[md]") {
+    md::BarStore store;
+    const md::Code c = *md::parse_code("600000.SH");
+    auto tick = [&](std::uint32_t seq, std::uint32_t ms, std::int32_t px) {
+        return md::Tick{seq, seq, c, 20230818, ms, px, 0, 100};
+    };
+    (void)store.apply(tick(1, md::hm_ms(9, 25), 1000), nullptr);
+    (void)store.apply(tick(2, md::hm_ms(9, 30) + 10, 1010), nullptr);
+    (void)store.apply(tick(3, md::hm_ms(9, 31), 990), nullptr);
+    std::vector<md::Bar> bars;
+    REQUIRE(store.range(c, md::Period::m1, 0, ~0ULL, 100, bars));
+    REQUIRE(bars.size() == 2);
+    CHECK(bars[0].time == 202308180931ULL);
+    CHECK(bars[0].open == 1000);
+    CHECK(bars[0].high == 1010);
+    CHECK(bars[0].close == 1010);
+    CHECK(bars[0].volume == 200);
+    CHECK(bars[0].turnover == 1000 * 100 + 1010 * 100);
+    // A symbol sequence jump marks the bars between the previous tick and this one.
+    (void)store.apply(tick(9, md::hm_ms(9, 40), 995), nullptr);
+    bars.clear();
+    REQUIRE(store.range(c, md::Period::m1, 0, ~0ULL, 100, bars));
+    CHECK((bars[0].flags & md::kBarGap) == 0);
+    CHECK((bars[1].flags & md::kBarGap) != 0);
+    CHECK((bars[2].flags & md::kBarGap) != 0);
+    // A channel gap marks every code's overlapping bars, also ones made later.
+    store.add_gap({md::exchange_instant(20230818, md::hm_ms(10, 0)),
+                   md::exchange_instant(20230818, md::hm_ms(10, 2))},
+                  nullptr);
+    (void)store.apply(tick(10, md::hm_ms(10, 1), 995), nullptr);
+    md::Bar b;
+    REQUIRE(store.bar_at(c, md::Period::m1, 202308181002ULL, b));
+    CHECK((b.flags & md::kBarGap) != 0);
+    CHECK_FALSE(store.known(*md::parse_code("600001.SH")));
+}
+
+TEST_CASE("generator: seeded, replayable, inside limits and sessions", "[md]") {
+    md::GeneratorConfig cfg{7, 40, 5000, 20230818, 2};
+    md::Generator a(cfg);
+    md::Generator b(cfg);
+    std::vector<md::Instrument> ia;
+    std::vector<md::Instrument> ib;
+    std::uint64_t n = 0;
+    while (a.start_day(ia)) {
+        REQUIRE(b.start_day(ib));
+        CHECK(ia == ib);
+        md::Tick ta;
+        md::Tick tb;
+        std::uint32_t last_ms = 0;
+        while (a.next_tick(ta)) {
+            REQUIRE(b.next_tick(tb));
+            CHECK(ta == tb);
+            CHECK(ta.channel_seq == ++n);
+            CHECK(ta.volume % 100 == 0);
+            CHECK(ta.time_ms >= last_ms);
+            CHECK(md::trading_minute(ta.time_ms) != 0);
+            last_ms = ta.time_ms;
+        }
+    }
+    CHECK(n > 10'000);
+}

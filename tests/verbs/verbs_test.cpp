@@ -564,6 +564,20 @@ TEST_CASE("verbs at MTU 4096: caps follow the port, 12 KB APDUs fragment into 4 
     CHECK(pub.t->counters().tx_datagrams <= kCount * 4 + 20);  // 3 fragments each, not 12
 }
 
+TEST_CASE("verbs completion vector, CQ moderation and fork safety are applied or reported",
+          "[verbs]") {
+    auto c = cfg(dev1(), "239.192.0.62", true);
+    c.comp_vector = 5;
+    c.cq_moderation = 16;
+    auto t = open(c);
+    const verbs::VerbsInfo& i = t->info();
+    REQUIRE(i.comp_vectors >= 1);
+    CHECK(i.comp_vector == 5 % i.comp_vectors);  // modulo the device's count
+    // Moderation is either in force or the notes say the device cannot (rxe: it cannot).
+    CHECK((i.cq_moderated || i.notes.find("CQ moderation not supported") != std::string::npos));
+    CHECK(i.fork_safe);  // ibv_fork_init() ran, or the kernel copies pinned pages on fork
+}
+
 // Run on its own (guest-tests.sh): takes the second NIC's netdev down and up again.
 TEST_CASE("verbs async events: port down and up are counted, off the data path", "[.portevents]") {
     const std::string dev = dev2().empty() ? dev1() : dev2();

@@ -987,6 +987,9 @@ Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
     if (ibv_is_fork_initialized() == IBV_FORK_DISABLED) {
         (void)ibv_fork_init();  // EINVAL once memory is registered: then it is too late anyway
     }
+    // IBV_FORK_UNNEEDED: the kernel copies pinned pages on fork (5.13+); ENABLED: libibverbs
+    // marks them MADV_DONTFORK.
+    info.fork_safe = ibv_is_fork_initialized() != IBV_FORK_DISABLED;
     int n_dev = 0;
     DeviceList list(ibv_get_device_list(&n_dev));
     if (!list || n_dev == 0) {
@@ -1299,6 +1302,8 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
     const int vec = cfg.comp_vector >= 0
                         ? cfg.comp_vector % nvec
                         : static_cast<int>(next_vector.fetch_add(1) % static_cast<unsigned>(nvec));
+    info.comp_vector = vec;
+    info.comp_vectors = nvec;
     send_cq.reset(ibv_create_cq(ctx, static_cast<int>(cfg.tx_depth), nullptr, nullptr, vec));
     recv_cq.reset(ibv_create_cq(ctx, static_cast<int>(cfg.rx_depth), nullptr, channel.get(), vec));
     if (!send_cq || !recv_cq) {
@@ -1319,6 +1324,8 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
         if (ibv_modify_cq(recv_cq.get(), &m) != 0) {
             info.notes += (info.notes.empty() ? "" : "; ")
                           + std::string("CQ moderation not supported by ") + info.device;
+        } else {
+            info.cq_moderated = true;
         }
     }
     return create_qp();

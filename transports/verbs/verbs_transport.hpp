@@ -131,6 +131,10 @@ struct VerbsInfo {
     std::uint16_t lid = 0;         ///< InfiniBand: the port's LID
     std::uint16_t mlid = 0;        ///< InfiniBand: the group's MLID (publishers join too)
     std::string notes;             ///< what was adjusted to the device (depths, inline), or empty
+    int comp_vector = 0;           ///< the completion vector of the CQs
+    int comp_vectors = 0;          ///< the device's count of them
+    bool cq_moderated = false;     ///< cq_moderation= applied (ibv_modify_cq)
+    bool fork_safe = false;        ///< registered memory survives a fork() of the process
 };
 
 class VerbsTransport final : public Transport {

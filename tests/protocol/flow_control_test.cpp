@@ -55,6 +55,44 @@ FlowConfig config(FlowStrategy st, std::uint64_t tag = 0, std::uint32_t min_grou
     return c;
 }
 
+/// The source the tests below run: TSI (gsi, 4000), data-destination port 7500.
+SourceConfig flow_source(std::uint8_t gsi_last, FlowConfig flow) {
+    SourceConfig sc;
+    sc.tsi.gsi.bytes = {9, 9, 9, 9, 9, gsi_last};
+    sc.tsi.sport = 4000;
+    sc.dport = 7500;
+    sc.nla = pgm::Nla::ipv4(10, 0, 0, 1);
+    sc.group = pgm::Nla::ipv4(239, 1, 1, 1);
+    sc.txw_sqns = 1024;
+    sc.max_tpdu = 1400;
+    sc.flow = flow;
+    return sc;
+}
+
+/// An encoded (checksummed) ACK with `st` for the source (gsi, 4000), from data-destination
+/// port `dport`.
+std::vector<std::byte> ack_for(const Gsi& gsi,
+                               const pgm::StatusInfo& st,
+                               std::uint16_t dport = 7500) {
+    pgm::PacketSpec spec;
+    spec.type = PacketType::ack;
+    spec.sport = dport;
+    spec.dport = 4000;
+    spec.gsi = gsi;
+    spec.status = &st;
+    std::vector<std::byte> b(pgm::encoded_size(spec));
+    REQUIRE(pgm::encode(b, spec) == b.size());
+    pgm::store_checksum(b, 0);
+    return b;
+}
+
+/// `bytes` parsed (they must parse); the packet's spans point into `bytes`.
+pgm::Packet parsed(const std::vector<std::byte>& bytes) {
+    pgm::Packet p;
+    REQUIRE(pgm::parse(bytes, p) == pgm::ParseStatus::ok);
+    return p;
+}
+
 struct Capture final : PacketSink {
     std::vector<std::vector<std::byte>> packets;
     std::vector<Endpoint> to;
@@ -294,14 +332,7 @@ TEST_CASE("flow: a silent receiver is dropped after the timeout, a slow but movi
 
 TEST_CASE("flow: the source refuses sends past the limit as back-pressure and takes ACKs",
           "[protocol][flow]") {
-    SourceConfig sc;
-    sc.tsi.gsi.bytes = {9, 9, 9, 9, 9, 9};
-    sc.tsi.sport = 4000;
-    sc.dport = 7500;
-    sc.nla = pgm::Nla::ipv4(10, 0, 0, 1);
-    sc.group = pgm::Nla::ipv4(239, 1, 1, 1);
-    sc.txw_sqns = 1024;
-    sc.flow = config(FlowStrategy::min);
+    const SourceConfig sc = flow_source(9, config(FlowStrategy::min));
     auto src = Source::create(sc).value();
     Capture out;
     src->open(kT0, out);
@@ -310,19 +341,8 @@ TEST_CASE("flow: the source refuses sends past the limit as back-pressure and ta
         REQUIRE(src->send(payload, kT0, out).has_value());
     }
     // A receiver that consumed 5 with a window of 8: 3 more.
-    pgm::StatusInfo st = status(5, 5, 8);
-    pgm::PacketSpec spec;
-    spec.type = PacketType::ack;
-    spec.sport = 7500;
-    spec.dport = 4000;
-    spec.gsi = sc.tsi.gsi;
-    spec.status = &st;
-    std::vector<std::byte> ack(pgm::encoded_size(spec));
-    REQUIRE(pgm::encode(ack, spec) == ack.size());
-    pgm::store_checksum(ack, 0);
-    pgm::Packet p;
-    REQUIRE(pgm::parse(ack, p) == pgm::ParseStatus::ok);
-    src->on_packet(p, host(3), kT0, out);
+    const auto ack = ack_for(sc.tsi.gsi, status(5, 5, 8));
+    src->on_packet(parsed(ack), host(3), kT0, out);
     CHECK(src->flow().admitted() == 1);
     for (int i = 0; i < 3; ++i) {
         CHECK(src->send(payload, kT0, out).has_value());
@@ -333,12 +353,8 @@ TEST_CASE("flow: the source refuses sends past the limit as back-pressure and ta
     CHECK(src->flow().counters().blocked == 1);
     CHECK_FALSE(src->quiet(kT0 + 10'000'000'000LL - 1));  // the receiver has not consumed all
     SECTION("an ACK for another data-destination port is counted and ignored") {
-        spec.sport = 7501;
-        st.consumed = Sqn{13};
-        REQUIRE(pgm::encode(ack, spec) == ack.size());
-        pgm::store_checksum(ack, 0);
-        REQUIRE(pgm::parse(ack, p) == pgm::ParseStatus::ok);
-        src->on_packet(p, host(3), kT0, out);
+        const auto other = ack_for(sc.tsi.gsi, status(5, 13, 8), 7501);
+        src->on_packet(parsed(other), host(3), kT0, out);
         CHECK(src->counters().ack_invalid == 1);
         CHECK_FALSE(src->send(payload, kT0, out).has_value());
     }
@@ -464,28 +480,12 @@ TEST_CASE("flow hostile: on an authenticated channel only signed status counts",
     AuthOptions keys;
     keys.keys.push_back(AuthKey{1, {7, 7, 7}});
     pubsub::SessionConfig pc;
-    SourceConfig sc;
-    sc.tsi.gsi.bytes = {4, 4, 4, 4, 4, 4};
-    sc.tsi.sport = 4000;
-    sc.dport = 7500;
-    sc.nla = pgm::Nla::ipv4(10, 0, 0, 1);
-    sc.group = pgm::Nla::ipv4(239, 1, 1, 1);
-    sc.txw_sqns = 1024;
-    sc.max_tpdu = 1400;
-    sc.flow = config(FlowStrategy::min);
+    const SourceConfig sc = flow_source(4, config(FlowStrategy::min));
     pc.source = sc;
     pc.auth = *pubsub::Authenticator::create(keys);
     auto pub = std::move(*pubsub::Session::create(*tp, pc));
-    pgm::StatusInfo st = status(9, 0, 1);  // a receiver that would stop the publisher at once
-    pgm::PacketSpec spec;
-    spec.type = PacketType::ack;
-    spec.sport = 7500;
-    spec.dport = 4000;
-    spec.gsi = sc.tsi.gsi;
-    spec.status = &st;
-    std::vector<std::byte> ack(pgm::encoded_size(spec));
-    REQUIRE(pgm::encode(ack, spec) == ack.size());
-    pgm::store_checksum(ack, 0);
+    // A receiver that would stop the publisher at once.
+    const auto ack = ack_for(sc.tsi.gsi, status(9, 0, 1));
     const auto deliver = [&](std::span<const std::byte> bytes) {
         const TxPacket tx{bytes, {}, Route::unicast, tp->address()};
         REQUIRE(attacker->send_batch(std::span<const TxPacket>(&tx, 1)).value() == 1);
@@ -506,17 +506,10 @@ TEST_CASE("flow hostile: on an authenticated channel only signed status counts",
 
 TEST_CASE("flow: a counted receiver the source waits for is repaired outside the NAK budget",
           "[protocol][flow]") {
-    SourceConfig sc;
-    sc.tsi.gsi.bytes = {9, 9, 9, 9, 9, 8};
-    sc.tsi.sport = 4000;
-    sc.dport = 7500;
-    sc.nla = pgm::Nla::ipv4(10, 0, 0, 1);
-    sc.group = pgm::Nla::ipv4(239, 1, 1, 1);
-    sc.txw_sqns = 1024;
+    SourceConfig sc = flow_source(8, config(FlowStrategy::min));
     sc.repair_budget_percent = 1;  // almost no credit: one RDATA costs more than 10 packets earn
     sc.requester_budget_percent = 1;
     sc.repair_burst_bytes = 1;
-    sc.flow = config(FlowStrategy::min);
     auto src = Source::create(sc).value();
     Capture out;
     src->open(kT0, out);
@@ -524,24 +517,8 @@ TEST_CASE("flow: a counted receiver the source waits for is repaired outside the
     for (int i = 0; i < 10; ++i) {
         REQUIRE(src->send(payload, kT0, out).has_value());
     }
-    src->on_packet(
-        [&] {
-            static std::vector<std::byte> ack;
-            pgm::StatusInfo st = status(5, 4, 8);  // consumed up to 4: it waits for 4 on
-            pgm::PacketSpec spec;
-            spec.type = PacketType::ack;
-            spec.sport = 7500;
-            spec.dport = 4000;
-            spec.gsi = sc.tsi.gsi;
-            spec.status = &st;
-            ack.resize(pgm::encoded_size(spec));
-            REQUIRE(pgm::encode(ack, spec) == ack.size());
-            pgm::store_checksum(ack, 0);
-            static pgm::Packet p;
-            REQUIRE(pgm::parse(ack, p) == pgm::ParseStatus::ok);
-            return p;
-        }(),
-        host(3, 7500), kT0, out);
+    const auto ack = ack_for(sc.tsi.gsi, status(5, 4, 8));  // consumed up to 4: it waits for 4 on
+    src->on_packet(parsed(ack), host(3, 7500), kT0, out);
     REQUIRE(src->flow().counted() == 1);
     const auto nak = [&](std::uint32_t sqn, const Endpoint& from) {
         pgm::PacketSpec spec;

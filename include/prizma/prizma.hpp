@@ -11,6 +11,8 @@
 #include <prizma/options.hpp>
 #include <prizma/packet.hpp>
 #include <prizma/publish_queue.hpp>
+#include <prizma/recorder.hpp>
+#include <prizma/replay.hpp>
 #include <prizma/result.hpp>
 #include <prizma/stats.hpp>
 #include <prizma/stream.hpp>

@@ -154,6 +154,9 @@ public:
     /// The next sequence number to deliver (unset until the first record, without a start).
     [[nodiscard]] std::optional<std::uint64_t> next_sequence() const noexcept;
     [[nodiscard]] const StreamCounters& counters() const noexcept;
+    /// The whole record (header + payload, as received and verified) of the last record event
+    /// next() returned; valid as that event's payload. A Recorder journals it as is.
+    [[nodiscard]] std::span<const std::byte> last_record() const noexcept;
 
 private:
     struct Impl;

@@ -183,7 +183,8 @@ struct StreamSubscriber::Impl {
     std::int64_t gap_since = -1;
     std::vector<std::uint64_t> hist_seq;
     std::vector<std::uint64_t> hist_sum;
-    std::vector<std::byte> out_bytes;  // the held record being delivered
+    std::vector<std::byte> out_bytes;        // the held record being delivered
+    std::span<const std::byte> last_record;  // of the last record delivered
     StreamCounters c;
 
     Copy& copy_of(const Subscriber* sub, const Tsi& tsi) noexcept;
@@ -288,6 +289,7 @@ bool StreamSubscriber::Impl::take_record(Copy& cp, const Message& m, StreamEvent
         ++next;
         ++c.records;
         out = StreamEvent{StreamEventKind::record, epoch, h.sequence, 0, payload, m.tsi};
+        last_record = m.payload;
         return true;
     }
     if (held.find(h.sequence) == held.end()) {  // later: held until the gap closes
@@ -313,6 +315,7 @@ bool StreamSubscriber::Impl::deliver_held(StreamEvent& out) {
     (void)RecordHeader::read(out_bytes, h);
     remember(next, h.checksum);
     out = StreamEvent{StreamEventKind::record, epoch, next, 0, payload, from};
+    last_record = out_bytes;
     ++next;
     ++c.records;
     gap_since = held.empty() ? -1 : Context::now_ns();
@@ -432,6 +435,10 @@ std::optional<std::uint64_t> StreamSubscriber::next_sequence() const noexcept {
 
 const StreamCounters& StreamSubscriber::counters() const noexcept {
     return impl_->c;
+}
+
+std::span<const std::byte> StreamSubscriber::last_record() const noexcept {
+    return impl_->last_record;
 }
 
 }  // namespace prizma

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <prizma/context.hpp>
+#include <prizma/error.hpp>
+#include <prizma/recorder.hpp>
+#include <prizma/result.hpp>
+#include <prizma/stream.hpp>
+
+/// Replaying recorded streams over TCP and joining a stream late (docs/STREAMS.md, "Recording
+/// and late join").
+namespace prizma {
+
+struct ReplayServerOptions {
+    /// Where to listen (an IPv4 address); port 0 = an ephemeral port (see ReplayServer::port()).
+    std::string address = "127.0.0.1";
+    std::uint16_t port = 0;
+    /// The journals served: stream id → journal directory (a Recorder's).
+    std::vector<std::pair<std::uint32_t, std::string>> streams;
+    /// Bytes queued per client before the server stops reading its journal for it: a client
+    /// that does not read only fills its own buffer (and its socket's).
+    std::size_t client_buffer_bytes = std::size_t{256} << 10U;
+    std::size_t max_clients = 64;
+    /// Per-client throttle (records per second; 0 = unthrottled).
+    std::uint64_t max_records_per_second = 0;
+};
+
+struct ReplayServerCounters {
+    std::uint64_t clients = 0;   ///< accepted
+    std::uint64_t requests = 0;  ///< valid requests served
+    std::uint64_t errors = 0;    ///< bad requests answered with an error
+    std::uint64_t records = 0;   ///< records sent
+};
+
+/// Serves journal ranges to TCP clients, many at once, from one thread (epoll, non-blocking
+/// sockets). Protocol (docs/STREAMS.md): a 32-byte request, then journal frames, ending with an
+/// end frame (or an error frame, then the connection closes). start() returns once listening;
+/// the destructor stops and joins the thread.
+class ReplayServer {
+public:
+    /// Errors: Errc::invalid_argument (address, buffer or client limits), OS errors (bind,
+    /// listen, epoll).
+    static Result<ReplayServer, Error> start(const ReplayServerOptions& options);
+    ReplayServer(ReplayServer&& other) noexcept;
+    ReplayServer& operator=(ReplayServer&& other) noexcept;
+    ReplayServer(const ReplayServer&) = delete;
+    ReplayServer& operator=(const ReplayServer&) = delete;
+    ~ReplayServer();
+    /// The port it listens on.
+    [[nodiscard]] std::uint16_t port() const noexcept;
+    /// Stops serving (closes every client and the listening socket); idempotent.
+    void stop() noexcept;
+    /// Any thread.
+    [[nodiscard]] ReplayServerCounters counters() const noexcept;
+
+    struct Impl;
+
+private:
+    explicit ReplayServer(std::unique_ptr<Impl> impl) noexcept;
+    std::unique_ptr<Impl> impl_;
+};
+
+struct ReplayRequest {
+    std::uint32_t stream_id = 0;
+    std::uint64_t from = 0;
+    /// One past the last sequence wanted; max = up to the end (or forever when following).
+    std::uint64_t to = std::numeric_limits<std::uint64_t>::max();
+    /// Keep streaming what the recorder writes after the current end.
+    bool follow = false;
+};
+
+/// One replay: connects (blocking, to 127.0.0.1 or another IPv4 address), sends the request,
+/// then reads entries without blocking. Owner thread only.
+class ReplayClient {
+public:
+    /// Errors: OS errors of connect().
+    static Result<ReplayClient, Error> connect(std::string_view address,
+                                               std::uint16_t port,
+                                               const ReplayRequest& request);
+    ReplayClient(ReplayClient&& other) noexcept;
+    ReplayClient& operator=(ReplayClient&& other) noexcept;
+    ReplayClient(const ReplayClient&) = delete;
+    ReplayClient& operator=(const ReplayClient&) = delete;
+    ~ReplayClient();
+
+    /// The next entry (record span valid until the next call); false: none yet, or done().
+    /// Errors: the server's error (its code: Errc::invalid_argument for a bad request or range,
+    /// Errc::unsupported for an unknown stream; error_text() says what), or
+    /// std::errc::connection_reset when the server went away before the end.
+    Result<bool> next(JournalEntry& out) noexcept;
+    /// The end frame came: the range is complete.
+    [[nodiscard]] bool done() const noexcept;
+    /// The server's error text, after next() returned its error.
+    [[nodiscard]] const std::string& error_text() const noexcept;
+    /// Waits up to `timeout` for data (poll(2)).
+    void wait(std::chrono::milliseconds timeout) const noexcept;
+    [[nodiscard]] int fd() const noexcept;
+
+    struct Impl;
+
+private:
+    explicit ReplayClient(std::unique_ptr<Impl> impl) noexcept;
+    std::unique_ptr<Impl> impl_;
+};
+
+struct LateJoinOptions {
+    /// The live stream (stream_id, buffer_records, gap_timeout, history); start_sequence is
+    /// ignored: live is read from the first record heard.
+    StreamOptions stream;
+    std::string replay_address = "127.0.0.1";
+    std::uint16_t replay_port = 0;
+    /// The first sequence wanted: 0, or the application's own last persisted + 1.
+    std::uint64_t from = 0;
+    /// Live events held while the replay catches up. When full, the oldest is dropped (the
+    /// replay will bring it) and the merge point moves on with the live edge.
+    std::size_t live_buffer_records = 65536;
+    /// How long to keep reconnecting to the replay service once it goes away.
+    std::chrono::nanoseconds recorder_timeout = std::chrono::seconds(5);
+    std::chrono::nanoseconds retry_interval = std::chrono::milliseconds(50);
+};
+
+struct LateJoinCounters {
+    std::uint64_t replayed = 0;          ///< records delivered from the replay
+    std::uint64_t live = 0;              ///< records delivered from the live stream
+    std::uint64_t buffer_overflows = 0;  ///< live events dropped from a full buffer
+    std::uint64_t reconnects = 0;        ///< replay connections after the first
+    std::uint64_t merge_sequence = 0;    ///< the first sequence delivered from live
+    bool merged = false;
+};
+
+/// A subscriber that starts mid-stream: reads live first (buffering, bounded), replays from the
+/// recorder from `from`, and switches to live once the replay reaches the buffered live edge:
+/// every sequence once, in order, with no gap (first live record = last replayed + 1). Owner
+/// thread of the subscribers' Context only; next() never blocks.
+class LateJoin {
+public:
+    static Result<LateJoin, Error> create(const LateJoinOptions& options);
+    LateJoin(LateJoin&& other) noexcept;
+    LateJoin& operator=(LateJoin&& other) noexcept;
+    LateJoin(const LateJoin&) = delete;
+    LateJoin& operator=(const LateJoin&) = delete;
+    ~LateJoin();
+
+    /// A live channel of the stream (as StreamSubscriber::add).
+    Result<void, Error> add(Subscriber& subscriber);
+    /// The next event (payload valid until the next call); false: nothing now. Errors (final):
+    /// the replay service refused the request (its code; error_text() says why), or it stayed
+    /// unreachable for recorder_timeout (std::errc::timed_out).
+    Result<bool> next(StreamEvent& out) noexcept;
+    /// The next sequence to deliver.
+    [[nodiscard]] std::uint64_t next_sequence() const noexcept;
+    [[nodiscard]] const LateJoinCounters& counters() const noexcept;
+    [[nodiscard]] const std::string& error_text() const noexcept;
+
+    struct Impl;
+
+private:
+    explicit LateJoin(std::unique_ptr<Impl> impl) noexcept;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prizma

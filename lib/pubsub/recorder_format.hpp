@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The journal's on-disk entry ("frame"), shared by the recorder, the journal reader and the
+// replay service, which sends the same frames over TCP (docs/STREAMS.md, "Recording and late
+// join"). Big-endian:
+//   0-3 body length | 4 kind | 5-7 zero | 8-15 sequence | 16-23 count/epoch | 24-31 check | body
+// kind 1 record (body = the whole record, count = epoch), 2 loss (count), 3 reset (count =
+// epoch), 0x80 end of a replay, 0x81 replay error (sequence = code, body = text).
+// check = checksum_of(body length, kind, sequence, first ≤ 28 body bytes) ^ mix(count): with the
+// record's own checksum (which covers its payload) every byte of a record frame is covered.
+#include <dirent.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <prizma/stream.hpp>
+
+namespace prizma::journal {
+
+inline constexpr std::size_t kFrameHeader = 32;
+inline constexpr std::size_t kMaxBody = std::size_t{1} << 24U;
+inline constexpr std::uint8_t kRecord = 1;
+inline constexpr std::uint8_t kLoss = 2;
+inline constexpr std::uint8_t kReset = 3;
+inline constexpr std::uint8_t kEnd = 0x80;
+inline constexpr std::uint8_t kError = 0x81;
+
+inline void put32(std::byte* p, std::uint32_t v) noexcept {
+    if constexpr (std::endian::native == std::endian::little) {
+        v = __builtin_bswap32(v);
+    }
+    std::memcpy(p, &v, 4);
+}
+inline void put64(std::byte* p, std::uint64_t v) noexcept {
+    if constexpr (std::endian::native == std::endian::little) {
+        v = __builtin_bswap64(v);
+    }
+    std::memcpy(p, &v, 8);
+}
+inline std::uint32_t get32(const std::byte* p) noexcept {
+    std::uint32_t v = 0;
+    std::memcpy(&v, p, 4);
+    if constexpr (std::endian::native == std::endian::little) {
+        v = __builtin_bswap32(v);
+    }
+    return v;
+}
+inline std::uint64_t get64(const std::byte* p) noexcept {
+    std::uint64_t v = 0;
+    std::memcpy(&v, p, 8);
+    if constexpr (std::endian::native == std::endian::little) {
+        v = __builtin_bswap64(v);
+    }
+    return v;
+}
+
+struct Frame {
+    std::uint8_t kind = 0;
+    std::uint64_t sequence = 0;
+    std::uint64_t count = 0;
+    std::span<const std::byte> body;
+    [[nodiscard]] std::size_t size() const noexcept { return kFrameHeader + body.size(); }
+    /// The sequence after this entry.
+    [[nodiscard]] std::uint64_t end() const noexcept {
+        return kind == kRecord ? sequence + 1 : kind == kLoss ? sequence + count : sequence;
+    }
+};
+
+inline std::uint64_t frame_check(std::uint32_t body_len,
+                                 std::uint8_t kind,
+                                 std::uint64_t sequence,
+                                 std::uint64_t count,
+                                 std::span<const std::byte> head) noexcept {
+    const std::uint64_t c = (count + 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
+    return RecordHeader::checksum_of(body_len, kind, sequence, head) ^ (c ^ (c >> 29U));
+}
+
+/// Writes a frame header; `head` is the body's first min(28, body_len) bytes.
+inline void write_header(std::byte* out,
+                         std::uint32_t body_len,
+                         std::uint8_t kind,
+                         std::uint64_t sequence,
+                         std::uint64_t count,
+                         std::span<const std::byte> head) noexcept {
+    put32(out, body_len);
+    out[4] = std::byte{kind};
+    out[5] = out[6] = out[7] = std::byte{0};
+    put64(out + 8, sequence);
+    put64(out + 16, count);
+    put64(out + 24, frame_check(body_len, kind, sequence, count, head));
+}
+
+enum class Parse : std::uint8_t { ok, need_more, bad };
+
+/// Parses and verifies the frame at the start of `in`.
+inline Parse parse(std::span<const std::byte> in, Frame& out) noexcept {
+    if (in.size() < kFrameHeader) {
+        return Parse::need_more;
+    }
+    const std::uint32_t len = get32(in.data());
+    const auto kind = std::to_integer<std::uint8_t>(in[4]);
+    if (len > kMaxBody || in[5] != std::byte{0} || in[6] != std::byte{0} || in[7] != std::byte{0}) {
+        return Parse::bad;
+    }
+    if (in.size() < kFrameHeader + len) {
+        return Parse::need_more;
+    }
+    out.kind = kind;
+    out.sequence = get64(in.data() + 8);
+    out.count = get64(in.data() + 16);
+    out.body = in.subspan(kFrameHeader, len);
+    const auto head = out.body.first(std::min<std::size_t>(len, RecordHeader::kBytes));
+    if (get64(in.data() + 24) != frame_check(len, kind, out.sequence, out.count, head)) {
+        return Parse::bad;
+    }
+    if (kind == kRecord) {
+        RecordHeader h;
+        if (!RecordHeader::read(out.body, h) || h.sequence != out.sequence || h.epoch != out.count
+            || h.checksum
+                   != RecordHeader::checksum_of(h.stream_id, h.epoch, h.sequence,
+                                                out.body.subspan(RecordHeader::kBytes))) {
+            return Parse::bad;
+        }
+        return Parse::ok;
+    }
+    const bool known = kind == kLoss || kind == kReset || kind == kEnd || kind == kError;
+    return known ? Parse::ok : Parse::bad;
+}
+
+inline std::string segment_path(const std::string& dir, std::uint64_t first, const char* ext) {
+    char name[48];
+    (void)std::snprintf(name, sizeof name, "/%020llu.%s", static_cast<unsigned long long>(first),
+                        ext);
+    return dir + name;
+}
+
+/// The first sequences of the directory's segments, ascending (allocates; set-up only).
+inline std::vector<std::uint64_t> list_segments(const std::string& dir) {
+    std::vector<std::uint64_t> out;
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) {
+        return out;
+    }
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): one DIR per call, readdir is safe per stream
+    while (const dirent* e = ::readdir(d)) {
+        const std::string n = e->d_name;
+        if (n.size() == 24 && n.compare(20, 4, ".seg") == 0
+            && n.find_first_not_of("0123456789") == 20) {
+            out.push_back(std::stoull(n.substr(0, 20)));
+        }
+    }
+    (void)::closedir(d);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace prizma::journal

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: Apache-2.0
+// Late join: live first (buffered, bounded), a replay from the recorder, and the merge of one
+// into the other with no gap and no duplicate (docs/STREAMS.md, "Recording and late join").
+#include <optional>
+
+#include <prizma/replay.hpp>
+
+namespace prizma {
+namespace {
+
+/// A live event held while the replay catches up; the payload's capacity is kept, so a full
+/// ring is refilled without allocating.
+struct Held {
+    StreamEvent event;
+    std::vector<std::byte> payload;
+};
+
+}  // namespace
+
+struct LateJoin::Impl {
+    LateJoinOptions opt;
+    StreamSubscriber live;
+    std::optional<ReplayClient> replay;
+    std::vector<Held> ring;
+    std::size_t front = 0;
+    std::size_t size = 0;
+    std::uint64_t next = 0;
+    std::int64_t retry_at_ns = 0;
+    std::int64_t give_up_ns = 0;  // 0: connected (or never tried)
+    bool connected_once = false;
+    bool failed = false;
+    std::error_code error;
+    std::string error_text;
+    LateJoinCounters counters;
+    std::vector<std::byte> handed;  // the payload last handed out from the ring
+
+    explicit Impl(StreamSubscriber s) : live(std::move(s)) {}
+
+    void hold(const StreamEvent& e) {
+        if (size == ring.size()) {
+            front = (front + 1) % ring.size();  // drop the oldest: the replay brings it
+            --size;
+            ++counters.buffer_overflows;
+        }
+        Held& h = ring[(front + size) % ring.size()];
+        h.event = e;
+        h.payload.assign(e.payload.begin(), e.payload.end());
+        h.event.payload = h.payload;
+        ++size;
+    }
+    void pump_live() {
+        StreamEvent e;
+        while (live.next(e)) {
+            hold(e);
+        }
+    }
+    /// The end (exclusive) of what a held event covers.
+    static std::uint64_t end_of(const StreamEvent& e) noexcept {
+        return e.kind == StreamEventKind::record ? e.sequence + 1
+               : e.kind == StreamEventKind::loss ? e.sequence + e.count
+                                                 : e.sequence;
+    }
+    bool try_merge() noexcept;
+    Result<bool> from_ring(StreamEvent& out) noexcept;
+    Result<bool> from_replay(StreamEvent& out) noexcept;
+    Result<bool> fail(std::error_code ec, std::string text) noexcept {
+        failed = true;
+        error = ec;
+        error_text = std::move(text);
+        return ec;
+    }
+};
+
+// The replay has reached the held live edge: live takes over from `next`.
+bool LateJoin::Impl::try_merge() noexcept {
+    const bool reached = size > 0
+                             ? ring[front].event.sequence <= next
+                             : live.next_sequence().has_value() && *live.next_sequence() <= next;
+    if (!reached) {
+        return false;
+    }
+    counters.merged = true;
+    counters.merge_sequence = next;
+    replay.reset();
+    return true;
+}
+
+Result<bool> LateJoin::Impl::from_ring(StreamEvent& out) noexcept {
+    while (size > 0) {
+        Held& h = ring[front];
+        front = (front + 1) % ring.size();
+        --size;
+        if (end_of(h.event) <= next && h.event.kind != StreamEventKind::reset) {
+            continue;  // already replayed
+        }
+        // The caller's bytes live in `handed` until the next call; the slot takes the old
+        // buffer (its capacity is reused).
+        std::swap(handed, h.payload);
+        out = h.event;
+        out.payload = handed;
+        if (out.kind == StreamEventKind::loss && out.sequence < next) {
+            out.count -= next - out.sequence;
+            out.sequence = next;
+        }
+        next = std::max(next, end_of(out));
+        counters.live += out.kind == StreamEventKind::record ? 1U : 0U;
+        return true;
+    }
+    return false;
+}
+
+Result<bool> LateJoin::Impl::from_replay(StreamEvent& out) noexcept {
+    const std::int64_t now = Context::now_ns();
+    if (!replay) {
+        if (now < retry_at_ns) {
+            return false;
+        }
+        ReplayRequest rq;
+        rq.stream_id = opt.stream.stream_id;
+        rq.from = next;
+        rq.follow = true;
+        auto c = ReplayClient::connect(opt.replay_address, opt.replay_port, rq);
+        if (!c) {
+            give_up_ns = give_up_ns == 0 ? now + opt.recorder_timeout.count() : give_up_ns;
+            if (now >= give_up_ns) {
+                return fail(std::make_error_code(std::errc::timed_out),
+                            "late join: the replay service stayed unreachable ("
+                                + c.error().message() + "); resume from " + std::to_string(next));
+            }
+            retry_at_ns = now + opt.retry_interval.count();
+            return false;
+        }
+        counters.reconnects += connected_once ? 1U : 0U;
+        connected_once = true;
+        give_up_ns = 0;
+        replay.emplace(std::move(*c));
+    }
+    JournalEntry e;
+    for (;;) {
+        auto r = replay->next(e);
+        if (!r) {
+            if (r.error() == std::errc::connection_reset) {
+                replay.reset();  // gone: reconnect from `next`, the last delivered + 1
+                give_up_ns = now + opt.recorder_timeout.count();
+                retry_at_ns = now;
+                return false;
+            }
+            return fail(r.error(), "late join: " + replay->error_text());
+        }
+        if (!*r) {
+            return false;
+        }
+        if (e.kind != StreamEventKind::reset && e.sequence + e.count <= next) {
+            continue;
+        }
+        out = StreamEvent{};
+        out.kind = e.kind;
+        out.epoch = e.epoch;
+        out.sequence = e.sequence;
+        out.count = e.kind == StreamEventKind::loss ? e.count : 0;
+        out.payload = e.payload();
+        next = std::max(next, Impl::end_of(out));
+        counters.replayed += e.kind == StreamEventKind::record ? 1U : 0U;
+        return true;
+    }
+}
+
+Result<LateJoin, Error> LateJoin::create(const LateJoinOptions& options) {
+    if (options.live_buffer_records == 0 || options.replay_port == 0) {
+        return Error(Errc::invalid_argument,
+                     "late join: live_buffer_records > 0 and replay_port are required");
+    }
+    StreamOptions so = options.stream;
+    so.start_sequence.reset();
+    auto s = StreamSubscriber::create(so);
+    if (!s) {
+        return s.error();
+    }
+    auto impl = std::make_unique<Impl>(std::move(*s));
+    impl->opt = options;
+    impl->ring.resize(options.live_buffer_records);
+    impl->next = options.from;
+    return LateJoin(std::move(impl));
+}
+
+Result<void, Error> LateJoin::add(Subscriber& subscriber) {
+    return impl_->live.add(subscriber);
+}
+
+Result<bool> LateJoin::next(StreamEvent& out) noexcept {
+    Impl& m = *impl_;
+    if (m.failed) {
+        return m.error;
+    }
+    if (m.counters.merged) {
+        if (auto r = m.from_ring(out); r && *r) {
+            return true;
+        }
+        while (m.live.next(out)) {
+            if (out.kind != StreamEventKind::reset && Impl::end_of(out) <= m.next) {
+                continue;  // the replay went further than this live copy had come
+            }
+            m.next = std::max(m.next, Impl::end_of(out));
+            m.counters.live += out.kind == StreamEventKind::record ? 1U : 0U;
+            return true;
+        }
+        return false;
+    }
+    m.pump_live();
+    if (m.try_merge()) {
+        return next(out);
+    }
+    return m.from_replay(out);
+}
+
+std::uint64_t LateJoin::next_sequence() const noexcept {
+    return impl_->next;
+}
+const LateJoinCounters& LateJoin::counters() const noexcept {
+    return impl_->counters;
+}
+const std::string& LateJoin::error_text() const noexcept {
+    return impl_->error_text;
+}
+
+LateJoin::LateJoin(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+LateJoin::LateJoin(LateJoin&& other) noexcept = default;
+LateJoin& LateJoin::operator=(LateJoin&& other) noexcept = default;
+LateJoin::~LateJoin() = default;
+
+}  // namespace prizma

@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: Apache-2.0
+// The stream recorder's journal (docs/STREAMS.md, "Recording and late join"): written and read
+// back, segment rollover, reads from the middle, loss/reset entries, explicit back-pressure, and
+// crash recovery: the last segment truncated at every offset of its tail, and corrupted at every
+// offset of it, recovers exactly the complete prefix. Counts and orders only.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <prizma/prizma.hpp>
+
+#include "tests/support/catch.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::byte> body(std::uint64_t i, std::size_t size) {
+    std::vector<std::byte> b(size);
+    for (std::size_t k = 0; k < size; ++k) {
+        b[k] = static_cast<std::byte>((i * 131 + k * 7) & 0xffU);
+    }
+    return b;
+}
+
+std::size_t size_of(std::uint64_t i) {
+    return 20 + (i * 37) % 180;  // varied sizes: 20..199 bytes
+}
+
+/// A fresh directory under the temp dir, removed with its contents.
+struct TempDir {
+    std::string path;
+    TempDir() {
+        std::string t = (fs::temp_directory_path() / "prizma-rec-XXXXXX").string();
+        REQUIRE(::mkdtemp(t.data()) != nullptr);
+        path = t;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+};
+
+prizma::StreamEvent record(std::uint64_t seq, const std::vector<std::byte>& payload) {
+    prizma::StreamEvent e;
+    e.kind = prizma::StreamEventKind::record;
+    e.epoch = 1;
+    e.sequence = seq;
+    e.payload = payload;
+    return e;
+}
+
+void append(prizma::Recorder& rec, const prizma::StreamEvent& e) {
+    for (;;) {
+        const auto r = rec.append(e);
+        if (r) {
+            return;
+        }
+        REQUIRE(r.error() == prizma::Errc::back_pressured);
+        std::this_thread::yield();
+    }
+}
+
+prizma::Recorder open_recorder(const std::string& dir,
+                               std::size_t segment_bytes = std::size_t{64} << 20U) {
+    prizma::RecorderOptions o;
+    o.directory = dir;
+    o.stream_id = 42;
+    o.segment_bytes = segment_bytes;
+    o.index_bytes = 4096;
+    auto r = prizma::Recorder::open(o);
+    REQUIRE(r.has_value());
+    return std::move(*r);
+}
+
+/// Writes records [first, first + n) with varied sizes.
+void write_records(prizma::Recorder& rec, std::uint64_t first, std::uint64_t n) {
+    for (std::uint64_t i = first; i < first + n; ++i) {
+        const auto b = body(i, size_of(i));
+        append(rec, record(i, b));
+    }
+    REQUIRE(rec.flush().has_value());
+}
+
+/// Reads the journal from `from` to its current end; checks every record against body().
+/// Returns the sequences read, in order.
+std::vector<std::uint64_t> read_all(const std::string& dir, std::uint64_t from) {
+    std::vector<std::uint64_t> seqs;
+    auto rd = prizma::JournalReader::open(dir, from);
+    REQUIRE(rd.has_value());
+    prizma::JournalEntry e;
+    for (;;) {
+        auto r = rd->next(e);
+        REQUIRE(r.has_value());
+        if (!*r) {
+            break;
+        }
+        REQUIRE(e.kind == prizma::StreamEventKind::record);
+        const auto want = body(e.sequence, size_of(e.sequence));
+        REQUIRE(e.payload().size() == want.size());
+        REQUIRE(std::memcmp(e.payload().data(), want.data(), want.size()) == 0);
+        seqs.push_back(e.sequence);
+    }
+    return seqs;
+}
+
+bool contiguous(const std::vector<std::uint64_t>& s, std::uint64_t first, std::uint64_t n) {
+    if (s.size() != n) {
+        return false;
+    }
+    for (std::uint64_t i = 0; i < n; ++i) {
+        if (s[i] != first + i) {
+            return false;
+        }
+    }
+    return true;
+}
+
+std::vector<fs::path> segments(const std::string& dir) {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        if (e.path().extension() == ".seg") {
+            out.push_back(e.path());
+        }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::vector<char> read_file(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const fs::path& p, const std::vector<char>& bytes, std::size_t n) {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(n));
+}
+
+/// A record frame's size on disk: frame header, record header, payload.
+std::size_t frame_bytes(std::uint64_t i) {
+    return 32 + prizma::RecordHeader::kBytes + size_of(i);
+}
+
+}  // namespace
+
+TEST_CASE("recorder: records written, reopened, read back contiguous across segments",
+          "[unit][recorder]") {
+    const TempDir dir;
+    constexpr std::uint64_t kN = 20000;
+    {
+        auto rec = open_recorder(dir.path, 256 << 10);
+        CHECK(rec.next_sequence() == 0);
+        write_records(rec, 0, kN);
+        CHECK(rec.next_sequence() == kN);
+        CHECK(rec.written_sequence() == kN);
+        CHECK(rec.counters().appended == kN);
+        CHECK(rec.counters().segments > 5);  // rolled over
+    }
+    CHECK(segments(dir.path).size() > 5);
+    {
+        auto rec = open_recorder(dir.path, 256 << 10);
+        CHECK(rec.next_sequence() == kN);
+        CHECK(rec.counters().recovered_bytes_dropped == 0);
+        write_records(rec, kN, 100);  // resumes where it was
+    }
+    CHECK(contiguous(read_all(dir.path, 0), 0, kN + 100));
+    // From the middle (inside a segment, between index entries), at a segment's first record,
+    // and at the very end.
+    CHECK(contiguous(read_all(dir.path, 12345), 12345, kN + 100 - 12345));
+    const auto segs = segments(dir.path);
+    const std::uint64_t seg_first = std::stoull(segs[3].stem().string());
+    CHECK(contiguous(read_all(dir.path, seg_first), seg_first, kN + 100 - seg_first));
+    CHECK(read_all(dir.path, kN + 100).empty());
+    auto past = prizma::JournalReader::open(dir.path, kN + 101);
+    REQUIRE_FALSE(past.has_value());
+    CHECK(past.error().code() == prizma::Errc::invalid_argument);
+}
+
+TEST_CASE("recorder: loss and reset entries are journaled, out of order is refused",
+          "[unit][recorder]") {
+    const TempDir dir;
+    auto rec = open_recorder(dir.path);
+    const auto b = body(0, 50);
+    for (std::uint64_t i = 0; i < 10; ++i) {
+        append(rec, record(i, b));
+    }
+    prizma::StreamEvent loss;
+    loss.kind = prizma::StreamEventKind::loss;
+    loss.sequence = 10;
+    loss.count = 5;
+    append(rec, loss);
+    CHECK(rec.append(record(14, b)).error() == prizma::Errc::invalid_argument);
+    append(rec, record(15, b));
+    prizma::StreamEvent reset;
+    reset.kind = prizma::StreamEventKind::reset;
+    reset.epoch = 2;
+    reset.sequence = 100;
+    append(rec, reset);
+    append(rec, record(100, b));
+    CHECK(rec.next_sequence() == 101);
+    REQUIRE(rec.flush().has_value());
+
+    auto rd = prizma::JournalReader::open(dir.path, 12);
+    REQUIRE(rd.has_value());
+    prizma::JournalEntry e;
+    REQUIRE(*rd->next(e));
+    CHECK(e.kind == prizma::StreamEventKind::loss);
+    CHECK(e.sequence == 12);  // clipped to the start asked for
+    CHECK(e.count == 3);
+    REQUIRE(*rd->next(e));
+    CHECK((e.kind == prizma::StreamEventKind::record && e.sequence == 15));
+    REQUIRE(*rd->next(e));
+    CHECK((e.kind == prizma::StreamEventKind::reset && e.sequence == 100 && e.epoch == 2));
+    REQUIRE(*rd->next(e));
+    CHECK((e.kind == prizma::StreamEventKind::record && e.sequence == 100 && e.epoch == 1));
+    CHECK_FALSE(*rd->next(e));
+}
+
+TEST_CASE("recorder: a full hand-off buffer is reported as back-pressure, nothing dropped",
+          "[unit][recorder]") {
+    const TempDir dir;
+    prizma::RecorderOptions o;
+    o.directory = dir.path;
+    o.stream_id = 42;
+    o.buffer_bytes = 64 << 10;  // two 30 KB records fill it
+    auto rec = prizma::Recorder::open(o);
+    REQUIRE(rec.has_value());
+    const auto big = body(1, 30000);
+    std::uint64_t accepted = 0;
+    std::uint64_t refused = 0;
+    for (int k = 0; k < 100000 && (refused == 0 || accepted < 50); ++k) {
+        const auto r = rec->append(record(accepted, big));
+        if (r) {
+            ++accepted;
+        } else {
+            REQUIRE(r.error() == prizma::Errc::back_pressured);
+            ++refused;
+        }
+    }
+    CHECK(refused > 0);
+    CHECK(rec->counters().back_pressured == refused);
+    CHECK(rec->append(record(accepted, body(0, std::size_t{40} << 10))).error()
+          == prizma::Errc::message_too_large);
+    REQUIRE(rec->flush().has_value());
+    auto rd = prizma::JournalReader::open(dir.path, 0);
+    REQUIRE(rd.has_value());
+    prizma::JournalEntry e;
+    std::uint64_t n = 0;
+    while (*rd->next(e)) {
+        REQUIRE(e.sequence == n);
+        ++n;
+    }
+    CHECK(n == accepted);
+}
+
+TEST_CASE("recorder: truncated at every offset of its tail, it recovers the complete prefix",
+          "[unit][recorder]") {
+    const TempDir dir;
+    constexpr std::uint64_t kN = 300;
+    {
+        auto rec = open_recorder(dir.path);
+        write_records(rec, 0, kN);
+    }
+    const auto seg = segments(dir.path).at(0);
+    const auto whole = read_file(seg);
+    std::vector<std::size_t> ends;  // ends[i]: file offset after record i
+    std::size_t off = 0;
+    for (std::uint64_t i = 0; i < kN; ++i) {
+        off += frame_bytes(i);
+        ends.push_back(off);
+    }
+    REQUIRE(whole.size() == off);
+    const std::size_t tail_start = ends[kN - 4];  // the last three records, byte by byte
+    for (std::size_t cut = tail_start; cut <= whole.size(); ++cut) {
+        write_file(seg, whole, cut);
+        const auto complete = static_cast<std::uint64_t>(
+            std::upper_bound(ends.begin(), ends.end(), cut) - ends.begin());
+        auto rec = open_recorder(dir.path);
+        INFO("cut at " << cut);
+        REQUIRE(rec.next_sequence() == complete);
+        CHECK(rec.counters().recovered_bytes_dropped
+              == cut - (complete == 0 ? 0 : ends[complete - 1]));
+        if (cut % 7 == 0) {  // and it resumes there
+            write_records(rec, complete, 1);
+            REQUIRE(contiguous(read_all(dir.path, 0), 0, complete + 1));
+        } else {
+            REQUIRE(contiguous(read_all(dir.path, 0), 0, complete));
+        }
+    }
+}
+
+TEST_CASE("recorder: a byte corrupted anywhere in its tail drops that record and what follows",
+          "[unit][recorder]") {
+    const TempDir dir;
+    constexpr std::uint64_t kN = 300;
+    {
+        auto rec = open_recorder(dir.path);
+        write_records(rec, 0, kN);
+    }
+    const auto seg = segments(dir.path).at(0);
+    const auto whole = read_file(seg);
+    std::vector<std::size_t> ends;
+    std::size_t off = 0;
+    for (std::uint64_t i = 0; i < kN; ++i) {
+        off += frame_bytes(i);
+        ends.push_back(off);
+    }
+    for (std::size_t at = ends[kN - 4]; at < whole.size(); ++at) {
+        auto bad = whole;
+        bad[at] = static_cast<char>(bad[at] ^ 0x5A);
+        write_file(seg, bad, bad.size());
+        // The record holding the corrupt byte, and everything after it, is dropped.
+        const auto holder = static_cast<std::uint64_t>(
+            std::upper_bound(ends.begin(), ends.end(), at) - ends.begin());
+        auto rec = open_recorder(dir.path);
+        INFO("byte " << at << " flipped");
+        REQUIRE(rec.next_sequence() == holder);
+        REQUIRE(contiguous(read_all(dir.path, 0), 0, holder));
+    }
+}
+
+TEST_CASE("recorder: killed with SIGKILL while recording, it reopens contiguous",
+          "[unit][recorder]") {
+    const TempDir dir;
+    // Seeded kill point: once the journal holds this many bytes (printed for a rerun).
+    const auto seed = static_cast<std::uint64_t>(::getpid());
+    const std::uint64_t kill_at = (std::uint64_t{1} << 20U) + (seed * 2654435761ULL) % (6U << 20U);
+    std::printf("recorder kill -9: seed %llu, kill after %llu bytes\n",
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(kill_at));
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        // The child records as fast as it can until killed (no Catch macros here).
+        prizma::RecorderOptions o;
+        o.directory = dir.path;
+        o.stream_id = 42;
+        o.segment_bytes = std::size_t{2} << 20U;
+        auto rec = prizma::Recorder::open(o);
+        if (!rec) {
+            std::_Exit(2);
+        }
+        for (std::uint64_t i = 0;; ++i) {
+            const auto b = body(i, size_of(i));
+            while (!rec->append(record(i, b))) {
+                std::this_thread::yield();
+            }
+        }
+    }
+    for (;;) {
+        std::uint64_t bytes = 0;
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir.path, ec)) {
+            if (e.path().extension() == ".seg") {
+                bytes += e.file_size(ec);
+            }
+        }
+        if (bytes >= kill_at) {
+            break;
+        }
+        int status = 0;
+        REQUIRE(::waitpid(child, &status, WNOHANG) == 0);  // still recording
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(::kill(child, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status));
+    auto rec = open_recorder(dir.path, std::size_t{2} << 20U);
+    const std::uint64_t n = rec.next_sequence();
+    CHECK(n > 1000);
+    write_records(rec, n, 10);  // and it goes on from there
+    CHECK(contiguous(read_all(dir.path, 0), 0, n + 10));
+}

@@ -1,0 +1,418 @@
+// SPDX-License-Identifier: Apache-2.0
+// The replay service over TCP on 127.0.0.1 and the late joiner (docs/STREAMS.md, "Recording and
+// late join"): ranges, concurrent clients, bad requests, a stalled client, and late join over
+// mem:// live + a real replay server: contiguous delivery, merge with no gap and no duplicate,
+// live-buffer overflow, the replay service going away. Counts and orders only.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <prizma/prizma.hpp>
+
+#include "tests/support/catch.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::byte> body(std::uint64_t i, std::size_t size = 100) {
+    std::vector<std::byte> b(size);
+    for (std::size_t k = 0; k < size; ++k) {
+        b[k] = static_cast<std::byte>((i * 31 + k) & 0xffU);
+    }
+    return b;
+}
+
+bool payload_ok(std::uint64_t seq, std::span<const std::byte> p) {
+    const auto want = body(seq, p.size());
+    return !p.empty() && std::memcmp(p.data(), want.data(), p.size()) == 0;
+}
+
+struct TempDir {
+    std::string path;
+    TempDir() {
+        std::string t = (fs::temp_directory_path() / "prizma-replay-XXXXXX").string();
+        REQUIRE(::mkdtemp(t.data()) != nullptr);
+        path = t;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+};
+
+void append(prizma::Recorder& rec,
+            const prizma::StreamEvent& e,
+            std::span<const std::byte> record = {}) {
+    for (;;) {
+        const auto r = rec.append(e, record);
+        if (r) {
+            return;
+        }
+        REQUIRE(r.error() == prizma::Errc::back_pressured);
+        std::this_thread::yield();
+    }
+}
+
+/// A journal of records [0, n) of `size`-byte payloads.
+void make_journal(const std::string& dir, std::uint64_t n, std::size_t size = 100) {
+    prizma::RecorderOptions o;
+    o.directory = dir;
+    o.stream_id = 42;
+    o.segment_bytes = std::size_t{4} << 20U;
+    auto rec = prizma::Recorder::open(o);
+    REQUIRE(rec.has_value());
+    for (std::uint64_t i = 0; i < n; ++i) {
+        const auto b = body(i, size);
+        prizma::StreamEvent e;
+        e.epoch = 1;
+        e.sequence = i;
+        e.payload = b;
+        append(*rec, e);
+    }
+    REQUIRE(rec->flush().has_value());
+}
+
+prizma::ReplayServer serve(const std::string& dir, std::uint16_t port = 0, std::uint64_t rate = 0) {
+    prizma::ReplayServerOptions o;
+    o.port = port;
+    o.streams = {{42, dir}};
+    o.max_records_per_second = rate;
+    auto s = prizma::ReplayServer::start(o);
+    REQUIRE(s.has_value());
+    return std::move(*s);
+}
+
+prizma::ReplayClient connect(std::uint16_t port,
+                             std::uint64_t from,
+                             std::uint64_t to,
+                             std::uint32_t stream = 42) {
+    prizma::ReplayRequest rq;
+    rq.stream_id = stream;
+    rq.from = from;
+    rq.to = to;
+    auto c = prizma::ReplayClient::connect("127.0.0.1", port, rq);
+    REQUIRE(c.has_value());
+    return std::move(*c);
+}
+
+/// Reads one step of a client; appends record sequences; false once done.
+bool step(prizma::ReplayClient& c, std::vector<std::uint64_t>& seqs, std::uint64_t& bad) {
+    prizma::JournalEntry e;
+    for (int k = 0; k < 256; ++k) {
+        auto r = c.next(e);
+        REQUIRE(r.has_value());
+        if (!*r) {
+            if (!c.done()) {
+                c.wait(std::chrono::milliseconds(10));
+            }
+            return !c.done();
+        }
+        seqs.push_back(e.sequence);
+        bad += payload_ok(e.sequence, e.payload()) ? 0U : 1U;
+    }
+    return true;
+}
+
+bool contiguous(const std::vector<std::uint64_t>& s, std::uint64_t first, std::uint64_t n) {
+    if (s.size() != n) {
+        return false;
+    }
+    for (std::uint64_t i = 0; i < n; ++i) {
+        if (s[i] != first + i) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/// The error a request gets.
+std::error_code refused(prizma::ReplayClient& c, std::string& text) {
+    prizma::JournalEntry e;
+    for (int k = 0; k < 1000; ++k) {
+        auto r = c.next(e);
+        if (!r) {
+            text = c.error_text();
+            return r.error();
+        }
+        c.wait(std::chrono::milliseconds(10));
+    }
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("replay: a range, and two clients at once", "[unit][replay]") {
+    const TempDir dir;
+    make_journal(dir.path, 5000);
+    auto server = serve(dir.path);
+    auto a = connect(server.port(), 100, 600);
+    auto b = connect(server.port(), 0, UINT64_MAX);  // up to the end
+    std::vector<std::uint64_t> sa;
+    std::vector<std::uint64_t> sb;
+    std::uint64_t bad = 0;
+    bool more_a = true;
+    bool more_b = true;
+    while (more_a || more_b) {
+        more_a = more_a && step(a, sa, bad);
+        more_b = more_b && step(b, sb, bad);
+    }
+    CHECK(bad == 0);
+    CHECK(contiguous(sa, 100, 500));
+    CHECK(contiguous(sb, 0, 5000));
+    CHECK(server.counters().requests == 2);
+}
+
+TEST_CASE("replay: bad requests get clear errors and do not disturb other clients",
+          "[unit][replay]") {
+    const TempDir dir;
+    make_journal(dir.path, 2000);
+    auto server = serve(dir.path);
+    auto good = connect(server.port(), 0, 2000);
+    std::vector<std::uint64_t> seqs;
+    std::uint64_t bad = 0;
+    (void)step(good, seqs, bad);  // started before the bad ones
+
+    // Garbage on the port: an error frame (kind 0x81) naming it, then the connection closes.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(server.port());
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+    const std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n and more garbage";
+    REQUIRE(::send(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size()));
+    std::string reply;
+    char buf[512];
+    for (ssize_t n = 0; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+        reply.append(buf, static_cast<std::size_t>(n));
+    }
+    (void)::close(fd);
+    REQUIRE(reply.size() > 32);
+    CHECK(static_cast<unsigned char>(reply[4]) == 0x81);
+    CHECK(reply.find("malformed request") != std::string::npos);
+
+    std::string text;
+    auto beyond = connect(server.port(), 1990, 2010);
+    CHECK(refused(beyond, text) == prizma::Errc::invalid_argument);
+    CHECK(text.find("beyond the journal's end") != std::string::npos);
+    auto past = connect(server.port(), 2005, UINT64_MAX);
+    CHECK(refused(past, text) == prizma::Errc::invalid_argument);
+    CHECK(text.find("past the journal's end") != std::string::npos);
+    auto unknown = connect(server.port(), 0, 10, 7);
+    CHECK(refused(unknown, text) == prizma::Errc::unsupported);
+    CHECK(text.find("unknown stream 7") != std::string::npos);
+    CHECK(server.counters().errors == 4);
+
+    while (step(good, seqs, bad)) {
+    }
+    CHECK(bad == 0);
+    CHECK(contiguous(seqs, 0, 2000));
+}
+
+TEST_CASE("replay: a client that stops reading does not stall another", "[unit][replay]") {
+    const TempDir dir;
+    make_journal(dir.path, 24000, 1000);  // ~25 MB: far more than the socket buffers hold
+    auto server = serve(dir.path);
+    auto stalled = connect(server.port(), 0, UINT64_MAX);  // never read
+    auto other = connect(server.port(), 0, UINT64_MAX);
+    std::vector<std::uint64_t> seqs;
+    std::uint64_t bad = 0;
+    while (step(other, seqs, bad)) {
+    }
+    CHECK(bad == 0);
+    CHECK(contiguous(seqs, 0, 24000));
+    CHECK(server.counters().records < 2 * 24000);  // the stalled one got only a buffer's worth
+}
+
+namespace {
+
+/// mem:// live stream recorded to a journal served over TCP, with a late joiner.
+struct LateJoinRig {
+    TempDir dir;
+    std::string uri;
+    prizma::Context ctx = prizma::Context::create().value();
+    prizma::Publisher pub;
+    prizma::StreamPublisher out;
+    prizma::Subscriber rec_sub;
+    prizma::StreamSubscriber rec_stream;
+    prizma::Recorder recorder;
+    std::optional<prizma::ReplayServer> server;
+    std::optional<prizma::Subscriber> join_sub;
+    std::optional<prizma::LateJoin> join;
+    std::vector<std::uint64_t> delivered;
+    std::uint64_t bad = 0;
+    std::uint64_t other_events = 0;
+
+    static prizma::StreamOptions stream_options() {
+        prizma::StreamOptions o;
+        o.stream_id = 42;
+        o.start_sequence = 0;
+        return o;
+    }
+    explicit LateJoinRig(const std::string& name)
+        : uri("mem://" + name + ":7500"),
+          pub(ctx.add_publisher("mem://" + name + ":7500").value()),
+          out(prizma::StreamPublisher::create(pub, 42, 1).value()),
+          rec_sub(ctx.add_subscriber("mem://" + name + ":7500").value()),
+          rec_stream(prizma::StreamSubscriber::create(stream_options()).value()),
+          recorder(prizma::Recorder::open({dir.path, 42, std::size_t{1} << 20U}).value()) {
+        REQUIRE(rec_stream.add(rec_sub).has_value());
+    }
+    void start_join(std::uint64_t from, std::size_t live_buffer, std::uint16_t port) {
+        join_sub.emplace(ctx.add_subscriber(uri).value());
+        prizma::LateJoinOptions o;
+        o.stream.stream_id = 42;
+        o.replay_port = port;
+        o.from = from;
+        o.live_buffer_records = live_buffer;
+        o.recorder_timeout = std::chrono::seconds(10);
+        auto j = prizma::LateJoin::create(o);
+        REQUIRE(j.has_value());
+        REQUIRE(j->add(*join_sub).has_value());
+        join.emplace(std::move(*j));
+    }
+    /// One round: publish up to `burst` records (until n), move the network, record, read the
+    /// late joiner. Returns false once the joiner has delivered [.., n).
+    bool round(std::uint64_t n, int burst) {
+        for (int k = 0; k < burst && out.next_sequence() < n; ++k) {
+            const auto b = body(out.next_sequence());
+            const auto r = out.offer(b);
+            REQUIRE((r.has_value() || prizma::is_transient(r.error())));
+        }
+        (void)ctx.poll();
+        rec_stream.poll(1024, [&](const prizma::StreamEvent& e) {
+            append(recorder, e, rec_stream.last_record());
+        });
+        if (!join) {
+            return true;
+        }
+        prizma::StreamEvent e;
+        for (int k = 0; k < 512; ++k) {
+            auto r = join->next(e);
+            REQUIRE(r.has_value());
+            if (!*r) {
+                break;
+            }
+            if (e.kind == prizma::StreamEventKind::record) {
+                delivered.push_back(e.sequence);
+                bad += payload_ok(e.sequence, e.payload) ? 0U : 1U;
+            } else {
+                ++other_events;
+            }
+        }
+        return join->next_sequence() < n;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("late join: mid-stream join replays then merges into live, no gap, no duplicate",
+          "[unit][replay][late_join]") {
+    LateJoinRig rig("lj");
+    auto server = serve(rig.dir.path);
+    constexpr std::uint64_t kN = 40000;
+    while (rig.out.next_sequence() < 15000) {
+        (void)rig.round(kN, 32);
+    }
+    rig.start_join(0, 65536, server.port());
+    while (rig.round(kN, 32)) {
+    }
+    const auto& c = rig.join->counters();
+    CHECK(rig.bad == 0);
+    CHECK(rig.other_events == 0);
+    CHECK(contiguous(rig.delivered, 0, kN));
+    CHECK(c.merged);
+    CHECK(c.replayed >= 15000);
+    CHECK(c.live > 0);
+    CHECK(c.replayed + c.live == kN);
+    CHECK(c.merge_sequence == c.replayed);  // first live record = last replayed + 1
+    CHECK(rig.recorder.next_sequence() == kN);
+}
+
+TEST_CASE("late join: a slow replay that overflows the live buffer still merges without a gap",
+          "[unit][replay][late_join]") {
+    LateJoinRig rig("lj");
+    auto server = serve(rig.dir.path, 0, 50000);  // a throttled replay: 50 k records/s
+    constexpr std::uint64_t kN = 30000;
+    while (rig.out.next_sequence() < 5000) {
+        (void)rig.round(kN, 32);
+    }
+    rig.start_join(1000, 512, server.port());  // resumes after its own record 999
+    while (rig.round(kN, 32)) {
+    }
+    const auto& c = rig.join->counters();
+    CHECK(rig.bad == 0);
+    CHECK(contiguous(rig.delivered, 1000, kN - 1000));
+    CHECK(c.buffer_overflows > 0);
+    CHECK(c.merged);
+    CHECK(c.merge_sequence == 1000 + c.replayed);
+}
+
+TEST_CASE("late join: the replay service goes away, comes back, the replay resumes",
+          "[unit][replay][late_join]") {
+    LateJoinRig rig("lj");
+    std::optional<prizma::ReplayServer> server;
+    server.emplace(serve(rig.dir.path, 0, 20000));
+    const std::uint16_t port = server->port();
+    constexpr std::uint64_t kN = 12000;
+    while (rig.out.next_sequence() < kN) {
+        (void)rig.round(kN, 64);  // the whole stream first: the joiner must replay it
+    }
+    rig.start_join(0, 1024, port);
+    while (rig.delivered.size() < 2000) {
+        REQUIRE(rig.round(kN, 0));
+    }
+    server.reset();  // gone mid-replay
+    for (int k = 0; k < 20; ++k) {
+        (void)rig.round(kN, 0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    server.emplace(serve(rig.dir.path, port));
+    while (rig.round(kN, 0)) {
+    }
+    CHECK(rig.bad == 0);
+    CHECK(contiguous(rig.delivered, 0, kN));
+    CHECK(rig.join->counters().reconnects >= 1);
+}
+
+TEST_CASE("late join: a replay service that stays away fails with a clear error",
+          "[unit][replay][late_join]") {
+    const TempDir dir;
+    make_journal(dir.path, 10);
+    std::uint16_t port = 0;
+    {
+        auto server = serve(dir.path);
+        port = server.port();
+    }
+    prizma::LateJoinOptions o;
+    o.stream.stream_id = 42;
+    o.replay_port = port;
+    o.recorder_timeout = std::chrono::milliseconds(200);
+    o.retry_interval = std::chrono::milliseconds(20);
+    auto j = prizma::LateJoin::create(o);
+    REQUIRE(j.has_value());
+    prizma::StreamEvent e;
+    prizma::Result<bool> r = false;
+    for (;;) {
+        r = j->next(e);
+        if (!r) {
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK(r.error() == std::errc::timed_out);
+    CHECK(j->error_text().find("unreachable") != std::string::npos);
+}

@@ -348,7 +348,7 @@ std::uint8_t ib_rate_code(std::uint8_t active_width, std::uint32_t active_speed)
     switch (active_speed) {
         case 1: lane_mbps = 2500; break;      // SDR
         case 2: lane_mbps = 5000; break;      // DDR
-        case 4: lane_mbps = 10000; break;     // QDR
+        case 4:                               // QDR
         case 8: lane_mbps = 10000; break;     // FDR10
         case 16: lane_mbps = 14000; break;    // FDR
         case 32: lane_mbps = 25000; break;    // EDR

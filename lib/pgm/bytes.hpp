@@ -17,6 +17,9 @@ inline std::uint16_t bswap16(std::uint16_t v) noexcept {
 inline std::uint32_t bswap32(std::uint32_t v) noexcept {
     return __builtin_bswap32(v);
 }
+inline std::uint64_t bswap64(std::uint64_t v) noexcept {
+    return __builtin_bswap64(v);
+}
 
 inline std::uint16_t load_be16(const std::byte* p) noexcept {
     std::uint16_t v = 0;
@@ -34,6 +37,14 @@ inline std::uint32_t load_be32(const std::byte* p) noexcept {
     }
     return v;
 }
+inline std::uint64_t load_be64(const std::byte* p) noexcept {
+    std::uint64_t v = 0;
+    std::memcpy(&v, p, sizeof v);
+    if constexpr (std::endian::native == std::endian::little) {
+        v = bswap64(v);
+    }
+    return v;
+}
 inline void store_be16(std::byte* p, std::uint16_t v) noexcept {
     if constexpr (std::endian::native == std::endian::little) {
         v = bswap16(v);
@@ -43,6 +54,13 @@ inline void store_be16(std::byte* p, std::uint16_t v) noexcept {
 inline void store_be32(std::byte* p, std::uint32_t v) noexcept {
     if constexpr (std::endian::native == std::endian::little) {
         v = bswap32(v);
+    }
+    std::memcpy(p, &v, sizeof v);
+}
+
+inline void store_be64(std::byte* p, std::uint64_t v) noexcept {
+    if constexpr (std::endian::native == std::endian::little) {
+        v = bswap64(v);
     }
     std::memcpy(p, &v, sizeof v);
 }

@@ -201,10 +201,10 @@ bool Recorder::Impl::write_range(std::uint64_t from, std::uint64_t to) noexcept 
             copy_out(pos, copy, sizeof copy);
             h = copy;
         }
-        const std::size_t len = journal::kFrameHeader + journal::get32(h);
+        const std::size_t len = journal::kFrameHeader + pgm::load_be32(h);
         const auto kind = std::to_integer<std::uint8_t>(h[4]);
-        const std::uint64_t seq = journal::get64(h + 8);
-        const std::uint64_t count = journal::get64(h + 16);
+        const std::uint64_t seq = pgm::load_be64(h + 8);
+        const std::uint64_t count = pgm::load_be64(h + 16);
         if (!seg.valid() || (seg_size > 0 && seg_size + len > opt.segment_bytes)) {
             if (!flush_run(pos) || !roll()) {
                 return false;
@@ -212,8 +212,8 @@ bool Recorder::Impl::write_range(std::uint64_t from, std::uint64_t to) noexcept 
         }
         if (seg_size >= next_index_at) {
             std::byte e[16];
-            journal::put64(e, kind == journal::kReset ? writer_pos : seq);
-            journal::put64(e + 8, seg_size);
+            pgm::store_be64(e, kind == journal::kReset ? writer_pos : seq);
+            pgm::store_be64(e + 8, seg_size);
             idx_pending.insert(idx_pending.end(), e, e + 16);
             next_index_at = seg_size + opt.index_bytes;
         }
@@ -294,7 +294,7 @@ Result<void, Error> Recorder::Impl::recover() {
     const std::string ipath = journal::segment_path(opt.directory, first, "idx");
     auto ib = slurp(ipath);
     std::size_t keep = 0;
-    for (; keep + 16 <= ib.size() && journal::get64(ib.data() + keep + 8) < s.valid; keep += 16) {
+    for (; keep + 16 <= ib.size() && pgm::load_be64(ib.data() + keep + 8) < s.valid; keep += 16) {
     }
     idx.reset(::open(ipath.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
     if (!idx.valid() || ::ftruncate(idx.get(), static_cast<off_t>(keep)) != 0
@@ -302,7 +302,7 @@ Result<void, Error> Recorder::Impl::recover() {
         return os_error("recorder: recovering " + ipath);
     }
     seg_size = s.valid;
-    next_index_at = keep == 0 ? 0 : journal::get64(ib.data() + keep - 8) + opt.index_bytes;
+    next_index_at = keep == 0 ? 0 : pgm::load_be64(ib.data() + keep - 8) + opt.index_bytes;
     writer_pos = s.end;
     next = s.end;
     started = true;
@@ -378,7 +378,7 @@ Result<void> Recorder::append(const StreamEvent& e, std::span<const std::byte> r
         const bool whole =
             record.size() == body && record.data() + RecordHeader::kBytes == e.payload.data();
         if (whole) {
-            if (journal::get32(record.data() + 4) != m.opt.stream_id) {
+            if (pgm::load_be32(record.data() + 4) != m.opt.stream_id) {
                 return Errc::invalid_argument;  // another stream's record
             }
             head = record.first(RecordHeader::kBytes);
@@ -518,7 +518,7 @@ Result<bool> JournalReader::next(JournalEntry& out) noexcept {
         }
         std::size_t need = journal::kFrameHeader;
         if (avail.size() >= 4) {
-            need += journal::get32(avail.data());
+            need += pgm::load_be32(avail.data());
         }
         auto got = m.refill(std::max(need, std::size_t{1} << 20U));
         if (!got) {
@@ -559,10 +559,10 @@ Result<JournalReader, Error> JournalReader::open(const std::string& directory, s
     const auto ib = slurp(journal::segment_path(directory, *it, "idx"));
     std::uint64_t offset = 0;
     for (std::size_t k = 0; k + 16 <= ib.size(); k += 16) {
-        if (journal::get64(ib.data() + k) > from) {
+        if (pgm::load_be64(ib.data() + k) > from) {
             break;
         }
-        offset = journal::get64(ib.data() + k + 8);
+        offset = pgm::load_be64(ib.data() + k + 8);
     }
     if (!impl->open_segment(*it, offset)) {
         return os_error("journal: open segment in " + directory);
@@ -589,8 +589,8 @@ std::uint64_t JournalReader::end_sequence() const {
     std::uint64_t off = 0;
     if (ib.size() >= 16) {
         const std::size_t k = ib.size() / 16 * 16 - 16;
-        seq = journal::get64(ib.data() + k);
-        off = journal::get64(ib.data() + k + 8);
+        seq = pgm::load_be64(ib.data() + k);
+        off = pgm::load_be64(ib.data() + k + 8);
     }
     const posix::UniqueFd fd(::open(journal::segment_path(impl_->dir, segs.back(), "seg").c_str(),
                                     O_RDONLY | O_CLOEXEC));

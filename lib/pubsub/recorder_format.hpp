@@ -11,7 +11,6 @@
 #include <dirent.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +21,8 @@
 
 #include <prizma/stream.hpp>
 
+#include "lib/pgm/bytes.hpp"
+
 namespace prizma::journal {
 
 inline constexpr std::size_t kFrameHeader = 32;
@@ -31,35 +32,6 @@ inline constexpr std::uint8_t kLoss = 2;
 inline constexpr std::uint8_t kReset = 3;
 inline constexpr std::uint8_t kEnd = 0x80;
 inline constexpr std::uint8_t kError = 0x81;
-
-inline void put32(std::byte* p, std::uint32_t v) noexcept {
-    if constexpr (std::endian::native == std::endian::little) {
-        v = __builtin_bswap32(v);
-    }
-    std::memcpy(p, &v, 4);
-}
-inline void put64(std::byte* p, std::uint64_t v) noexcept {
-    if constexpr (std::endian::native == std::endian::little) {
-        v = __builtin_bswap64(v);
-    }
-    std::memcpy(p, &v, 8);
-}
-inline std::uint32_t get32(const std::byte* p) noexcept {
-    std::uint32_t v = 0;
-    std::memcpy(&v, p, 4);
-    if constexpr (std::endian::native == std::endian::little) {
-        v = __builtin_bswap32(v);
-    }
-    return v;
-}
-inline std::uint64_t get64(const std::byte* p) noexcept {
-    std::uint64_t v = 0;
-    std::memcpy(&v, p, 8);
-    if constexpr (std::endian::native == std::endian::little) {
-        v = __builtin_bswap64(v);
-    }
-    return v;
-}
 
 struct Frame {
     std::uint8_t kind = 0;
@@ -89,12 +61,12 @@ inline void write_header(std::byte* out,
                          std::uint64_t sequence,
                          std::uint64_t count,
                          std::span<const std::byte> head) noexcept {
-    put32(out, body_len);
+    pgm::store_be32(out, body_len);
     out[4] = std::byte{kind};
     out[5] = out[6] = out[7] = std::byte{0};
-    put64(out + 8, sequence);
-    put64(out + 16, count);
-    put64(out + 24, frame_check(body_len, kind, sequence, count, head));
+    pgm::store_be64(out + 8, sequence);
+    pgm::store_be64(out + 16, count);
+    pgm::store_be64(out + 24, frame_check(body_len, kind, sequence, count, head));
 }
 
 enum class Parse : std::uint8_t { ok, need_more, bad };
@@ -104,7 +76,7 @@ inline Parse parse(std::span<const std::byte> in, Frame& out) noexcept {
     if (in.size() < kFrameHeader) {
         return Parse::need_more;
     }
-    const std::uint32_t len = get32(in.data());
+    const std::uint32_t len = pgm::load_be32(in.data());
     const auto kind = std::to_integer<std::uint8_t>(in[4]);
     if (len > kMaxBody || in[5] != std::byte{0} || in[6] != std::byte{0} || in[7] != std::byte{0}) {
         return Parse::bad;
@@ -113,11 +85,11 @@ inline Parse parse(std::span<const std::byte> in, Frame& out) noexcept {
         return Parse::need_more;
     }
     out.kind = kind;
-    out.sequence = get64(in.data() + 8);
-    out.count = get64(in.data() + 16);
+    out.sequence = pgm::load_be64(in.data() + 8);
+    out.count = pgm::load_be64(in.data() + 16);
     out.body = in.subspan(kFrameHeader, len);
     const auto head = out.body.first(std::min<std::size_t>(len, RecordHeader::kBytes));
-    if (get64(in.data() + 24) != frame_check(len, kind, out.sequence, out.count, head)) {
+    if (pgm::load_be64(in.data() + 24) != frame_check(len, kind, out.sequence, out.count, head)) {
         return Parse::bad;
     }
     if (kind == kRecord) {

@@ -34,26 +34,26 @@ Error os_error(const std::string& what, int err = errno) {
 }
 
 void encode_request(std::byte* out, const ReplayRequest& r) noexcept {
-    journal::put32(out, kMagic);
+    pgm::store_be32(out, kMagic);
     out[4] = std::byte{kProtocolVersion};
     out[5] = std::byte{r.follow ? std::uint8_t{1} : std::uint8_t{0}};
     out[6] = out[7] = std::byte{0};
-    journal::put32(out + 8, r.stream_id);
-    journal::put32(out + 12, 0);
-    journal::put64(out + 16, r.from);
-    journal::put64(out + 24, r.to);
+    pgm::store_be32(out + 8, r.stream_id);
+    pgm::store_be32(out + 12, 0);
+    pgm::store_be64(out + 16, r.from);
+    pgm::store_be64(out + 24, r.to);
 }
 
 bool decode_request(const std::byte* in, ReplayRequest& r) noexcept {
-    if (journal::get32(in) != kMagic || in[4] != std::byte{kProtocolVersion}
+    if (pgm::load_be32(in) != kMagic || in[4] != std::byte{kProtocolVersion}
         || (std::to_integer<unsigned>(in[5]) & ~1U) != 0 || in[6] != std::byte{0}
-        || in[7] != std::byte{0} || journal::get32(in + 12) != 0) {
+        || in[7] != std::byte{0} || pgm::load_be32(in + 12) != 0) {
         return false;
     }
     r.follow = in[5] == std::byte{1};
-    r.stream_id = journal::get32(in + 8);
-    r.from = journal::get64(in + 16);
-    r.to = journal::get64(in + 24);
+    r.stream_id = pgm::load_be32(in + 8);
+    r.from = pgm::load_be64(in + 16);
+    r.to = pgm::load_be64(in + 24);
     return true;
 }
 
@@ -468,7 +468,7 @@ Result<bool> ReplayClient::next(JournalEntry& out) noexcept {
         m.len -= m.begin;
         m.begin = 0;
         if (m.len >= 4) {
-            const std::size_t need = journal::kFrameHeader + journal::get32(m.buf.data());
+            const std::size_t need = journal::kFrameHeader + pgm::load_be32(m.buf.data());
             if (need > m.buf.size()) {
                 m.buf.resize(need);
             }

@@ -2,44 +2,15 @@
 // Lossless streams over the public pub/sub API (docs/STREAMS.md): the record header, the
 // publisher that writes it and the arbitrating subscriber that merges copies.
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <map>
 
 #include <prizma/stream.hpp>
 
+#include "lib/pgm/bytes.hpp"
+
 namespace prizma {
 namespace {
-
-// Big-endian stores and loads (one bswap each on little-endian hosts).
-void put32(std::byte* p, std::uint32_t v) noexcept {
-    if constexpr (std::endian::native == std::endian::little) {
-        v = __builtin_bswap32(v);
-    }
-    std::memcpy(p, &v, 4);
-}
-void put64(std::byte* p, std::uint64_t v) noexcept {
-    if constexpr (std::endian::native == std::endian::little) {
-        v = __builtin_bswap64(v);
-    }
-    std::memcpy(p, &v, 8);
-}
-std::uint32_t get32(const std::byte* p) noexcept {
-    std::uint32_t v = 0;
-    std::memcpy(&v, p, 4);
-    if constexpr (std::endian::native == std::endian::little) {
-        v = __builtin_bswap32(v);
-    }
-    return v;
-}
-std::uint64_t get64(const std::byte* p) noexcept {
-    std::uint64_t v = 0;
-    std::memcpy(&v, p, 8);
-    if constexpr (std::endian::native == std::endian::little) {
-        v = __builtin_bswap64(v);
-    }
-    return v;
-}
 
 constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ULL;
 
@@ -96,10 +67,10 @@ void RecordHeader::write(std::span<std::byte> out,
     p[1] = std::byte{static_cast<std::uint8_t>(kBytes)};
     p[2] = std::byte{0};
     p[3] = std::byte{0};
-    put32(p + 4, stream_id);
-    put32(p + 8, epoch);
-    put64(p + 12, sequence);
-    put64(p + 20, checksum_of(stream_id, epoch, sequence, payload));
+    pgm::store_be32(p + 4, stream_id);
+    pgm::store_be32(p + 8, epoch);
+    pgm::store_be64(p + 12, sequence);
+    pgm::store_be64(p + 20, checksum_of(stream_id, epoch, sequence, payload));
 }
 
 bool RecordHeader::read(std::span<const std::byte> record, RecordHeader& out) noexcept {
@@ -108,10 +79,10 @@ bool RecordHeader::read(std::span<const std::byte> record, RecordHeader& out) no
         return false;
     }
     const std::byte* p = record.data();
-    out.stream_id = get32(p + 4);
-    out.epoch = get32(p + 8);
-    out.sequence = get64(p + 12);
-    out.checksum = get64(p + 20);
+    out.stream_id = pgm::load_be32(p + 4);
+    out.epoch = pgm::load_be32(p + 8);
+    out.sequence = pgm::load_be64(p + 12);
+    out.checksum = pgm::load_be64(p + 20);
     return true;
 }
 

@@ -33,6 +33,13 @@ struct ReplayServerOptions {
     std::size_t max_clients = 64;
     /// Per-client throttle (records per second; 0 = unthrottled).
     std::uint64_t max_records_per_second = 0;
+    /// A client that has not sent its whole request this long after connecting gets an error
+    /// frame (Errc::invalid_argument, "no whole request") and is closed: a connection that says
+    /// nothing cannot hold one of the max_clients places.
+    std::chrono::milliseconds request_timeout{5000};
+    /// A client whose socket took no byte for this long (it stopped reading) is closed; 0 =
+    /// never. Its place goes to another client.
+    std::chrono::milliseconds stall_timeout{60000};
 };
 
 struct ReplayServerCounters {
@@ -40,6 +47,8 @@ struct ReplayServerCounters {
     std::uint64_t requests = 0;  ///< valid requests served
     std::uint64_t errors = 0;    ///< bad requests answered with an error
     std::uint64_t records = 0;   ///< records sent
+    std::uint64_t timeouts = 0;  ///< clients closed: no request within request_timeout, or
+                                 ///< nothing read within stall_timeout
 };
 
 /// Serves journal ranges to TCP clients, many at once, from one thread (epoll, non-blocking

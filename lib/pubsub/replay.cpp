@@ -74,6 +74,14 @@ Result<sockaddr_in, Error> ipv4(std::string_view address, std::uint16_t port) {
 
 namespace {
 
+std::int64_t to_ns(std::chrono::milliseconds d) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+}  // namespace
+
+namespace {
+
 struct Client {
     posix::UniqueFd fd;
     std::byte request[kRequestBytes]{};
@@ -86,6 +94,8 @@ struct Client {
     bool blocked = false;  // the socket is full (EPOLLOUT armed)
     double tokens = 0;
     std::int64_t refill_ns = 0;
+    std::int64_t accepted_ns = 0;  // when it connected (request_timeout)
+    std::int64_t moved_ns = 0;     // when its socket last took bytes (stall_timeout)
 };
 
 }  // namespace
@@ -100,6 +110,7 @@ struct ReplayServer::Impl {
     std::atomic<std::uint64_t> c_requests{0};
     std::atomic<std::uint64_t> c_errors{0};
     std::atomic<std::uint64_t> c_records{0};
+    std::atomic<std::uint64_t> c_timeouts{0};
     std::jthread thread;
 
     static void queue_frame(Client& c,
@@ -126,6 +137,7 @@ struct ReplayServer::Impl {
     void start_replay(Client& c);
     bool fill(Client& c, std::int64_t now);
     bool send_out(Client& c) const;
+    bool expired(Client& c, std::int64_t now);
     void run(const std::stop_token& st);
 };
 
@@ -150,6 +162,8 @@ void ReplayServer::Impl::accept_clients() {
         }
         c->out.reserve(opt.client_buffer_bytes + 65536);
         c->refill_ns = Context::now_ns();
+        c->accepted_ns = c->refill_ns;
+        c->moved_ns = c->refill_ns;
         clients.push_back(std::move(c));
         c_clients.fetch_add(1, std::memory_order_relaxed);
     }
@@ -273,6 +287,7 @@ bool ReplayServer::Impl::send_out(Client& c) const {
             return false;
         }
         c.sent += static_cast<std::size_t>(n);
+        c.moved_ns = Context::now_ns();
     }
     if (c.sent == c.out.size()) {
         c.out.clear();
@@ -290,6 +305,26 @@ bool ReplayServer::Impl::send_out(Client& c) const {
         c.blocked = full;
     }
     return !(c.closing && c.out.empty());
+}
+
+// The timeouts: true when the client is to be dropped at once (it stopped reading); a client
+// without a whole request gets an error frame and closes once it is sent.
+bool ReplayServer::Impl::expired(Client& c, std::int64_t now) {
+    if (c.closing) {
+        return false;
+    }
+    if (c.request_len < kRequestBytes && now - c.accepted_ns > to_ns(opt.request_timeout)) {
+        fail(c, Errc::invalid_argument,
+             "replay: no whole request within " + std::to_string(opt.request_timeout.count())
+                 + " ms of connecting");
+        c_timeouts.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    }
+    if (opt.stall_timeout.count() > 0 && c.blocked && now - c.moved_ns > to_ns(opt.stall_timeout)) {
+        c_timeouts.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+    return false;
 }
 
 void ReplayServer::Impl::run(const std::stop_token& st) {
@@ -312,7 +347,7 @@ void ReplayServer::Impl::run(const std::stop_token& st) {
         for (std::size_t k = 0; k < clients.size();) {
             Client& c = *clients[k];
             progress = fill(c, now) || progress;
-            if (!send_out(c)) {
+            if (expired(c, now) || !send_out(c)) {
                 (void)::epoll_ctl(ep.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
                 clients[k] = std::move(clients.back());
                 clients.pop_back();
@@ -334,6 +369,10 @@ Result<ReplayServer, Error> ReplayServer::start(const ReplayServerOptions& optio
     if (options.client_buffer_bytes < 4096 || options.max_clients == 0) {
         return Error(Errc::invalid_argument,
                      "replay: client_buffer_bytes must be >= 4096 and max_clients > 0");
+    }
+    if (options.request_timeout.count() <= 0 || options.stall_timeout.count() < 0) {
+        return Error(Errc::invalid_argument,
+                     "replay: request_timeout must be > 0 and stall_timeout >= 0 (0: never)");
     }
     auto impl = std::make_unique<Impl>();
     impl->opt = options;
@@ -388,6 +427,7 @@ ReplayServerCounters ReplayServer::counters() const noexcept {
     c.requests = impl_->c_requests.load(std::memory_order_relaxed);
     c.errors = impl_->c_errors.load(std::memory_order_relaxed);
     c.records = impl_->c_records.load(std::memory_order_relaxed);
+    c.timeouts = impl_->c_timeouts.load(std::memory_order_relaxed);
     return c;
 }
 

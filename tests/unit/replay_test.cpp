@@ -237,6 +237,66 @@ TEST_CASE("replay: a client that stops reading does not stall another", "[unit][
     CHECK(server.counters().records < 2 * 24000);  // the stalled one got only a buffer's worth
 }
 
+TEST_CASE("replay: a silent connection and a client that stops reading lose their places",
+          "[unit][replay]") {
+    const TempDir dir;
+    make_journal(dir.path, 24000, 1000);  // ~25 MB: more than a stalled socket takes
+    prizma::ReplayServerOptions o;
+    o.streams = {{42, dir.path}};
+    o.max_clients = 2;
+    o.request_timeout = std::chrono::milliseconds(200);
+    o.stall_timeout = std::chrono::milliseconds(300);
+    auto server = prizma::ReplayServer::start(o);
+    REQUIRE(server.has_value());
+    // Half a request, then silence: an error frame naming the timeout, then the close.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(server->port());
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::send(fd, "PRZ", 3, 0) == 3);
+    std::string reply;
+    char buf[512];
+    for (ssize_t n = 0; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+        reply.append(buf, static_cast<std::size_t>(n));
+    }
+    (void)::close(fd);
+    REQUIRE(reply.size() > 32);
+    CHECK(static_cast<unsigned char>(reply[4]) == 0x81);
+    CHECK(reply.find("no whole request within 200 ms") != std::string::npos);
+    // A client that never reads holds one of the two places until the stall timeout; then a
+    // new client gets the place and its whole range.
+    auto stalled = connect(server->port(), 0, UINT64_MAX);
+    auto other = connect(server->port(), 0, 100);
+    std::vector<std::uint64_t> seqs;
+    std::uint64_t bad = 0;
+    while (step(other, seqs, bad)) {
+    }
+    CHECK(contiguous(seqs, 0, 100));
+    for (int k = 0; k < 300 && server->counters().timeouts < 2; ++k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(server->counters().timeouts == 2);  // the silent one and the stalled one
+    auto late = connect(server->port(), 500, 1500);
+    seqs.clear();
+    while (step(late, seqs, bad)) {
+    }
+    CHECK(bad == 0);
+    CHECK(contiguous(seqs, 500, 1000));
+    prizma::JournalEntry e;
+    bool closed = false;  // the stalled client finds its connection closed mid-range
+    for (int k = 0; k < 100000 && !closed; ++k) {
+        auto r = stalled.next(e);
+        closed = !r || (!*r && stalled.done());
+        if (r && !*r && !closed) {
+            stalled.wait(std::chrono::milliseconds(10));
+        }
+    }
+    CHECK(closed);
+}
+
 namespace {
 
 /// mem:// live stream recorded to a journal served over TCP, with a late joiner.

@@ -101,7 +101,8 @@ struct StreamOptions {
     std::chrono::nanoseconds gap_timeout = std::chrono::milliseconds(500);
     /// Start at this sequence (0 for the stream's beginning); unset: the first record heard.
     std::optional<std::uint64_t> start_sequence;
-    /// Delivered records whose checksums are kept to compare later copies (divergence).
+    /// Delivered records whose checksums are kept to compare later copies (divergence),
+    /// rounded up to a power of two.
     std::size_t history = 65536;
 };
 

@@ -2,6 +2,7 @@
 // Lossless streams over the public pub/sub API (docs/STREAMS.md): the record header, the
 // publisher that writes it and the arbitrating subscriber that merges copies.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <map>
 
@@ -12,49 +13,68 @@
 namespace prizma {
 namespace {
 
-constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ULL;
+// Fractional hex digits of pi: fixed keys that keep a zero word from zeroing a product.
+constexpr std::uint64_t kP0 = 0x243F6A8885A308D3ULL;
+constexpr std::uint64_t kP1 = 0x13198A2E03707344ULL;
+constexpr std::uint64_t kP2 = 0xA4093822299F31D0ULL;
+constexpr std::uint64_t kP3 = 0x082EFA98EC4E6C89ULL;
+constexpr std::uint64_t kP4 = 0x452821E638D01377ULL;
+constexpr std::uint64_t kP5 = 0xBE5466CF34E90C6CULL;
+constexpr std::uint64_t kP6 = 0xC0AC29B7C97C50DDULL;
+constexpr std::uint64_t kP7 = 0x3F84D5B5B5470917ULL;
+constexpr unsigned kRot = 29;
 
-std::uint64_t mix(std::uint64_t h, std::uint64_t w) noexcept {
-    h ^= w;
-    h *= kMul;
-    return h ^ (h >> 31U);
+__extension__ using U128 = unsigned __int128;
+
+/// The 128-bit product of a and b, its halves xored.
+std::uint64_t fold(std::uint64_t a, std::uint64_t b) noexcept {
+    const U128 r = static_cast<U128>(a) * b;
+    return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64U);
+}
+
+std::uint64_t load_le64(const std::byte* p) noexcept {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p, sizeof w);
+    if constexpr (std::endian::native == std::endian::big) {
+        w = __builtin_bswap64(w);
+    }
+    return w;
+}
+
+/// A lane: its previous value rotated, plus the folded product of the next 16 bytes.
+std::uint64_t step(std::uint64_t lane, std::uint64_t lo, std::uint64_t hi) noexcept {
+    return std::rotl(lane, static_cast<int>(kRot)) + fold(lo ^ kP4, hi ^ kP5);
 }
 
 }  // namespace
 
-// A 64-bit multiply-xor hash over 8-byte words in four independent lanes (not cryptographic:
-// it finds corruption and diverging copies, not forgeries; authentication is the channel's
-// key_file=).
+// Two lanes, each taking 16 bytes per 64x64->128 multiply whose product does not depend on the
+// lane (the multiplies of a record run in parallel; a lane's own chain is a rotate and an add,
+// so the order of blocks counts). Not cryptographic: it finds corruption and diverging copies,
+// not forgeries (authentication is the channel's key_file=). docs/STREAMS.md gives the steps.
 std::uint64_t RecordHeader::checksum_of(std::uint32_t stream_id,
                                         std::uint32_t epoch,
                                         std::uint64_t sequence,
                                         std::span<const std::byte> payload) noexcept {
-    std::uint64_t h0 = mix(0x243F6A8885A308D3ULL, (std::uint64_t{stream_id} << 32U) | epoch);
-    std::uint64_t h1 = mix(0x13198A2E03707344ULL, sequence);
-    std::uint64_t h2 = mix(0xA4093822299F31D0ULL, payload.size());
-    std::uint64_t h3 = 0x082EFA98EC4E6C89ULL;
+    std::uint64_t a = fold(((std::uint64_t{stream_id} << 32U) | epoch) ^ kP0, sequence ^ kP1);
+    std::uint64_t b = fold(payload.size() ^ kP2, kP3);
     const std::byte* p = payload.data();
     std::size_t n = payload.size();
     for (; n >= 32; p += 32, n -= 32) {
-        std::uint64_t w[4];
-        std::memcpy(w, p, 32);
-        h0 = mix(h0, w[0]);
-        h1 = mix(h1, w[1]);
-        h2 = mix(h2, w[2]);
-        h3 = mix(h3, w[3]);
+        a = step(a, load_le64(p), load_le64(p + 8));
+        b = step(b, load_le64(p + 16), load_le64(p + 24));
     }
-    for (; n >= 8; p += 8, n -= 8) {
-        std::uint64_t w = 0;
-        std::memcpy(&w, p, 8);
-        h0 = mix(h0, w);
-        std::swap(h0, h1);
+    if (n >= 16) {
+        a = step(a, load_le64(p), load_le64(p + 8));
+        p += 16;
+        n -= 16;
     }
-    if (n != 0) {
-        std::uint64_t w = 0;
-        std::memcpy(&w, p, n);
-        h2 = mix(h2, w);
+    if (n != 0) {  // 1..15 bytes, zero-padded to 16
+        std::byte tail[16] = {};
+        std::memcpy(tail, p, n);
+        b = step(b, load_le64(tail), load_le64(tail + 8));
     }
-    return mix(mix(h0, h1) ^ mix(h2, h3), 0);
+    return fold(a ^ kP6, b ^ kP7) ^ a;
 }
 
 void RecordHeader::write(std::span<std::byte> out,
@@ -159,8 +179,9 @@ struct StreamSubscriber::Impl {
     StreamCounters c;
 
     Copy& copy_of(const Subscriber* sub, const Tsi& tsi) noexcept;
+    std::uint64_t hist_mask = 0;  // history slots - 1 (a power of two: no division per record)
     void remember(std::uint64_t seq, std::uint64_t sum) noexcept {
-        const std::size_t i = seq % hist_seq.size();
+        const std::size_t i = seq & hist_mask;
         hist_seq[i] = seq;
         hist_sum[i] = sum;
     }
@@ -247,7 +268,7 @@ bool StreamSubscriber::Impl::take_record(Copy& cp, const Message& m, StreamEvent
     cp.has_high = true;
     if (h.sequence < next) {
         ++c.duplicates;
-        const std::size_t i = h.sequence % hist_seq.size();
+        const std::size_t i = h.sequence & hist_mask;
         if (hist_seq[i] == h.sequence && hist_sum[i] != h.checksum) {
             ++c.divergences;
             out = StreamEvent{StreamEventKind::divergence, h.epoch, h.sequence, 0, {}, m.tsi};
@@ -338,8 +359,10 @@ Result<StreamSubscriber, Error> StreamSubscriber::create(const StreamOptions& op
     }
     auto impl = std::make_unique<Impl>();
     impl->opt = options;
-    impl->hist_seq.assign(options.history, UINT64_MAX);
-    impl->hist_sum.assign(options.history, 0);
+    const std::size_t slots = std::bit_ceil(options.history);
+    impl->hist_mask = slots - 1;
+    impl->hist_seq.assign(slots, UINT64_MAX);
+    impl->hist_sum.assign(slots, 0);
     impl->copies.reserve(Impl::kMaxCopies);
     return StreamSubscriber(std::move(impl));
 }
@@ -375,14 +398,15 @@ bool StreamSubscriber::next(StreamEvent& out) noexcept {
         }
         bool any = false;
         const std::size_t n = s.subs.size();
-        for (std::size_t k = 0; k < n; ++k) {
-            Subscriber* sub = s.subs[(s.rr + k) % n];
+        std::size_t at = s.rr < n ? s.rr : 0;  // round robin without a division per record
+        for (std::size_t k = 0; k < n; ++k, at = at + 1 == n ? 0 : at + 1) {
+            Subscriber* sub = s.subs[at];
             Message m;
             if (!sub->next(m)) {
                 continue;
             }
             any = true;
-            s.rr = (s.rr + k) % n;
+            s.rr = at;
             bool produced = false;
             try {
                 produced = s.take(sub, m, out);

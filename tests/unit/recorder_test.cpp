@@ -383,3 +383,99 @@ TEST_CASE("recorder: killed with SIGKILL while recording, it reopens contiguous"
     write_records(rec, n, 10);  // and it goes on from there
     CHECK(contiguous(read_all(dir.path, 0), 0, n + 10));
 }
+
+namespace {
+
+/// What a recorded live run left in its journal, and what held the publisher back.
+struct RecordedRun {
+    std::vector<std::uint64_t> records;  // journaled record sequences, in order
+    std::uint64_t lost = 0;              // records journaled as lost
+    std::uint64_t flow_blocked = 0;      // offers the publisher's flow control refused
+    std::uint64_t recorder_full = 0;     // appends the recorder's buffer refused
+};
+
+/// An unpaced stream publisher and a Recorder behind a StreamSubscriber on one mem:// channel
+/// (`query` added to both URIs). The recorder is slow: a 64 KiB hand-off buffer and an
+/// fdatasync after every write batch; the loop reads the stream only while the recorder takes
+/// what it read, so a full recorder stops its subscriber consuming.
+RecordedRun record_live(const std::string& dir, const std::string& query, std::uint64_t n) {
+    prizma::ChannelOptions co;
+    co.window_sqns = 512;
+    auto ctx = prizma::Context::create().value();
+    const std::string uri = "mem://rec-flow:7500" + query;
+    auto sub = ctx.add_subscriber(uri, co);
+    auto pub = ctx.add_publisher(uri, co);
+    REQUIRE((sub.has_value() && pub.has_value()));
+    auto out = prizma::StreamPublisher::create(*pub, 42, 1).value();
+    prizma::StreamOptions so;
+    so.stream_id = 42;
+    so.start_sequence = 0;
+    so.gap_timeout = std::chrono::milliseconds(50);
+    auto in = prizma::StreamSubscriber::create(so).value();
+    REQUIRE(in.add(*sub).has_value());
+    prizma::RecorderOptions ro;
+    ro.directory = dir;
+    ro.stream_id = 42;
+    ro.buffer_bytes = std::size_t{64} << 10U;
+    ro.fsync_interval = std::chrono::milliseconds(0);
+    auto rec = prizma::Recorder::open(ro).value();
+    RecordedRun run;
+    prizma::StreamEvent pending;
+    bool has_pending = false;
+    const std::int64_t deadline = prizma::Context::now_ns() + 60'000'000'000LL;
+    while (rec.next_sequence() < n && prizma::Context::now_ns() < deadline) {
+        for (int k = 0; k < 64 && out.next_sequence() < n; ++k) {
+            const auto b = body(out.next_sequence(), 100);
+            if (!out.offer(b)) {
+                break;
+            }
+        }
+        (void)ctx.poll();
+        for (int k = 0; k < 256; ++k) {
+            if (!has_pending && !in.next(pending)) {
+                break;
+            }
+            has_pending = true;
+            const auto r = pending.kind == prizma::StreamEventKind::record
+                               ? rec.append(pending, in.last_record())
+                               : rec.append(pending);
+            if (!r) {
+                REQUIRE(r.error() == prizma::Errc::back_pressured);
+                break;  // the event stays pending; the subscriber stops consuming
+            }
+            has_pending = false;
+        }
+    }
+    REQUIRE(rec.flush().has_value());
+    run.flow_blocked = pub->counters().flow_blocked;
+    run.recorder_full = rec.counters().back_pressured;
+    auto rd = prizma::JournalReader::open(dir, 0).value();
+    prizma::JournalEntry e;
+    for (auto more = rd.next(e); more && *more; more = rd.next(e)) {
+        if (e.kind == prizma::StreamEventKind::record) {
+            run.records.push_back(e.sequence);
+        } else if (e.kind == prizma::StreamEventKind::loss) {
+            run.lost += e.count;
+        }
+    }
+    return run;
+}
+
+}  // namespace
+
+TEST_CASE("recorder: as a tagged flow-control member, live traffic never outruns it",
+          "[unit][recorder][flow]") {
+    constexpr std::uint64_t kN = 60000;
+    const TempDir tagged;
+    const RecordedRun r = record_live(tagged.path, "?flow=tagged&flow_tag=9", kN);
+    CHECK(r.recorder_full > 0);  // the recorder was the slow one ...
+    CHECK(r.flow_blocked > 0);   // ... and its subscriber's status held the publisher back
+    CHECK(r.lost == 0);
+    CHECK(contiguous(r.records, 0, kN));
+    // The same slow recorder without flow control: the publisher runs past its window.
+    const TempDir unpaced;
+    const RecordedRun u = record_live(unpaced.path, "", kN);
+    CHECK(u.flow_blocked == 0);
+    CHECK(u.lost > 0);
+    CHECK(u.records.size() + u.lost == kN);
+}

@@ -19,6 +19,7 @@
 #include <prizma/prizma.hpp>
 
 #include "tests/support/catch.hpp"
+#include "tests/support/full_size.hpp"
 
 namespace {
 
@@ -383,8 +384,10 @@ TEST_CASE("late join: mid-stream join replays then merges into live, no gap, no 
           "[unit][replay][late_join]") {
     LateJoinRig rig("lj");
     auto server = serve(rig.dir.path);
-    constexpr std::uint64_t kN = 40000;
-    while (rig.out.next_sequence() < 15000) {
+    // long: the joiner starts after 10 M records, and live goes on while it catches up.
+    const std::uint64_t join_at = prizma::test::sized(15000, 10'000'000);
+    const std::uint64_t kN = join_at + prizma::test::sized(25000, 1'000'000);
+    while (rig.out.next_sequence() < join_at) {
         (void)rig.round(kN, 32);
     }
     rig.start_join(0, 65536, server.port());
@@ -395,7 +398,7 @@ TEST_CASE("late join: mid-stream join replays then merges into live, no gap, no 
     CHECK(rig.other_events == 0);
     CHECK(contiguous(rig.delivered, 0, kN));
     CHECK(c.merged);
-    CHECK(c.replayed >= 15000);
+    CHECK(c.replayed >= join_at);
     CHECK(c.live > 0);
     CHECK(c.replayed + c.live == kN);
     CHECK(c.merge_sequence == c.replayed);  // first live record = last replayed + 1

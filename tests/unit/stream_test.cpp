@@ -9,6 +9,7 @@
 #include <prizma/prizma.hpp>
 
 #include "tests/support/catch.hpp"
+#include "tests/support/full_size.hpp"
 
 namespace {
 
@@ -154,7 +155,7 @@ TEST_CASE("stream: the record header round-trips and its checksum covers every f
 
 TEST_CASE("stream: two publishers on one channel, each losing 1%, every record once in order",
           "[unit][stream]") {
-    constexpr std::uint64_t kN = 100'000;
+    const std::uint64_t kN = prizma::test::sized(100'000, 10'000'000);  // long: the full 10 M
     auto ctx = prizma::Context::create().value();
     auto sub = ctx.add_subscriber("mem://stream-a:7500");
     auto pa = ctx.add_publisher("mem://stream-a:7500?tx_loss=0.01&seed=11");

@@ -493,21 +493,39 @@ Source::Requester& Source::requester(const Endpoint& from, std::int64_t now_ns) 
         r->used = true;
         r->family = from.family;
         r->addr = from.addr;
-        r->credit.bytes = min_credit_;
+        // Its fair share of the burst: new addresses (spoofed ones, each one NAK) cannot
+        // mint more start credit than the budget holds.
+        r->last_ns = now_ns;
+        r->credit.bytes =
+            std::min(min_credit_, std::max(repair_credit_.bytes, 0.0)
+                                      / static_cast<double>(active_requesters(now_ns)));
         r->credit.mark = odata_bytes();
     }
     r->last_ns = now_ns;
     return *r;
 }
 
+std::size_t Source::active_requesters(std::int64_t now_ns) const noexcept {
+    std::size_t n = 0;
+    for (const auto& r : requesters_) {
+        n += r.used && now_ns - r.last_ns < kActiveNs ? 1U : 0U;
+    }
+    return std::max<std::size_t>(n, 1);
+}
+
 // Credit saved is bounded: the budget's share of what the transmit window holds (every
 // packet in it repaired once: the most honest receivers can need, also after the source fell
 // quiet), or the burst. A flood cashes that in once; after it, only new data earns credit.
-void Source::earn(Requester& rq) noexcept {
+// A requester earns its fair share: the budget split between the requesters heard within
+// kActiveNs, at most requester_budget_percent. So many spoofed addresses together earn no
+// more than the budget, and an honest requester among them keeps its share of it.
+void Source::earn(Requester& rq, std::int64_t now_ns) noexcept {
     const auto window = static_cast<double>(window_bytes());
     const std::uint64_t sent = odata_bytes();
     repair_credit_.earn(sent, repair_fraction_, std::max(min_credit_, repair_fraction_ * window));
-    rq.credit.earn(sent, requester_fraction_, std::max(min_credit_, requester_fraction_ * window));
+    const double share = std::min(
+        requester_fraction_, repair_fraction_ / static_cast<double>(active_requesters(now_ns)));
+    rq.credit.earn(sent, share, std::max(min_credit_, requester_fraction_ * window));
 }
 
 Source::Pay Source::pay(Requester& rq, std::size_t bytes) noexcept {
@@ -537,7 +555,7 @@ void Source::handle_nak(const pgm::Packet& p,
     ++counters_.nak_received;
     last_nak_ns_ = now_ns;
     Requester& rq = requester(from, now_ns);
-    earn(rq);
+    earn(rq, now_ns);
     // What the NCF confirms: sqns queued for an RDATA, by this NAK or before it.
     std::array<Sqn, pgm::kMaxNakList + 1> confirmed{};
     std::size_t n_confirmed = 0;
@@ -587,7 +605,8 @@ bool Source::admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept {
     // the NAK budget (the source earns no credit while it waits; the per-sqn limits above
     // still bound it: docs/PROTOCOL.md §11).
     const bool waited_for = flow_.active() && flow_.waits_for(rq.family, rq.addr, s);
-    switch (waited_for ? Pay::ok : pay(rq, static_cast<std::size_t>(sl.header_len) + sl.tsdu_len)) {
+    const std::size_t wire = static_cast<std::size_t>(sl.header_len) + sl.tsdu_len;
+    switch (waited_for ? Pay::ok : pay(rq, wire)) {
         case Pay::ok: break;
         case Pay::requester:
             ++counters_.nak_requester_limited;
@@ -600,7 +619,7 @@ bool Source::admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept {
     }
     sl.repair_pending = true;
     ++counters_.rdata_queued;
-    push_repair(s);
+    push_repair(s, waited_for ? 0U : static_cast<std::uint32_t>(wire));
     return true;
 }
 
@@ -608,25 +627,33 @@ bool Source::admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept {
 // reached (and dropped); when such entries fill the queue they are dropped at once, so that
 // they never block or overwrite a live one: live entries are distinct in-window sqns other
 // than `s`, so there is room after that.
-void Source::push_repair(Sqn s) noexcept {
+void Source::push_repair(Sqn s, std::uint32_t paid) noexcept {
     if (repair_count_ > mask_) {
         drop_stale_repairs();
     }
-    repair_queue_[(repair_head_ + repair_count_) & mask_] = s;
+    repair_queue_[(repair_head_ + repair_count_) & mask_] = QueuedRepair{s, paid};
     ++repair_count_;
 }
 
 void Source::drop_stale_repairs() noexcept {
     std::size_t kept = 0;
     for (std::size_t i = 0; i < repair_count_; ++i) {
-        const Sqn s = repair_queue_[(repair_head_ + i) & mask_];
-        if (contains(s)) {
-            repair_queue_[(repair_head_ + kept++) & mask_] = s;
+        const QueuedRepair q = repair_queue_[(repair_head_ + i) & mask_];
+        if (contains(q.sqn)) {
+            repair_queue_[(repair_head_ + kept++) & mask_] = q;
         } else {
-            ++counters_.repairs_dropped;
+            drop_repair(q);
         }
     }
     repair_count_ = kept;
+}
+
+// A repair that will not be sent: its credit goes back to the budget (the requester that paid
+// may be gone from the table, so only the budget's share is refunded), within the budget's
+// saved-credit bound.
+void Source::drop_repair(const QueuedRepair& q) noexcept {
+    ++counters_.repairs_dropped;
+    repair_credit_.bytes += static_cast<double>(q.paid);
 }
 
 void Source::send_ncf(const pgm::Packet& p,
@@ -664,11 +691,12 @@ void Source::send_ncf(const pgm::Packet& p,
 void Source::flush_repairs(std::int64_t now_ns, PacketSink& sink) noexcept {
     repair_retry_ns_ = kNever;
     while (repair_count_ != 0) {
-        const Sqn s = repair_queue_[repair_head_ & mask_];
+        const QueuedRepair q = repair_queue_[repair_head_ & mask_];
+        const Sqn s = q.sqn;
         if (!contains(s)) {
             repair_head_ = (repair_head_ + 1) & mask_;
             --repair_count_;
-            ++counters_.repairs_dropped;  // fell off the window while queued
+            drop_repair(q);  // fell off the window while queued
             continue;
         }
         Slot& sl = slot(s);

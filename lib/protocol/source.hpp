@@ -117,6 +117,8 @@ public:
     [[nodiscard]] std::size_t window_capacity() const noexcept { return mask_ + std::size_t{1}; }
     /// Requesters in the table (at most kMaxRequesters).
     static constexpr std::size_t kMaxRequesters = 64;
+    /// A requester heard within this long shares the repair budget with the one asking.
+    static constexpr std::int64_t kActiveNs = 1'000'000'000;
     /// The rate limit or the retention compares the times given to send()/claim()/commit():
     /// they must be exact. Otherwise those times only schedule heartbeat SPMs.
     [[nodiscard]] bool needs_exact_time() const noexcept {
@@ -151,6 +153,12 @@ private:
         bool used = false;
         std::int64_t last_ns = 0;
         Credit credit;
+    };
+    /// A queued repair and the credit paid for it (0: repaired outside the budget), given
+    /// back to the budget when the repair is dropped unsent.
+    struct QueuedRepair {
+        Sqn sqn{};
+        std::uint32_t paid = 0;
     };
     enum class Pay : std::uint8_t { ok, requester, budget };
     struct Bucket {
@@ -190,8 +198,9 @@ private:
                     PacketSink& sink) noexcept;
     /// Accepts in-window `s` for an RDATA unless a limit says no (counted).
     bool admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept;
-    void push_repair(Sqn s) noexcept;
+    void push_repair(Sqn s, std::uint32_t paid) noexcept;
     void drop_stale_repairs() noexcept;
+    void drop_repair(const QueuedRepair& q) noexcept;
     void flush_repairs(std::int64_t now_ns, PacketSink& sink) noexcept;
     void send_ncf(const pgm::Packet& p,
                   std::span<const Sqn> sqns,
@@ -203,7 +212,9 @@ private:
     [[nodiscard]] std::size_t window_bytes() const noexcept;
     Requester* find_requester(const Endpoint& from) noexcept;
     Requester& requester(const Endpoint& from, std::int64_t now_ns) noexcept;
-    void earn(Requester& rq) noexcept;
+    void earn(Requester& rq, std::int64_t now_ns) noexcept;
+    /// Requesters heard within kActiveNs (at least 1: the one asking).
+    [[nodiscard]] std::size_t active_requesters(std::int64_t now_ns) const noexcept;
     /// Takes `bytes` from the requester's and the source's credit, or from neither.
     Pay pay(Requester& rq, std::size_t bytes) noexcept;
 
@@ -213,9 +224,9 @@ private:
     std::size_t max_apdu_ = 0;
     std::uint32_t mask_ = 0;
     std::vector<Slot> slots_;
-    runtime::PageBuffer buffers_;    // packets packed in send order (cache-friendly)
-    std::size_t head_off_ = 0;       // where the next packet goes in buffers_
-    std::vector<Sqn> repair_queue_;  // ring, capacity = window capacity
+    runtime::PageBuffer buffers_;             // packets packed in send order (cache-friendly)
+    std::size_t head_off_ = 0;                // where the next packet goes in buffers_
+    std::vector<QueuedRepair> repair_queue_;  // ring, capacity = window capacity
     std::size_t repair_head_ = 0;
     std::size_t repair_count_ = 0;
     std::vector<std::byte> scratch_;  // SPM / NCF / RDATA headers

@@ -370,12 +370,15 @@ TEST_CASE("requesters are told apart by address, not port, a full table forgets 
     CHECK(cap.count(PacketType::rdata) == 1);
     CHECK(src->counters().nak_requester_limited == 1);
     // 64 other hosts fill the table and push host 1 out: it comes back as a new requester.
+    // (One every 2 s: a host heard within the last second would share the budget with it.)
+    const std::int64_t apart = 2 * protocol::kSec;
     for (std::uint8_t h = 2; h < 2 + protocol::Source::kMaxRequesters; ++h) {
-        src->on_packet(parse(nak(cfg, Sqn{h})), from(h, 1000), 30 + h, cap);
+        src->on_packet(parse(nak(cfg, Sqn{h})), from(h, 1000), apart * h, cap);
     }
     CHECK(src->counters().requesters_replaced == 1);
     CHECK(cap.count(PacketType::rdata) == 1 + protocol::Source::kMaxRequesters);
-    src->on_packet(parse(nak(cfg, Sqn{1})), from(1, 1000), 200, cap);
+    src->on_packet(parse(nak(cfg, Sqn{1})), from(1, 1000),
+                   apart * (2 + protocol::Source::kMaxRequesters), cap);
     CHECK(cap.count(PacketType::rdata) == 2 + protocol::Source::kMaxRequesters);
     CHECK(src->counters().requesters_replaced == 2);
 }

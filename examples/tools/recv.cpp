@@ -195,6 +195,27 @@ End receive(prizma::Context& ctx, prizma::Subscriber& sub, const Args& a, Tally&
     }
     return End::complete;
 }
+/// The first indexes that never arrived, as ranges ("missing: 12, 40-45, ..."), on stderr.
+void print_missing(const Tally& t) {
+    std::string out;
+    int ranges = 0;
+    for (std::uint64_t i = 0; i < t.n && ranges < 20; ++i) {
+        if (t.seen[i] != 0) {
+            continue;
+        }
+        std::uint64_t j = i;
+        while (j + 1 < t.n && t.seen[j + 1] == 0) {
+            ++j;
+        }
+        out += ranges == 0 ? " " : ", ";
+        out += i == j ? fmt::format("{}", i) : fmt::format("{}-{}", i, j);
+        ++ranges;
+        i = j;
+    }
+    if (ranges != 0) {
+        fmt::print(stderr, "prizma-recv: missing:{}{}\n", out, ranges == 20 ? ", ..." : "");
+    }
+}
 
 /// Prints why the receiver stopped early, the tally and the counters. Returns the exit code:
 /// 0 when messages 0..n-1 all arrived exactly once.
@@ -227,6 +248,7 @@ int report(const Args& a, End end, const Tally& t, const prizma::Subscriber& sub
     const bool ok = t.unique == t.n && t.duplicates == 0 && t.out_of_range == 0;
     if (!ok) {
         fmt::print(stderr, "prizma-recv: FAILED: {} of {} messages arrived once\n", t.unique, t.n);
+        print_missing(t);
     }
     return ok ? 0 : 1;
 }

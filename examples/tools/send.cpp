@@ -36,7 +36,7 @@ int parse_args(int argc, char** argv, Args& a) {
     prizma::tools::init(
         app,
         "prizma-send URI --count N --size BYTES [--rate MSGS_PER_S] [--preset wan|lan|rdma]\n"
-        "                   [--linger SECONDS] [--window PACKETS]",
+        "                   [--linger SECONDS] [--window PACKETS] [--repair-rate BYTES_PER_S]",
         "Publishes N messages of BYTES on URI. Each message starts with its index as a 64-bit\n"
         "little-endian counter (prizma-recv checks them).",
         "After the last message the sender keeps answering NAKs at least --linger seconds,\n"
@@ -61,6 +61,10 @@ int parse_args(int argc, char** argv, Args& a) {
         ->check(prizma::tools::at_least(0));
     prizma::tools::add_preset(app, a.opts);
     prizma::tools::add_window(app, a.opts);
+    app.add_option("--repair-rate", a.opts.repair_rate_bytes_per_sec,
+                   "RDATA budget, bytes/s: repairs wait in a queue for tokens\n"
+                   "(default 0: unlimited; ChannelOptions::repair_rate_bytes_per_sec)")
+        ->type_name("BYTES_PER_S");
     app.add_option("--linger", a.linger,
                    "Keep answering NAKs at least this long after the last message,\n"
                    "then until quiet (default 0: until quiet)")

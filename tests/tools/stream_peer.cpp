@@ -11,12 +11,15 @@
 //       restarted publisher catches up at most 4x as fast: rate_bytes_per_sec caps it, since
 //       a burst at full speed would overrun the subscriber's socket buffer and stall the live
 //       copy on repairs); without it, from its own start, unpaced between records.
-//   stream_peer sub URI COUNT TIMEOUT_S [START_NS RATE]
+//   stream_peer sub URI COUNT TIMEOUT_S [START_NS RATE [KILL_FILE]]
 //       Reads the stream from sequence 0 and checks every record's bytes; exits 0 when records
 //       0..COUNT-1 all arrived once, in order, with no loss event. Prints the counts, the
 //       longest pause between two records and, given the publishers' schedule, the greatest
 //       lateness of a record (delivered minus due): the failover stall plus the host's
-//       scheduling noise, printed for the benchmark only (bench/stream_failover.sh).
+//       scheduling noise, printed for the benchmark only (bench/stream_failover.sh). With
+//       KILL_FILE (the wall-clock ns of the kill, written by the script), also the failover
+//       stall: the greatest lateness of the records due within 100 ms after the kill, next
+//       to the lateness before it.
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,11 +125,46 @@ int publish(const std::string& uri,
     return 0;
 }
 
+/// From each record's lateness (ns, by sequence) and the kill time: the failover stall (the
+/// greatest lateness of the records due within 100 ms after the kill) against the lateness of
+/// the records due before it (p99 and greatest), printed.
+void print_failover(const std::vector<std::int64_t>& late,
+                    std::int64_t start_ns,
+                    double rate,
+                    const std::string& kill_file) {
+    std::ifstream in(kill_file);
+    std::int64_t kill_ns = 0;
+    if (!(in >> kill_ns)) {
+        return;
+    }
+    std::int64_t stall = 0;
+    std::vector<std::int64_t> before;
+    for (std::size_t s = 0; s < late.size(); ++s) {
+        const auto due = start_ns + static_cast<std::int64_t>(static_cast<double>(s) / rate * 1e9);
+        if (due < kill_ns) {
+            before.push_back(late[s]);
+        } else if (due < kill_ns + 100'000'000) {
+            stall = std::max(stall, late[s]);
+        }
+    }
+    if (before.empty()) {
+        return;
+    }
+    std::sort(before.begin(), before.end());
+    const std::int64_t p99 = before[before.size() * 99 / 100];
+    std::printf(
+        "failover: stall %.3f ms (greatest lateness of the records due within 100 ms "
+        "after the kill); before the kill: p99 %.3f ms, greatest %.3f ms\n",
+        static_cast<double>(stall) / 1e6, static_cast<double>(p99) / 1e6,
+        static_cast<double>(before.back()) / 1e6);
+}
+
 int subscribe(const std::string& uri,
               std::uint64_t count,
               double timeout_s,
               std::int64_t start_ns,
-              double rate) {
+              double rate,
+              const std::string& kill_file) {
     auto ctx = prizma::Context::create();
     if (!ctx) {
         return 1;
@@ -152,6 +190,7 @@ int subscribe(const std::string& uri,
     std::int64_t max_pause_ns = 0;
     std::int64_t max_late_ns = 0;
     std::uint64_t latest = 0;  // the record that was latest
+    std::vector<std::int64_t> late(start_ns != 0 ? count : 0, 0);
     std::int64_t idle_since = prizma::Context::now_ns();
     while (expect < count) {
         const int work = ctx->poll();
@@ -180,9 +219,13 @@ int subscribe(const std::string& uri,
                 const auto due =
                     start_ns
                     + static_cast<std::int64_t>(static_cast<double>(e.sequence) / rate * 1e9);
-                if (wall_ns() - due > max_late_ns) {
-                    max_late_ns = wall_ns() - due;
+                const std::int64_t l = wall_ns() - due;
+                if (l > max_late_ns) {
+                    max_late_ns = l;
                     latest = e.sequence;
+                }
+                if (e.sequence < late.size()) {
+                    late[e.sequence] = l;
                 }
             }
         });
@@ -205,6 +248,9 @@ int subscribe(const std::string& uri,
         static_cast<unsigned long long>(bad), static_cast<unsigned long long>(c.duplicates),
         static_cast<unsigned long long>(c.divergences), static_cast<double>(max_pause_ns) / 1e6,
         static_cast<double>(max_late_ns) / 1e6, static_cast<unsigned long long>(latest));
+    if (!kill_file.empty()) {
+        print_failover(late, start_ns, rate, kill_file);
+    }
     return c.records == count && losses == 0 && out_of_order == 0 && bad == 0 && c.divergences == 0
                ? 0
                : 1;
@@ -218,12 +264,13 @@ int main(int argc, char** argv) {
         return publish(a[1], a[2], std::stoull(a[3]), std::stod(a[4]),
                        a.size() == 6 ? std::stoll(a[5]) : 0);
     }
-    if ((a.size() == 4 || a.size() == 6) && a[0] == "sub") {
+    if ((a.size() == 4 || a.size() == 6 || a.size() == 7) && a[0] == "sub") {
         return subscribe(a[1], std::stoull(a[2]), std::stod(a[3]),
-                         a.size() == 6 ? std::stoll(a[4]) : 0, a.size() == 6 ? std::stod(a[5]) : 1);
+                         a.size() >= 6 ? std::stoll(a[4]) : 0, a.size() >= 6 ? std::stod(a[5]) : 1,
+                         a.size() == 7 ? a[6] : std::string());
     }
     std::fprintf(stderr,
                  "usage: stream_peer pub URI STATE_FILE COUNT RATE [START_NS] | "
-                 "sub URI COUNT TIMEOUT_S [START_NS RATE]\n");
+                 "sub URI COUNT TIMEOUT_S [START_NS RATE [KILL_FILE]]\n");
     return 2;
 }

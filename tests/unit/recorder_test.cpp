@@ -542,8 +542,23 @@ TEST_CASE("recorder: killed with SIGKILL while recording a live stream offered a
         ::execl("/proc/self/exe", "prizma_unit_tests", "recorder live child", nullptr);
         std::_Exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(kill_ms));
+    // The kill time counts from the first bytes in the journal (a sanitizer build's child
+    // takes a while to start).
     int status = 0;
+    const auto recording = [&] {
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir.path, ec)) {
+            if (e.path().extension() == ".seg" && e.file_size(ec) > 0) {
+                return true;
+            }
+        }
+        return false;
+    };
+    for (int k = 0; k < 3000 && !recording(); ++k) {
+        REQUIRE(::waitpid(child, &status, WNOHANG) == 0);  // not dead before it started
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(kill_ms));
     REQUIRE(::waitpid(child, &status, WNOHANG) == 0);  // still recording
     REQUIRE(::kill(child, SIGKILL) == 0);
     REQUIRE(::waitpid(child, &status, 0) == child);

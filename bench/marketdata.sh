@@ -81,12 +81,15 @@ run_wrk() {
 echo "== wrk -t1 -c100 -d${secs}s, $runs rounds: md-gateway ($loops loops) vs nginx ($loops workers), $bytes-byte answers"
 : >"$work/gw.txt"
 : >"$work/ng.txt"
+: >"$work/ratio.txt"
 for r in $(seq "$runs"); do
     g=$(run_wrk "http://127.0.0.1:$gw_port$q")
     n=$(run_wrk "http://127.0.0.1:$ng_port/bars.json")
-    echo "round $r: md-gateway $g   nginx $n   (req/s p99_ms)"
+    rr=$($py -c "print('%.2f' % (${g%% *} / ${n%% *}))")
+    echo "round $r: md-gateway $g   nginx $n   (req/s p99_ms)   ratio $rr"
     echo "$g" >>"$work/gw.txt"
     echo "$n" >>"$work/ng.txt"
+    echo "$rr" >>"$work/ratio.txt"
 done
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 g_rps=$(cut -d' ' -f1 "$work/gw.txt" | median)
@@ -153,10 +156,13 @@ abs_rate=$($py -c "print('%.0f' % ($got / ($t1 - $t0)))")
 bg_rps=$(awk '/Requests\/sec/ { print $2 }' "$work/wrk_bg.txt")
 
 ratio=$($py -c "print('%.2f' % ($g_rps / $n_rps))")
+ratios=$(tr '\n' ' ' <"$work/ratio.txt")
+ratio_median=$(median <"$work/ratio.txt")
 per_core=$($py -c "print('%.0f' % ($g_rps / $loops))")
 echo
 echo "== summary (medians of $runs rounds)"
-echo "60-bar query ($bytes bytes): md-gateway $g_rps req/s p99 $g_p99 ms; nginx static $n_rps req/s p99 $n_p99 ms; ratio $ratio x"
+echo "60-bar query ($bytes bytes): md-gateway $g_rps req/s p99 $g_p99 ms; nginx static $n_rps req/s p99 $n_p99 ms; ratio of medians $ratio x"
+echo "per-round ratios: $ratios(median $ratio_median x)"
 echo "per busy loop: $per_core req/s (reference: ~11000 req/s per core)"
 echo "feed->gateway->WebSocket: $ws_n updates, p50 $ws_p50 us, p99 $ws_p99 us"
 echo "absorbed $got of $sent ticks in $($py -c "print('%.2f' % ($t1 - $t0))") s = $abs_rate ticks/s while serving $bg_rps req/s (loss events so far: $loss)"

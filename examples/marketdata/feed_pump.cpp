@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "feed_pump.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 
@@ -35,22 +36,83 @@ std::unique_ptr<FeedPump> FeedPump::create(asio::io_context& ioc,
         return nullptr;
     }
     std::unique_ptr<FeedPump> p(new FeedPump(ioc, shared, std::move(*ctx)));
-    if (!p->open_stores(error)) {
+    if (!p->open_stores(error) || !p->subscribe(error)) {
         return nullptr;
     }
-    prizma::ChannelOptions opts;
-    auto sub = p->ctx_.add_subscriber(shared.cfg.uri, opts);
-    if (!sub) {
-        error = shared.cfg.uri + ": " + sub.error().message();
-        return nullptr;
-    }
-    p->sub_.emplace(*sub);
     if (p->ctx_.wakeup_fd() < 0) {
         error = "the prizma Context has no wakeup fd";
         return nullptr;
     }
     p->fd_.assign(p->ctx_.wakeup_fd());
     return p;
+}
+
+bool FeedPump::subscribe(std::string& error) {
+    for (const std::string& uri : s_.cfg.feeds) {
+        auto sub = ctx_.add_subscriber(uri, prizma::ChannelOptions{});
+        if (!sub) {
+            error = uri + ": " + sub.error().message();
+            return false;
+        }
+        subs_.push_back(*sub);
+    }
+    return s_.cfg.recorder.empty() ? start_live(error) : start_late_join(error);
+}
+
+/// Every copy of the stream, merged: each record once, in order, from whichever copy brings
+/// it first. Starts at the first record heard (what was published before is a gap, marked).
+bool FeedPump::start_live(std::string& error) {
+    prizma::StreamOptions so;
+    so.stream_id = s_.cfg.stream_id;
+    auto st = prizma::StreamSubscriber::create(so);
+    if (!st) {
+        error = "stream: " + st.error().message();
+        return false;
+    }
+    stream_.emplace(std::move(*st));
+    for (prizma::Subscriber& sub : subs_) {
+        if (auto r = stream_->add(sub); !r) {
+            error = "stream: " + r.error().message();
+            return false;
+        }
+    }
+    return true;
+}
+
+/// The recorder's replay from the next record this gateway has not applied (0 without a
+/// store: the whole journal), then live once the replay has caught up with it.
+bool FeedPump::start_late_join(std::string& error) {
+    const std::string& hp = s_.cfg.recorder;
+    const std::size_t colon = hp.rfind(':');
+    unsigned port = 0;
+    if (colon == std::string::npos
+        || std::from_chars(hp.data() + colon + 1, hp.data() + hp.size(), port).ptr
+               != hp.data() + hp.size()
+        || port == 0 || port > 65535) {
+        error = "--recorder " + hp + ": HOST:PORT";
+        return false;
+    }
+    prizma::LateJoinOptions lo;
+    lo.stream.stream_id = s_.cfg.stream_id;
+    lo.replay_address = s_.cfg.recorder.substr(0, colon);
+    lo.replay_port = static_cast<std::uint16_t>(port);
+    lo.from = position_ ? position_->next : 0;
+    auto lj = prizma::LateJoin::create(lo);
+    if (!lj) {  // live alone; what the recorder would have brought is a gap, marked
+        ++s_.feed.recorder_errors;
+        fmt::print(stderr, "md-gateway: recorder {}: {}; going on with the live feed\n", hp,
+                   lj.error().message());
+        return start_live(error);
+    }
+    join_.emplace(std::move(*lj));
+    for (prizma::Subscriber& sub : subs_) {
+        if (auto r = join_->add(sub); !r) {
+            error = "stream: " + r.error().message();
+            return false;
+        }
+    }
+    fmt::print("md-gateway: fetching records from {} on from the recorder {}\n", lo.from, hp);
+    return true;
 }
 
 bool FeedPump::open_stores(std::string& error) {
@@ -60,7 +122,7 @@ bool FeedPump::open_stores(std::string& error) {
         if (!store_) {
             return false;
         }
-        const long long n = store_->load(s_.bars, feeds_, error);
+        const long long n = store_->load(s_.bars, feeds_, position_, error);
         if (n < 0) {
             return false;
         }
@@ -81,6 +143,7 @@ bool FeedPump::open_stores(std::string& error) {
         }
         loaded += n;
         s_.feed.redis_redirections = redis_->redirections();
+        s_.feed.redis_asks = redis_->asks();
     }
     s_.feed.bars_loaded = loaded;
     s_.feed.gaps = s_.bars.gaps().size();
@@ -112,6 +175,7 @@ void FeedPump::schedule_flush() {
     flush_timer_.expires_after(kFlushEvery);
     flush_timer_.async_wait([this](const boost::system::error_code& ec) {
         if (!ec && !stopped_) {
+            copy_stream_counters();
             check_lost_tail();
             flush_store();
             schedule_flush();
@@ -134,13 +198,20 @@ void FeedPump::run_once() {
     }
     for (int round = 0; round < kMaxPollRounds; ++round) {
         const int work = ctx_.poll();
-        const std::size_t n =
-            sub_->poll(kMaxMessagesPerRound, [this](const prizma::Message& m) { on_message(m); });
+        std::size_t n = 0;
+        prizma::StreamEvent e;
+        while (n < kMaxMessagesPerRound && next_event(e)) {
+            ++n;
+            on_event(e);
+        }
         if (work == 0 && n == 0) {
             break;
         }
     }
     flush_push();
+    if (join_) {
+        copy_stream_counters();
+    }
     arm();
 }
 
@@ -161,7 +232,11 @@ void FeedPump::arm() {
                            run_once();
                        }
                    });
-    const auto cap = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    // The recorder's replay arrives on its own TCP socket, which the Context does not watch:
+    // while it catches up, look again soon.
+    const bool replaying = join_ && !join_->counters().merged;
+    const auto cap = std::chrono::steady_clock::now()
+                     + (replaying ? std::chrono::milliseconds(1) : std::chrono::milliseconds(100));
     deadline_.expires_at(std::min(ctx_.next_deadline(), cap));
     deadline_.async_wait([this, gen](const boost::system::error_code& ec) {
         if (!ec && gen == generation_) {
@@ -171,31 +246,91 @@ void FeedPump::arm() {
     });
 }
 
-void FeedPump::on_message(const prizma::Message& m) {
-    switch (m.kind) {
-        case prizma::MessageKind::data: break;
-        case prizma::MessageKind::loss:
-            ++s_.feed.loss_events;
-            s_.feed.lost_sqns += m.count;
-            loss_pending_ = true;
-            loss_at_ = std::chrono::steady_clock::now();
-            fmt::print(stderr, "md-gateway: feed loss: {} sequence numbers cannot be repaired\n",
-                       m.count);
-            return;
-        default: return;
+bool FeedPump::next_event(prizma::StreamEvent& e) {
+    if (!join_) {
+        return stream_->next(e);
     }
+    const auto r = join_->next(e);
+    if (r) {
+        return *r;
+    }
+    // The recorder refused the range or stayed away: live alone from here; what it would have
+    // brought is a gap, marked like any other.
+    ++s_.feed.recorder_errors;
+    fmt::print(stderr, "md-gateway: recorder {}: {} ({}); going on with the live feed\n",
+               s_.cfg.recorder, r.error().message(), join_->error_text());
+    s_.feed.replayed = join_->counters().replayed;
+    join_.reset();
+    std::string error;
+    if (!start_live(error)) {
+        fmt::print(stderr, "md-gateway: {}\n", error);
+    }
+    return false;
+}
+
+void FeedPump::on_event(const prizma::StreamEvent& e) {
+    switch (e.kind) {
+        case prizma::StreamEventKind::record:
+            ++s_.feed.records;
+            position_ = StreamPosition{e.epoch, 0, e.sequence + 1};
+            batch_.stream = position_;
+            on_message(e.payload);
+            return;
+        case prizma::StreamEventKind::loss:
+            position_ = StreamPosition{e.epoch, 0, e.sequence + e.count};
+            batch_.stream = position_;
+            on_loss(e.count);
+            return;
+        case prizma::StreamEventKind::reset:
+            ++s_.feed.stream_resets;
+            position_ = StreamPosition{e.epoch, 0, e.sequence};
+            batch_.stream = position_;
+            return;
+        case prizma::StreamEventKind::divergence:
+            if (++s_.feed.divergences <= 3) {
+                fmt::print(stderr,
+                           "md-gateway: record {} of epoch {}: a copy differs from the one "
+                           "applied (divergent feeds)\n",
+                           e.sequence, e.epoch);
+            }
+            return;
+    }
+}
+
+void FeedPump::on_loss(std::uint64_t count) {
+    ++s_.feed.loss_events;
+    s_.feed.lost_records += count;
+    loss_pending_ = true;
+    loss_at_ = std::chrono::steady_clock::now();
+    fmt::print(stderr, "md-gateway: feed loss: {} records cannot be repaired\n", count);
+}
+
+void FeedPump::copy_stream_counters() {
+    if (stream_) {
+        const prizma::StreamCounters& c = stream_->counters();
+        s_.feed.stream_duplicates = c.duplicates;
+        s_.feed.foreign = c.foreign + c.bad_checksum + c.stale_epoch;
+    }
+    if (join_) {
+        s_.feed.replayed = join_->counters().replayed;
+    }
+}
+
+void FeedPump::on_message(std::span<const std::byte> payload) {
     ++s_.feed.messages;
     MsgHeader h;
     ticks_.clear();
     instruments_.clear();
-    if (!decode(m.payload, h, ticks_, instruments_)) {
+    if (!decode(payload, h, ticks_, instruments_)) {
         ++s_.feed.malformed;
         return;
     }
     msg_sent_ns_ = h.send_ns;
-    const std::int64_t lag = realtime_ns() - h.send_ns;
-    s_.feed.lag_ns.store(lag, std::memory_order_relaxed);
-    ++s_.feed.lag.at(latency_bucket(static_cast<double>(lag) * 1e-9));
+    if (h.send_ns != 0) {  // 0: a deterministic (A/B) feed carries no send time
+        const std::int64_t lag = realtime_ns() - h.send_ns;
+        s_.feed.lag_ns.store(lag, std::memory_order_relaxed);
+        ++s_.feed.lag.at(latency_bucket(static_cast<double>(lag) * 1e-9));
+    }
     for (const Instrument& in : instruments_) {
         s_.bars.apply(in);
         batch_.instruments.push_back(in);
@@ -302,6 +437,7 @@ void FeedPump::flush_store() {
     if (redis_) {
         const bool ok = redis_->write(batch_, error);
         s_.feed.redis_redirections = redis_->redirections();
+        s_.feed.redis_asks = redis_->asks();
         if (ok) {
             ++s_.feed.redis_writes;
         } else {

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The prizma Context inside an Asio loop: the Context's wakeup_fd watched by a
 // posix::stream_descriptor, its next_deadline by a steady_timer; every wake-up polls the
-// Context, folds the ticks into bars, pushes the touched bars and (every 200 ms) writes the
-// changed bars to LMDB.
+// Context, takes the feed's records from the lossless stream (a StreamSubscriber merging the
+// A/B copies, or a LateJoin replaying what a recorder holds first), folds the ticks into bars,
+// pushes the touched bars and (every 200 ms) writes the changed bars to LMDB / Redis.
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,7 +27,8 @@ namespace md::gw {
 
 class FeedPump {
 public:
-    /// Subscribes to cfg.uri and loads the store; nullptr and `error` on failure.
+    /// Loads the stores and subscribes to cfg.feeds (through the recorder, cfg.recorder, when
+    /// given); nullptr and `error` on failure.
     static std::unique_ptr<FeedPump> create(boost::asio::io_context& ioc,
                                             Shared& shared,
                                             std::string& error);
@@ -44,7 +47,14 @@ private:
     void run_once();
     void arm();
     void schedule_flush();
-    void on_message(const prizma::Message& m);
+    bool subscribe(std::string& error);
+    bool start_live(std::string& error);
+    bool start_late_join(std::string& error);
+    bool next_event(prizma::StreamEvent& e);
+    void on_event(const prizma::StreamEvent& e);
+    void on_message(std::span<const std::byte> payload);
+    void on_loss(std::uint64_t count);
+    void copy_stream_counters();
     void on_ticks(const MsgHeader& h);
     void on_tick(const Tick& t);
     void note_bar(Code c, Period p, const Bar& b);
@@ -67,7 +77,11 @@ private:
     boost::asio::io_context& ioc_;
     Shared& s_;
     prizma::Context ctx_;
-    std::optional<prizma::Subscriber> sub_;
+    std::deque<prizma::Subscriber> subs_;  // one per feed copy; stable addresses
+    std::optional<prizma::StreamSubscriber> stream_;
+    std::optional<prizma::LateJoin> join_;
+    std::optional<StreamPosition> position_;  // the next record to apply (persisted)
+    std::uint64_t divergences_printed_ = 0;
     std::unique_ptr<LmdbStore> store_;
     std::unique_ptr<RedisStore> redis_;
     boost::asio::posix::stream_descriptor fd_;

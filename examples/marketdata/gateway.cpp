@@ -139,7 +139,19 @@ std::string metrics_text(const Shared& s) {
             f.duplicate_ticks);
     counter(out, "md_feed_malformed_total", "Feed messages that are not ticks.", f.malformed);
     counter(out, "md_feed_loss_events_total", "prizma unrecoverable-loss events.", f.loss_events);
-    counter(out, "md_feed_lost_sqns_total", "Sequence numbers prizma reported lost.", f.lost_sqns);
+    counter(out, "md_feed_lost_records_total", "Stream records reported lost.", f.lost_records);
+    counter(out, "md_stream_records_total", "Stream records applied (each sequence once).",
+            f.records);
+    counter(out, "md_stream_duplicates_total", "Copies of records already applied (A/B).",
+            f.stream_duplicates);
+    counter(out, "md_stream_divergences_total", "Copies that differ from the record applied.",
+            f.divergences);
+    counter(out, "md_stream_resets_total", "New stream epochs (feed sessions).", f.stream_resets);
+    counter(out, "md_stream_foreign_total", "Messages that are not records of the stream.",
+            f.foreign);
+    counter(out, "md_recorder_replayed_total", "Records fetched from the recorder.", f.replayed);
+    counter(out, "md_recorder_errors_total", "Recorder replays that failed (then live only).",
+            f.recorder_errors);
     counter(out, "md_feed_gaps_total", "Tick gaps marked on bars (gap flag).", f.gaps);
     gauge(out, "md_feed_last_channel_seq", "Last channel sequence number applied.",
           static_cast<double>(f.last_channel_seq.load()));
@@ -149,6 +161,8 @@ std::string metrics_text(const Shared& s) {
     counter(out, "md_redis_errors_total", "Batches Redis refused or lost.", f.redis_errors);
     counter(out, "md_redis_redirections_total", "Redis Cluster MOVED/ASK replies followed.",
             f.redis_redirections);
+    counter(out, "md_redis_ask_total", "Redis Cluster ASK replies followed (migrating slots).",
+            f.redis_asks);
     counter(out, "md_push_sent_total", "Bar updates handed to push clients.", f.push_sent);
     counter(out, "md_push_conflated_total", "Bar updates replaced by a newer one unsent.",
             f.push_conflated);

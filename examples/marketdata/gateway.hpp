@@ -20,7 +20,10 @@
 namespace md::gw {
 
 struct Config {
-    std::string uri;
+    std::vector<std::string> feeds;  // copies of the feed's stream (A, B, ...)
+    std::uint32_t stream_id = 1;
+    std::string recorder;  // HOST:PORT of md-recorder's replay service
+
     std::string http = "127.0.0.1:8080";
     std::string store_dir;
     std::string redis;
@@ -52,7 +55,15 @@ struct FeedMetrics {
     std::atomic<std::uint64_t> duplicate_ticks{0};
     std::atomic<std::uint64_t> out_of_session{0};
     std::atomic<std::uint64_t> loss_events{0};
-    std::atomic<std::uint64_t> lost_sqns{0};
+    std::atomic<std::uint64_t> lost_records{0};
+    // The lossless stream (A/B arbitration, recorder backfill).
+    std::atomic<std::uint64_t> records{0};
+    std::atomic<std::uint64_t> stream_duplicates{0};  // copies of records already applied
+    std::atomic<std::uint64_t> divergences{0};        // copies that differ from the one applied
+    std::atomic<std::uint64_t> stream_resets{0};      // new epochs (a new feed session)
+    std::atomic<std::uint64_t> foreign{0};            // not records of this stream
+    std::atomic<std::uint64_t> replayed{0};           // records fetched from the recorder
+    std::atomic<std::uint64_t> recorder_errors{0};    // the recorder failed: live only
     std::atomic<std::uint64_t> gaps{0};
     std::atomic<std::uint64_t> last_channel_seq{0};
     std::atomic<std::int64_t> lag_ns{0};  // last message: receive time - send time
@@ -62,6 +73,7 @@ struct FeedMetrics {
     std::atomic<std::uint64_t> redis_writes{0};
     std::atomic<std::uint64_t> redis_errors{0};
     std::atomic<std::uint64_t> redis_redirections{0};
+    std::atomic<std::uint64_t> redis_asks{0};
     std::atomic<long long> bars_loaded{0};
     std::atomic<std::uint64_t> push_sent{0};
     std::atomic<std::uint64_t> push_conflated{0};

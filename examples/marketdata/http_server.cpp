@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "http_server.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "md/query.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -414,33 +418,280 @@ void Router::route(const Request& req, const Target& t, Response& res, LoopMetri
     }
 }
 
+/// The fast path of the reference API. A loop's cache of whole answers to /getStockData
+/// targets: status line, headers and body in one buffer, written with one send. An entry
+/// holds its code's change counter and the value it had before the bars were read, so a hit
+/// (one hash lookup, one atomic load) is never older than the code's bars. Bounded: emptied
+/// when it holds kMaxCached answers. One per loop thread: no lock.
+class WireCache {
+public:
+    /// The whole 200 answer to `target`, or nullptr when it is not one (an error, which
+    /// Beast's path then answers with its message).
+    std::shared_ptr<const std::string> get(const Shared& s, std::string_view target);
+
+private:
+    struct Entry {
+        const std::atomic<std::uint64_t>* version = nullptr;
+        std::uint64_t seen = 0;
+        std::shared_ptr<const std::string> wire;
+    };
+    struct Hash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view v) const noexcept {
+            return std::hash<std::string_view>{}(v);
+        }
+    };
+    std::unordered_map<std::string, Entry, Hash, std::equal_to<>> map_;
+    std::vector<Bar> bars_;
+};
+
+std::shared_ptr<const std::string> WireCache::get(const Shared& s, std::string_view target) {
+    if (const auto it = map_.find(target);
+        it != map_.end()
+        && it->second.version->load(std::memory_order_acquire) == it->second.seen) {
+        return it->second.wire;
+    }
+    std::string error;
+    const auto t = parse_target(target, error);
+    if (!t || t->path != "/getStockData") {
+        return nullptr;
+    }
+    const auto q = parse_bar_query(*t, error);
+    const auto* counter = q ? s.bars.version_counter(q->code) : nullptr;
+    if (counter == nullptr) {
+        return nullptr;
+    }
+    const std::uint64_t seen = counter->load(std::memory_order_acquire);
+    bars_.clear();
+    std::size_t n = 0;
+    if (!s.bars.range(q->code, q->period, q->start, q->end, s.cfg.max_bars, bars_, &n)
+        || n > s.cfg.max_bars) {
+        return nullptr;
+    }
+    std::string body;
+    body.reserve(64 + bars_.size() * 180);
+    append_bars(body, q->code, bars_);
+    body += '\n';
+    auto wire = std::make_shared<std::string>();
+    wire->reserve(body.size() + 128);
+    wire->append(
+        "HTTP/1.1 200 OK\r\nServer: md-gateway\r\nContent-Type: application/json\r\n"
+        "Content-Length: ");
+    wire->append(std::to_string(body.size()));
+    wire->append("\r\n\r\n");
+    wire->append(body);
+    if (map_.size() >= kMaxCached) {
+        map_.clear();
+    }
+    map_.insert_or_assign(std::string(target), Entry{counter, seen, wire});
+    return wire;
+}
+
+WireCache& loop_cache() {
+    thread_local WireCache cache;
+    return cache;
+}
+
+/// What the front of a connection's input holds.
+enum class Front {
+    incomplete,  // the start of a request the fast path may answer: read more
+    fast,        // a whole GET /getStockData on keep-alive HTTP/1.1, no body
+    other,       // anything else: Beast's parser
+};
+
+constexpr std::size_t kMaxHead = 8192;
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return (x | 0x20) == (y | 0x20);  // letters and '-' (0x2d | 0x20 == 0x2d)
+           });
+}
+
+/// Headers that take a request off the fast path (connection handling, bodies, upgrades).
+bool fast_headers(std::string_view headers) noexcept {
+    while (!headers.empty()) {
+        const std::size_t eol = headers.find("\r\n");
+        const std::string_view line = headers.substr(0, eol);
+        headers = eol == std::string_view::npos ? std::string_view{} : headers.substr(eol + 2);
+        const std::size_t colon = line.find(':');
+        if (colon == std::string_view::npos || colon == 0 || line[0] == ' ' || line[0] == '\t') {
+            return false;
+        }
+        const std::string_view name = line.substr(0, colon);
+        for (const std::string_view no :
+             {"connection", "content-length", "transfer-encoding", "upgrade", "expect"}) {
+            if (iequals(name, no)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/// Classifies `in`; for Front::fast, `target` and the request's length `len`.
+Front classify(std::string_view in, std::string_view& target, std::size_t& len) noexcept {
+    constexpr std::string_view kGet = "GET /getStockData?";
+    if (in.substr(0, std::min(in.size(), kGet.size())) != kGet.substr(0, in.size())) {
+        return Front::other;
+    }
+    const std::size_t end = in.find("\r\n\r\n");
+    if (end == std::string_view::npos) {
+        return in.size() < kMaxHead ? Front::incomplete : Front::other;
+    }
+    const std::size_t eol = in.find("\r\n");
+    const std::string_view line = in.substr(0, eol);
+    constexpr std::string_view kVersion = " HTTP/1.1";
+    if (!line.ends_with(kVersion)) {
+        return Front::other;
+    }
+    target = line.substr(4, line.size() - 4 - kVersion.size());
+    if (target.find(' ') != std::string_view::npos
+        || !fast_headers(in.substr(eol + 2, end - eol))) {
+        return Front::other;
+    }
+    len = end + 4;
+    return Front::fast;
+}
+
+class HttpSession;
+
+/// A loop's HTTP sessions, for the idle-timeout sweep: each session has a deadline (set when
+/// it starts reading a request), and a loop timer closes the ones past it. Cheaper than a
+/// timer per socket operation; loop thread only.
+struct SessionSet {
+    std::unordered_set<HttpSession*> sessions;
+};
+
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
 public:
-    HttpSession(tcp::socket&& sock, Shared& s, LoopMetrics& m)
-        : stream_(std::move(sock)), s_(s), m_(m), router_(s) {
+    HttpSession(tcp::socket&& sock, Shared& s, LoopMetrics& m, std::shared_ptr<SessionSet> set)
+        : stream_(std::move(sock)), s_(s), m_(m), router_(s), set_(std::move(set)) {
         ++s_.feed.connections;
+        set_->sessions.insert(this);
+        beast::error_code ec;
+        stream_.socket().non_blocking(true, ec);  // the fast path reads and writes directly
     }
-    ~HttpSession() { --s_.feed.connections; }
+    ~HttpSession() {
+        set_->sessions.erase(this);
+        --s_.feed.connections;
+    }
+    /// Closes the connection when its request (read and answer) is past the idle timeout:
+    /// half-open and byte-a-second clients, and clients that never read their answer.
+    void sweep(Clock::time_point now) {
+        if (now > deadline_) {
+            deadline_ = Clock::time_point::max();
+            beast::error_code ec;
+            stream_.socket().close(ec);  // the pending operation ends with an error
+        }
+    }
     HttpSession(const HttpSession&) = delete;
     HttpSession& operator=(const HttpSession&) = delete;
     HttpSession(HttpSession&&) = delete;
     HttpSession& operator=(HttpSession&&) = delete;
 
+    /// Reads the next request (the idle timeout runs from here to its answer's last byte).
     void read() {
+        deadline_ = Clock::now()
+                    + std::chrono::duration_cast<Clock::duration>(
+                        std::chrono::duration<double>(s_.cfg.idle_timeout_s));
+        if (buf_.size() == 0) {
+            read_more();
+            return;
+        }
+        // Pipelined requests: one at a time through the loop, so that a client sending many
+        // cannot recurse.
+        asio::post(stream_.get_executor(), [self = shared_from_this()] { self->next(); });
+    }
+
+private:
+    static bool closing(const beast::error_code& ec) {
+        return ec == http::error::end_of_stream || ec == beast::error::timeout
+               || ec == asio::error::connection_reset || ec == asio::error::eof;
+    }
+    /// The fast path when the input starts with a request it answers, Beast's parser else.
+    void next() {
+        const auto data = buf_.cdata();
+        const std::string_view in(static_cast<const char*>(data.data()), data.size());
+        std::string_view target;
+        std::size_t len = 0;
+        switch (classify(in, target, len)) {
+            case Front::incomplete: read_more(); return;
+            case Front::fast:
+                if (auto wire = loop_cache().get(s_, target)) {
+                    t0_ = Clock::now();
+                    buf_.consume(len);
+                    write_wire(std::move(wire));
+                    return;
+                }
+                break;  // an error: Beast's path answers it
+            case Front::other: break;
+        }
+        read_beast();
+    }
+    /// Waits until the socket is readable, then reads what is there: right after an answer
+    /// the next request is rarely there yet, and Asio's speculative read would cost a
+    /// recv() that finds nothing.
+    void read_more() {
+        stream_.socket().async_wait(
+            tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+                if (!ec) {
+                    const std::size_t n =
+                        self->stream_.socket().read_some(self->buf_.prepare(4096), ec);
+                    if (ec == asio::error::would_block) {
+                        self->read_more();
+                        return;
+                    }
+                    self->buf_.commit(n);
+                }
+                if (ec) {
+                    self->shut();
+                    return;
+                }
+                self->next();
+            });
+    }
+    void shut() {
+        beast::error_code ec;
+        stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    }
+    /// Writes a cached answer: at once when the socket takes it all (the usual case), else
+    /// through the loop.
+    void write_wire(std::shared_ptr<const std::string> wire) {
+        beast::error_code ec;
+        const std::size_t n = stream_.socket().write_some(asio::buffer(*wire), ec);
+        if (!ec && n == wire->size()) {
+            count(200);
+            read();
+            return;
+        }
+        if (ec && ec != asio::error::would_block) {
+            count(200);
+            shut();
+            return;
+        }
+        wire_ = std::move(wire);
+        const std::size_t done = ec ? 0 : n;
+        asio::async_write(stream_.socket(), asio::buffer(*wire_) + done,
+                          [self = shared_from_this()](beast::error_code wec, std::size_t) {
+                              self->count(200);
+                              self->wire_.reset();
+                              if (wec) {
+                                  self->shut();
+                                  return;
+                              }
+                              self->read();
+                          });
+    }
+    void read_beast() {
         parser_.emplace();
-        parser_->header_limit(8192);
+        parser_->header_limit(kMaxHead);
         parser_->body_limit(0);
-        stream_.expires_after(std::chrono::duration_cast<std::chrono::nanoseconds>(
-            std::chrono::duration<double>(s_.cfg.idle_timeout_s)));
         http::async_read(
             stream_, buf_, *parser_,
             [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
     }
-
-private:
     void on_read(beast::error_code ec) {
-        if (ec == http::error::end_of_stream || ec == beast::error::timeout
-            || ec == asio::error::connection_reset || ec == asio::error::eof) {
+        if (closing(ec)) {
             stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
             return;
         }
@@ -485,6 +736,8 @@ private:
             return false;
         }
         count(200);
+        deadline_ = Clock::time_point::max();  // push sessions have their own timeouts
+        stream_.socket().non_blocking(false, error_);
         if (t.path == "/ws") {
             if (!websocket::is_upgrade(req)) {
                 set_error(res_, http::status::bad_request, "/ws needs a WebSocket upgrade");
@@ -525,17 +778,36 @@ private:
 
     beast::tcp_stream stream_;
     beast::flat_buffer buf_;
+    std::shared_ptr<const std::string> wire_;  // the fast path's answer being written
     std::optional<http::request_parser<http::empty_body>> parser_;
     Response res_;
     Shared& s_;
     LoopMetrics& m_;
     Router router_;
+    std::shared_ptr<SessionSet> set_;
     Clock::time_point t0_;
+    Clock::time_point deadline_ = Clock::time_point::max();
+    beast::error_code error_;  // of calls whose failure changes nothing
 };
 
 class Listener : public std::enable_shared_from_this<Listener> {
 public:
-    Listener(asio::io_context& ioc, Shared& s, LoopMetrics& m) : acc_(ioc), s_(s), m_(m) {}
+    Listener(asio::io_context& ioc, Shared& s, LoopMetrics& m)
+        : acc_(ioc), sweep_(ioc), s_(s), m_(m), set_(std::make_shared<SessionSet>()) {}
+    /// Every 250 ms: closes the sessions past their deadline.
+    void sweep() {
+        sweep_.expires_after(std::chrono::milliseconds(250));
+        sweep_.async_wait([self = shared_from_this()](beast::error_code ec) {
+            if (ec) {
+                return;
+            }
+            const auto now = Clock::now();
+            for (HttpSession* h : self->set_->sessions) {
+                h->sweep(now);
+            }
+            self->sweep();
+        });
+    }
     std::string open(const tcp::endpoint& ep) {
         beast::error_code ec;
         acc_.open(ep.protocol(), ec);
@@ -565,7 +837,8 @@ public:
                     sock.close(ec);
                 } else {
                     sock.set_option(tcp::no_delay(true), ec);
-                    std::make_shared<HttpSession>(std::move(sock), self->s_, self->m_)->read();
+                    std::make_shared<HttpSession>(std::move(sock), self->s_, self->m_, self->set_)
+                        ->read();
                 }
             }
             self->accept();
@@ -574,8 +847,10 @@ public:
 
 private:
     tcp::acceptor acc_;
+    asio::steady_timer sweep_;
     Shared& s_;
     LoopMetrics& m_;
+    std::shared_ptr<SessionSet> set_;
 };
 
 }  // namespace
@@ -601,6 +876,7 @@ std::string listen(asio::io_context& ioc,
         return "cannot listen on " + addr_port + ": " + err;
     }
     l->accept();
+    l->sweep();
     return {};
 }
 

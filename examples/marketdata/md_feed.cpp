@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // md-feed URI [--symbols N] [--rate TICKS_PER_S] [--seed S] [--replay FILE] [--duration SECONDS]
 //             [--record FILE] [--day-ticks N] [--days N] [--date YYYYMMDD] [--window SQNS]
+//             [--stream-id N] [--epoch E] [--deterministic]
 // Publishes an A-share-like tick stream (md/generator.hpp) or a recording over a prizma
 // channel, paced at --rate ticks per second of wall time: the exchange clock is simulated,
-// so a whole day runs in day-ticks / rate seconds.
+// so a whole day runs in day-ticks / rate seconds. Every message is a lossless-stream record
+// (prizma::StreamPublisher): two feeds with the same seed, stream id and epoch and
+// --deterministic write the same records, an A/B pair the gateways arbitrate.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -30,6 +33,9 @@ struct Args {
     std::string replay;
     std::string record;
     std::uint32_t window = 0;
+    std::uint32_t stream_id = md::kDefaultStreamId;
+    std::optional<std::uint32_t> epoch;
+    bool deterministic = false;
 };
 
 int parse_args(int argc, char** argv, Args& a) {
@@ -38,9 +44,12 @@ int parse_args(int argc, char** argv, Args& a) {
         app,
         "md-feed URI [--symbols N] [--rate TICKS_PER_S] [--seed S] [--replay FILE]\n"
         "               [--duration SECONDS] [--record FILE] [--day-ticks N] [--days N]\n"
-        "               [--date YYYYMMDD] [--window SQNS]",
+        "               [--date YYYYMMDD] [--window SQNS] [--stream-id N] [--epoch E]\n"
+        "               [--deterministic]",
         "Publishes A-share-like ticks (seeded, replayable) or a recording on URI.",
         "Exchange time is simulated: a day of --day-ticks ticks takes day-ticks / rate seconds.\n"
+        "Each message is a lossless-stream record; an A/B pair is two md-feed processes with\n"
+        "the same seed, --epoch and --deterministic (on one channel or two).\n"
         "Prints 'published N ticks, last channel seq S' at the end.");
     app.add_option("URI", a.uri, "udp://GROUP:PORT?iface=ADDR..., mem://NAME:DPORT")
         ->required()
@@ -79,7 +88,27 @@ int parse_args(int argc, char** argv, Args& a) {
     app.add_option("--window", a.window, "Transmit window in packets (default: prizma's)")
         ->type_name("SQNS")
         ->check(prizma::tools::whole(16, 1'048'576));
+    app.add_option("--stream-id", a.stream_id, "The stream's id (default 1)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 0xffffffff));
+    app.add_option("--epoch", a.epoch,
+                   "The stream's epoch (default: tenths of a second since 2024-01-01, a new one "
+                   "each run)")
+        ->type_name("E")
+        ->check(prizma::tools::whole(1, 0xffffffff));
+    app.add_flag("--deterministic", a.deterministic,
+                 "Send time 0 in every message: the same input gives the same records (A/B)");
     return prizma::tools::parse(app, argc, argv);
+}
+
+/// A new epoch per run: tenths of a second since 2024-01-01 (fits 32 bits until 2037), so
+/// that a gateway takes a feed started after another one as a new stream session.
+std::uint32_t default_epoch() {
+    constexpr std::int64_t k2024 = 1'704'067'200;  // 2024-01-01T00:00:00Z
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    return static_cast<std::uint32_t>((now - k2024 * 1000) / 100);
 }
 
 std::int64_t realtime_ns() {
@@ -91,19 +120,18 @@ std::int64_t realtime_ns() {
 /// Publishes messages, paced by the ticks they carry, and records them.
 class Sender {
 public:
-    Sender(prizma::Context& ctx, prizma::Publisher& pub, const Args& a, md::RecordWriter* rec)
-        : ctx_(ctx), pub_(pub), a_(a), rec_(rec), start_(std::chrono::steady_clock::now()) {}
+    Sender(prizma::Context& ctx, prizma::StreamPublisher& out, const Args& a, md::RecordWriter* rec)
+        : ctx_(ctx), out_(out), a_(a), rec_(rec), start_(std::chrono::steady_clock::now()) {}
 
     /// False when the run should stop (duration over, or a send failed).
     bool send(std::vector<std::byte>& msg, std::size_t ticks) {
-        md::MsgHeader h;
         if (!pace(ticks)) {
             return false;
         }
-        const std::int64_t now = realtime_ns();
+        const std::int64_t now = a_.deterministic ? 0 : realtime_ns();
         std::memcpy(msg.data() + 16, &now, sizeof now);  // the header's send time
         for (;;) {
-            const auto r = pub_.offer(msg);
+            const auto r = out_.offer(msg);
             if (r) {
                 break;
             }
@@ -142,7 +170,7 @@ private:
         }
     }
     prizma::Context& ctx_;
-    prizma::Publisher& pub_;
+    prizma::StreamPublisher& out_;
     const Args& a_;
     md::RecordWriter* rec_;
     std::chrono::steady_clock::time_point start_;
@@ -257,8 +285,16 @@ int run(int argc, char** argv) {
             return 1;
         }
     }
-    Sender s(*ctx, *pub, a, a.record.empty() ? nullptr : &rec);
-    const std::size_t max_bytes = std::min<std::size_t>(pub->max_packet_payload(), 1400);
+    const std::uint32_t epoch = a.epoch ? *a.epoch : default_epoch();
+    auto out = prizma::StreamPublisher::create(*pub, a.stream_id, epoch);
+    if (!out) {
+        fmt::print(stderr, "md-feed: {}\n", out.error().message());
+        return 1;
+    }
+    Sender s(*ctx, *out, a, a.record.empty() ? nullptr : &rec);
+    // A record (its 28-byte header and the message) fits one packet.
+    const std::size_t max_bytes =
+        std::min<std::size_t>(pub->max_packet_payload(), 1400) - prizma::RecordHeader::kBytes;
     std::optional<std::uint64_t> last;
     if (a.replay.empty()) {
         last = run_generator(a, s, max_bytes);

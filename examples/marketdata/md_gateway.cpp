@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// md-gateway URI --http ADDR:PORT [--store DIR] [--redis HOST:PORT] [--threads N] [--web DIR]
-// Subscribes to a md-feed channel, builds 1m..1d bars and serves them over HTTP (reference
-// API, v2, WebSocket/SSE push, a chart page, health and metrics). docs/MARKETDATA.md.
+// md-gateway [URI] [--feed URI]... --http ADDR:PORT [--store DIR] [--redis HOST:PORT]
+//            [--recorder HOST:PORT] [--threads N] [--web DIR]
+// Subscribes to md-feed's channels (A/B copies merged by prizma::StreamSubscriber), builds 1m..1d
+// bars and serves them over HTTP (reference API, v2, WebSocket/SSE push, a chart page, health and
+// metrics). docs/MARKETDATA.md.
 #include <sys/resource.h>
 
 #include <fstream>
@@ -27,8 +29,9 @@ int parse_args(int argc, char** argv, Config& c) {
     CLI::App app{"", "md-gateway"};
     prizma::tools::init(
         app,
-        "md-gateway URI --http ADDR:PORT [--store DIR] [--redis HOST:PORT] [--threads N]\n"
-        "                  [--web DIR] [--max-bars N] [--idle-timeout SECONDS]\n"
+        "md-gateway [URI] [--feed URI[,URI]]... --http ADDR:PORT [--store DIR]\n"
+        "                  [--redis HOST:PORT] [--recorder HOST:PORT] [--stream-id N]\n"
+        "                  [--threads N] [--web DIR] [--max-bars N] [--idle-timeout SECONDS]\n"
         "                  [--max-connections N]",
         "Builds 1m/5m/15m/30m/60m/1d bars from the md-feed ticks on URI and serves them:\n"
         "  GET /getStockData?code=300525.SZ&period=1m&start=202308180930&end=202308181030\n"
@@ -36,16 +39,27 @@ int parse_args(int argc, char** argv, Config& c) {
         "  /ws?code=&period= (WebSocket), /sse?code=&period= (Server-Sent Events)\n"
         "  / (chart page), /healthz, /metrics (Prometheus)",
         "Bars are labelled by their end minute (202308180931 = 09:30..09:31); see\n"
-        "docs/MARKETDATA.md for the conventions.");
-    app.add_option("URI", c.uri, "The feed: udp://GROUP:PORT?iface=ADDR ... (docs/URI.md)")
-        ->required()
+        "docs/MARKETDATA.md for the conventions. Several feeds (A/B) are merged record by\n"
+        "record: each sequence once, from whichever copy brings it first.");
+    std::string uri;
+    std::vector<std::string> feeds;
+    app.add_option("URI", uri, "The feed: udp://GROUP:PORT?iface=ADDR ... (docs/URI.md)")
         ->type_name("");
+    app.add_option("--feed", feeds, "A copy of the feed (repeat, or a comma list: A and B)")
+        ->delimiter(',')
+        ->type_name("URI");
     app.add_option("--http", c.http, "Listen address")->required()->type_name("ADDR:PORT");
     app.add_option("--store", c.store_dir, "LMDB directory: bars survive a restart")
         ->type_name("DIR");
     app.add_option("--redis", c.redis,
                    "Redis (standalone or a cluster node): bars shared by gateways")
         ->type_name("HOST:PORT");
+    app.add_option("--recorder", c.recorder,
+                   "md-recorder's replay service: ticks missed while down are fetched from it")
+        ->type_name("HOST:PORT");
+    app.add_option("--stream-id", c.stream_id, "The feed's stream id (default 1)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 0xffffffff));
     app.add_option("--threads", c.threads, "Event loops (default: one per core)")
         ->type_name("N")
         ->check(prizma::tools::whole(1, 256));
@@ -61,7 +75,19 @@ int parse_args(int argc, char** argv, Config& c) {
     app.add_option("--max-connections", c.max_connections, "Open connections (default 20000)")
         ->type_name("N")
         ->check(prizma::tools::whole(1, 1'000'000));
-    return prizma::tools::parse(app, argc, argv);
+    const int rc = prizma::tools::parse(app, argc, argv);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (!uri.empty()) {
+        c.feeds.push_back(uri);
+    }
+    c.feeds.insert(c.feeds.end(), feeds.begin(), feeds.end());
+    if (c.feeds.empty()) {
+        fmt::print(stderr, "md-gateway: a feed URI is needed (URI or --feed)\n");
+        return 2;
+    }
+    return -1;
 }
 
 /// Raises the open-files limit to its hard limit (idle connections are file descriptors).

@@ -109,8 +109,11 @@ BarStore::Applied BarStore::apply(const Tick& t, const BarSink& on_bar) {
                 }
                 it = s.insert(it, nb);
             }
-            fold(*it, t.price, t.volume);
-            touched.push_back({p, *it});
+            if (t.symbol_seq == 0 || t.symbol_seq > it->sseq) {
+                fold(*it, t.price, t.volume);
+                it->sseq = t.symbol_seq;
+                touched.push_back({p, *it});
+            }
             if (seq_gap) {
                 mark_gap(s, p, {sb.last_instant, now}, [&](Period pp, const Bar& b) {
                     touched.push_back({pp, b});
@@ -241,6 +244,11 @@ bool BarStore::bar_at(Code code, Period p, std::uint64_t label, Bar& out) const 
 std::uint64_t BarStore::version(Code code) const {
     const Entry* e = find(code);
     return e == nullptr ? 0 : e->version.load(std::memory_order_acquire);
+}
+
+const std::atomic<std::uint64_t>* BarStore::version_counter(Code code) const {
+    const Entry* e = find(code);
+    return e == nullptr ? nullptr : &e->version;
 }
 
 std::vector<Code> BarStore::codes() const {

@@ -31,6 +31,11 @@ struct Bar {
     std::int64_t turnover = 0;  // in 0.01 (sum of price * volume)
     std::uint32_t flags = 0;
     std::uint32_t ticks = 0;
+    /// The symbol sequence number of the last tick folded in: the bar holds every tick of its
+    /// code and interval up to it (unless flagged kBarGap), so a copy of an earlier tick,
+    /// replayed or heard again after a restart or a late join, is not counted twice.
+    std::uint32_t sseq = 0;
+    std::uint32_t spare = 0;  // no padding: bars are stored as bytes (LMDB)
     friend bool operator==(const Bar&, const Bar&) = default;
 };
 
@@ -61,8 +66,9 @@ public:
     /// What apply() did to one tick.
     enum class Applied { bar, duplicate, out_of_session };
 
-    /// Feed thread only. Folds the tick into the code's six bars; a symbol sequence gap marks
-    /// the bars between the code's previous tick and this one. The bars touched are passed to
+    /// Feed thread only. Folds the tick into the code's six bars (each bar that already holds
+    /// it, by Bar::sseq, is left alone); a symbol sequence gap marks the bars between the
+    /// code's previous tick and this one. The bars touched are passed to
     /// `on_bar(code, period, bar)` after the lock is released.
     using BarSink = std::function<void(Code, Period, const Bar&)>;
     Applied apply(const Tick& t, const BarSink& on_bar);
@@ -90,6 +96,10 @@ public:
     bool bar_at(Code code, Period p, std::uint64_t label, Bar& out) const;
     /// Any thread: how many times the code's bars changed (for ETags).
     [[nodiscard]] std::uint64_t version(Code code) const;
+    /// Any thread: the code's change counter itself (valid as long as the store; a code is
+    /// never removed), nullptr for an unknown code. Lets an answer cache check its entries
+    /// without a lookup.
+    [[nodiscard]] const std::atomic<std::uint64_t>* version_counter(Code code) const;
     /// Any thread: every known code, sorted.
     [[nodiscard]] std::vector<Code> codes() const;
     [[nodiscard]] std::vector<GapInterval> gaps() const;

@@ -25,6 +25,8 @@ inline constexpr std::uint32_t kMagic = 0x3154444DU;  // "MDT1"
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kTickBytes = 40;
 inline constexpr std::size_t kInstrumentBytes = 20;
+/// The lossless stream (prizma::StreamPublisher) md-feed writes by default.
+inline constexpr std::uint32_t kDefaultStreamId = 1;
 
 enum class MsgKind : std::uint16_t { ticks = 1, instruments = 2 };
 

@@ -112,6 +112,7 @@ LmdbStore::~LmdbStore() {
 
 long long LmdbStore::load(BarStore& store,
                           std::map<std::uint64_t, FeedPosition>& feed_seq,
+                          std::optional<StreamPosition>& stream,
                           std::string& error) {
     int rc = 0;
     Txn txn(env_, MDB_RDONLY, rc);
@@ -136,6 +137,10 @@ long long LmdbStore::load(BarStore& store,
             GapInterval g;
             std::memcpy(&g, v.mv_data, sizeof g);
             gaps.push_back(g);
+        } else if (key[0] == 'S' && v.mv_size == sizeof(StreamPosition)) {
+            StreamPosition pos;
+            std::memcpy(&pos, v.mv_data, sizeof pos);
+            stream = pos;
         } else if (key[0] == 'I' && v.mv_size == sizeof(Instrument)) {
             Instrument in;
             std::memcpy(&in, v.mv_data, sizeof in);
@@ -208,6 +213,10 @@ bool LmdbStore::commit(const StoreBatch& batch, std::string& error) {
             error = mdb_error("store feed position", rc);
             return false;
         }
+    }
+    if (batch.stream && (rc = put_meta('S', std::uint8_t{0}, *batch.stream)) != 0) {
+        error = mdb_error("store stream position", rc);
+        return false;
     }
     if ((rc = txn.commit()) != 0) {
         error = mdb_error("commit", rc);

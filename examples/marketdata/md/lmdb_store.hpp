@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,15 @@ struct FeedPosition {
     std::uint64_t last_instant = 0;
 };
 
+/// Where this gateway is in the feed's lossless stream: the epoch and the next record
+/// sequence to apply (a recorder's replay resumes there after a restart).
+struct StreamPosition {
+    std::uint32_t epoch = 0;
+    std::uint32_t spare = 0;  // no padding: stored as bytes
+    std::uint64_t next = 0;
+    friend bool operator==(const StreamPosition&, const StreamPosition&) = default;
+};
+
 /// What a commit writes (the latest value of each bar touched since the last one).
 struct StoreBatch {
     struct Item {
@@ -34,8 +44,9 @@ struct StoreBatch {
     std::vector<Instrument> instruments;
     std::vector<GapInterval> gaps;
     std::map<std::uint64_t, FeedPosition> feed_seq;  // by feed id
+    std::optional<StreamPosition> stream;            // after the records these come from
     [[nodiscard]] bool empty() const noexcept {
-        return bars.empty() && instruments.empty() && gaps.empty() && feed_seq.empty();
+        return bars.empty() && instruments.empty() && gaps.empty() && feed_seq.empty() && !stream;
     }
 };
 
@@ -52,10 +63,12 @@ public:
     LmdbStore(LmdbStore&&) = delete;
     LmdbStore& operator=(LmdbStore&&) = delete;
 
-    /// Loads everything into `store` and `feed_seq`; returns the number of bars, or -1 and
-    /// `error`.
+    /// Loads everything into `store`, `feed_seq` and `stream` (unset when none was stored);
+    /// returns the number of bars, or -1 and `error`. The bars, feed positions and stream
+    /// position were written in one transaction, so they agree.
     long long load(BarStore& store,
                    std::map<std::uint64_t, FeedPosition>& feed_seq,
+                   std::optional<StreamPosition>& stream,
                    std::string& error);
     /// Writes a batch in one transaction; false and `error` on failure.
     bool commit(const StoreBatch& batch, std::string& error);

@@ -35,6 +35,38 @@ std::string info_key(Code c) {
     return k;
 }
 
+/// Replaces the bar of a score only with a better one, atomically (a script runs alone): a
+/// bar without the gap flag beats one with it, then the one holding more ticks (a higher
+/// "sseq"), then the greater text. Every writer's bar of a label ends as the same value
+/// whatever the order of the writes, so gateways that started at different times (one that
+/// joined mid-feed misses ticks and flags its bars) never double or lose a tick in Redis.
+/// KEYS[1] the sorted set, ARGV: score, member, sseq, gap (0/1).
+constexpr const char* kPutBarScript = R"lua(
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])
+local s, g = tonumber(ARGV[3]), tonumber(ARGV[4])
+for _, m in ipairs(old) do
+  if m == ARGV[2] and #old == 1 then return 0 end
+  local os = tonumber(string.match(m, '"sseq":(%d+)')) or 0
+  local og = string.find(m, '"gap":true', 1, true) and 1 or 0
+  if og < g or (og == g and (os > s or (os == s and m > ARGV[2]))) then return 0 end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+return 1
+)lua";
+
+/// A bar's member: its JSON (append_bar) with "sseq", the symbol sequence of its last tick.
+std::string bar_member(Code c, const Bar& b) {
+    std::string json;
+    json.reserve(200);
+    append_bar(json, c, b);
+    json.pop_back();  // '}'
+    json += R"(,"sseq":)";
+    json += std::to_string(b.sseq);
+    json += '}';
+    return json;
+}
+
 bool split_host_port(const std::string& hp, std::string& host, int& port) {
     const std::size_t colon = hp.rfind(':');
     if (colon == std::string::npos) {
@@ -166,6 +198,9 @@ bool parse_bar_json(std::string_view json, Bar& out) {
     if (field(json, "gap", v) && v == "true") {
         b.flags |= kBarGap;
     }
+    if (field(json, "sseq", v)) {
+        (void)std::from_chars(v.data(), v.data() + v.size(), b.sseq);
+    }
     b.ticks = 1;  // a bar with trades: later ticks fold into it
     out = b;
     return true;
@@ -212,6 +247,16 @@ int RedisStore::node_for(const std::string& host, int port, std::string& error) 
         return -1;
     }
     (void)redisSetTimeout(c, tv);
+    Reply r;
+    r.r = static_cast<redisReply*>(redisCommand(c, "SCRIPT LOAD %s", kPutBarScript));
+    if (r.r == nullptr || r.r->type != REDIS_REPLY_STRING) {
+        error = "redis " + host + ":" + std::to_string(port) + ": SCRIPT LOAD: "
+                + (r.r != nullptr && r.r->type == REDIS_REPLY_ERROR ? std::string(r.r->str)
+                                                                    : std::string(c->errstr));
+        redisFree(c);
+        return -1;
+    }
+    put_bar_sha_.assign(r.r->str, r.r->len);  // the same script: the same SHA1 on every node
     nodes_.push_back({host, port, c});
     return static_cast<int>(nodes_.size() - 1);
 }
@@ -250,15 +295,16 @@ bool RedisStore::map_slots(std::string& error) {
 bool RedisStore::run_one(const std::string& key,
                          const Args& args,
                          std::vector<std::string>* array,
-                         std::string& error) {
+                         std::string& error,
+                         Hop first) {
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     for (const std::string& a : args) {
         argv.push_back(a.data());
         lens.push_back(a.size());
     }
-    int node = slot_node_.at(redis_slot(key));
-    bool ask = false;
+    int node = first.node >= 0 ? first.node : slot_node_.at(redis_slot(key));
+    bool ask = first.ask;
     for (int hop = 0; hop < 5; ++hop) {
         redisContext* c = nodes_.at(static_cast<std::size_t>(node)).ctx;
         if (ask) {
@@ -276,6 +322,7 @@ bool RedisStore::run_one(const std::string& key,
         int port = 0;
         if (redirection(r.r, ask, host, port)) {
             ++redirections_;
+            asks_ += ask ? 1U : 0U;
             node = node_for(host, port, error);
             if (node < 0) {
                 return false;
@@ -319,7 +366,7 @@ bool RedisStore::run(const std::vector<std::pair<std::string, Args>>& cmds,
     if (arrays != nullptr) {
         arrays->assign(cmds.size(), {});
     }
-    std::vector<std::size_t> retry;
+    std::vector<std::pair<std::size_t, Hop>> retry;
     for (std::size_t n = 0; n < per_node.size(); ++n) {
         for (const std::size_t i : per_node[n]) {
             Reply r;
@@ -333,7 +380,16 @@ bool RedisStore::run(const std::vector<std::pair<std::string, Args>>& cmds,
             std::string host;
             int port = 0;
             if (redirection(r.r, ask, host, port)) {
-                retry.push_back(i);
+                ++redirections_;
+                asks_ += ask ? 1U : 0U;
+                const int to = node_for(host, port, error);
+                if (to < 0) {
+                    return false;
+                }
+                if (!ask) {
+                    slot_node_.at(redis_slot(cmds[i].first)) = to;
+                }
+                retry.emplace_back(i, Hop{to, ask});
             } else if (r.r->type == REDIS_REPLY_ERROR) {
                 error = "redis " + cmds[i].second[0] + ": " + std::string(r.r->str, r.r->len);
                 return false;
@@ -342,9 +398,9 @@ bool RedisStore::run(const std::vector<std::pair<std::string, Args>>& cmds,
             }
         }
     }
-    for (const std::size_t i : retry) {
+    for (const auto& [i, hop] : retry) {
         if (!run_one(cmds[i].first, cmds[i].second, arrays != nullptr ? &(*arrays)[i] : nullptr,
-                     error)) {
+                     error, hop)) {
             return false;
         }
     }
@@ -354,12 +410,11 @@ bool RedisStore::run(const std::vector<std::pair<std::string, Args>>& cmds,
 bool RedisStore::write(const StoreBatch& batch, std::string& error) {
     std::vector<std::pair<std::string, Args>> cmds;
     for (const auto& item : batch.bars) {
-        const std::string key = bars_key(item.code, item.period);
-        const std::string score = std::to_string(item.bar.time);
-        std::string json;
-        append_bar(json, item.code, item.bar);
-        cmds.push_back({key, {"ZREMRANGEBYSCORE", key, score, score}});
-        cmds.push_back({key, {"ZADD", key, score, json}});
+        std::string key = bars_key(item.code, item.period);
+        cmds.push_back({key,
+                        {"EVALSHA", put_bar_sha_, "1", key, std::to_string(item.bar.time),
+                         bar_member(item.code, item.bar), std::to_string(item.bar.sseq),
+                         (item.bar.flags & kBarGap) != 0 ? "1" : "0"}});
     }
     for (const Instrument& in : batch.instruments) {
         const std::string key = info_key(in.code);
@@ -374,10 +429,13 @@ bool RedisStore::write(const StoreBatch& batch, std::string& error) {
             cmds.push_back({"md:codes", {"SADD", "md:codes", code_text(item.code)}});
         }
     }
-    for (const GapInterval& g : batch.gaps) {
-        cmds.push_back(
-            {"md:gaps", {"SADD", "md:gaps", std::to_string(g.from) + "-" + std::to_string(g.to)}});
+    // Gaps are not shared: one gateway's loss is its own (its bars carry the flag, and lose
+    // to another gateway's complete bars). The feed positions go after the bars have been
+    // written (their replies read), so a position never gets ahead of the bars it covers.
+    if (!cmds.empty() && !run(cmds, nullptr, error)) {
+        return false;
     }
+    cmds.clear();
     for (const auto& [id, pos] : batch.feed_seq) {
         cmds.push_back({"md:feeds",
                         {"HSET", "md:feeds", std::to_string(id),
@@ -390,10 +448,8 @@ long long RedisStore::load(BarStore& store,
                            std::map<std::uint64_t, FeedPosition>& feeds,
                            std::string& error) {
     std::vector<std::string> codes;
-    std::vector<std::string> gaps;
     std::vector<std::string> feed_kv;
     if (!run_one("md:codes", {"SMEMBERS", "md:codes"}, &codes, error)
-        || !run_one("md:gaps", {"SMEMBERS", "md:gaps"}, &gaps, error)
         || !run_one("md:feeds", {"HGETALL", "md:feeds"}, &feed_kv, error)) {
         return -1;
     }
@@ -437,14 +493,6 @@ long long RedisStore::load(BarStore& store,
                 store.load(code, period, b);
                 ++n;
             }
-        }
-    }
-    for (const std::string& g : gaps) {
-        const std::size_t dash = g.find('-');
-        if (dash != std::string::npos) {
-            store.add_gap({std::strtoull(g.c_str(), nullptr, 10),
-                           std::strtoull(g.c_str() + dash + 1, nullptr, 10)},
-                          nullptr);
         }
     }
     for (std::size_t i = 0; i + 1 < feed_kv.size(); i += 2) {

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The optional Redis backend, in the reference's layout: a sorted set per `{code}_period`
-// (score = the bar's label YYYYMMDDHHMM, member = the bar's JSON), the braces a hash tag so
-// that a code's six periods share a Redis Cluster slot. Works with one redis-server or a
-// Redis Cluster (slots from CLUSTER SLOTS; MOVED and ASK redirections followed). Several
-// gateways write the same bars (idempotent: a bar replaces the member of its score) and a
-// gateway that starts late loads the whole history from it.
-// Other keys: `md:codes` (set of known codes), `{code}_info` (instrument), `md:gaps` (set of
-// "from-to"), `md:feeds` (hash: feed id -> "last_seq last_instant").
+// (score = the bar's label YYYYMMDDHHMM, member = the bar's JSON plus "sseq", the symbol
+// sequence number of its last tick), the braces a hash tag so that a code's six periods share
+// a Redis Cluster slot. Works with one redis-server or a Redis Cluster (slots from CLUSTER
+// SLOTS; MOVED and ASK redirections followed). Several gateways write the same bars: a bar is
+// a whole value per score, replaced by a script (remove by score, add) only with a better one
+// (complete over gap-flagged, then more ticks), so any number of writers, started at any time,
+// leave the same value; a gateway that starts late loads the whole history from it.
+// Other keys: `md:codes` (set of known codes), `{code}_info` (instrument), `md:feeds` (hash:
+// feed id -> "last_seq last_instant").
 #pragma once
 
 #include <array>
@@ -50,6 +52,8 @@ public:
     [[nodiscard]] bool cluster() const noexcept { return cluster_; }
     /// MOVED and ASK replies followed so far.
     [[nodiscard]] std::uint64_t redirections() const noexcept { return redirections_; }
+    /// ASK replies followed so far (a slot migrating between two nodes).
+    [[nodiscard]] std::uint64_t asks() const noexcept { return asks_; }
 
 private:
     using Args = std::vector<std::string>;
@@ -67,15 +71,24 @@ private:
     bool run(const std::vector<std::pair<std::string, Args>>& cmds,
              std::vector<std::vector<std::string>>* arrays,
              std::string& error);
+    /// Where a redirected command goes next: a node (-1: the slot's) and whether an ASKING
+    /// goes first.
+    struct Hop {
+        int node;
+        bool ask;
+    };
     bool run_one(const std::string& key,
                  const Args& args,
                  std::vector<std::string>* array,
-                 std::string& error);
+                 std::string& error,
+                 Hop first = {-1, false});
 
     std::vector<Node> nodes_;
     std::vector<int> slot_node_ = std::vector<int>(16384, 0);
     bool cluster_ = false;
     std::uint64_t redirections_ = 0;
+    std::uint64_t asks_ = 0;
+    std::string put_bar_sha_;
 };
 
 /// Reads a bar object written by append_bar() back; false when `json` is not one.

@@ -10,6 +10,14 @@ http       bad input: malformed queries, unknown codes, reversed / huge ranges, 
            half-open clients, 10,000 idle connections; v2 + ETag; metrics
 push       WebSocket (python3-websocket) and SSE (curl) clients get bar updates; a stalled
            client does not stall the gateway
+ab         A/B feeds (two md-feed processes, same seed) on two channels, A killed -9 midway:
+           bars == reference, no gap; a divergent B (another seed) on A's channel is reported
+recorder   md-recorder + md-gateway --recorder: the gateway killed -9 mid-feed and restarted
+           fetches what it missed: bars == reference, no gap; a new gateway replays it all
+redis      a second gateway joins the shared redis-server mid-feed: every bar in Redis ==
+           reference; a gateway started after the feed serves it all from Redis
+redis_cluster  the same on a 3-master cluster, then a code's slot migrating (SETSLOT
+           MIGRATING/IMPORTING, MIGRATE): writes and reads follow ASK (counted)
 """
 import json
 import os
@@ -30,13 +38,14 @@ import mdref  # noqa: E402
 CASE, BIN = sys.argv[1], sys.argv[2]
 FEED = os.path.join(BIN, "md-feed")
 GATEWAY = os.path.join(BIN, "md-gateway")
+RECORDER = os.path.join(BIN, "md-recorder")
 WORK = tempfile.mkdtemp(prefix="md-%s-" % CASE)
 FEED_ONE = ["--symbols", "40", "--day-ticks", "30000", "--seed", "11"]
 FEED_ARGS = FEED_ONE + ["--days", "2"]
 GROUPS = {"reference": 1, "restart": 2, "gap": 3, "http": 4, "push": 5, "web": 6, "redis": 7,
-          "redis_cluster": 8}
+          "redis_cluster": 8, "ab": 10, "recorder": 12}
 URI = mdref.group_uri(GROUPS[CASE])
-RANGE = "&start=202308180000&end=202308212359"
+RANGE = "&start=202308180000&end=202308222359"
 
 
 def all_answers(gw, codes):
@@ -51,13 +60,19 @@ def all_answers(gw, codes):
 
 
 _REF = {}
+_RECS = {}
+
+
+def reference(ticks):
+    """mdref.reference_bars, computed once per tick list."""
+    if id(ticks) not in _REF:
+        _REF[id(ticks)] = mdref.reference_bars(ticks)
+    return _REF[id(ticks)]
 
 
 def expected(ticks, code, period):
-    """The reference answer (reference_bars computed once per tick list)."""
-    if id(ticks) not in _REF:
-        _REF[id(ticks)] = mdref.reference_bars(ticks)
-    ref = _REF[id(ticks)].get((code, period), [])
+    """The reference answer."""
+    ref = reference(ticks).get((code, period), [])
     return "[" + ",".join(mdref.bar_json(code, b) for b in ref) + "]\n"
 
 
@@ -387,6 +402,7 @@ def case_push():
     try:
         # Day 1 first, so that the code is known; then day 2 while clients listen.
         n1 = mdref.run_feed(FEED, URI, *FEED_ONE, "--rate", "60000")
+        gw.wait_ticks(n1)  # day 1 applied: every update from here on is day 2's
         ws = websocket.create_connection("ws://127.0.0.1:%d/ws?code=600000.SH&period=1m" % gw.port,
                                          timeout=10)
         snap = json.loads(ws.recv())
@@ -486,21 +502,50 @@ def start_redis_on(ports, procs, cluster):
 
 
 def case_redis(cluster=False):
+    """Two gateways share Redis, the second joining mid-feed: every bar in Redis equals the
+    reference (the late one's gap-flagged bars never replace complete ones); a gateway started
+    after the feed serves the whole history from Redis. In a cluster, a code's slot then
+    migrates (MIGRATING/IMPORTING, MIGRATE): writes and reads follow ASK."""
     procs, ports = start_redis(cluster_ports() if cluster else None)
+    recs = [os.path.join(WORK, "days.rec")]
     gws = []
+    feed = None
     try:
-        target = "127.0.0.1:%d" % ports[0]
-        a = mdref.Gateway(GATEWAY, URI, extra=["--redis", target])
-        b = mdref.Gateway(GATEWAY, URI, extra=["--redis", "127.0.0.1:%d" % ports[-1]])
-        gws += [a, b]
-        n = mdref.run_feed(FEED, URI, *FEED_ARGS, "--rate", "60000")
-        a.wait_ticks(n)
-        b.wait_ticks(n)
-        codes = sorted(mdref_code(c) for c in ("600000.SH", "300525.SZ", "600001.SH",
-                                                "000002.SZ", "000001.SZ"))
-        from_a = all_answers(a, codes)
-        mdref.check_same(all_answers(b, codes), from_a, "two gateways on one feed")
-        time.sleep(0.5)  # a's last batch reaches Redis (written every 200 ms)
+        a = mdref.Gateway(GATEWAY, URI, extra=["--redis", "127.0.0.1:%d" % ports[0]])
+        gws.append(a)
+        small = ["--symbols", "40", "--day-ticks", "10000", "--seed", "11", "--rate", "60000"]
+        if cluster:  # the late join is the standalone case's; here the redirections
+            b = mdref.Gateway(GATEWAY, URI, extra=["--redis", "127.0.0.1:%d" % ports[-1]])
+            gws.append(b)
+            feed = Feed(URI, *small, "--record", recs[0])
+        else:
+            # One day over 3 s: the second gateway (which loads Redis first, slower under
+            # ASan) joins at a quarter of it, well before its end.
+            feed = Feed(URI, *FEED_ONE, "--rate", "10000", "--record", recs[0])
+            wait_for("a quarter of the feed", lambda: a.health()["ticks"] >= 7500)
+            b = mdref.Gateway(GATEWAY, URI, extra=["--redis", "127.0.0.1:%d" % ports[-1]])
+            gws.append(b)  # joins while the feed runs
+            assert b.health()["bars_loaded"] > 0
+        n, last = feed.result()
+        for g in gws:
+            wait_seq(g, last)
+        assert cluster or 0 < b.health()["ticks"] < n, "the second gateway did not join mid-feed"
+        time.sleep(0.6)  # the last batches (every 200 ms)
+        if not cluster:  # (the cluster case checks it all after one more day)
+            instruments, ticks = mdref.read_recording(recs[0])
+            check_redis_reference(ports, ticks, sorted({i[0] for i in instruments}))
+        if cluster:
+            migrate_slot(ports, "{600000.SH}_1m")
+            # Another day while the slot migrates: 600000.SH's keys are on the target now, so
+            # the source answers ASK and the gateways write there (ASKING first).
+            recs.append(os.path.join(WORK, "day2.rec"))
+            before = [g.health()["ticks"] for g in gws]
+            n3 = mdref.run_feed(FEED, URI, *small, "--date", "20230821", "--record", recs[1])
+            for g, t0 in zip(gws, before):
+                g.wait_ticks(t0 + n3)
+            time.sleep(0.6)
+            assert a.metric("md_redis_ask_total") > 0, "no ASK followed on writes"
+            assert a.metric("md_redis_errors_total") == 0
         a.stop()
         # A gateway that starts after the feed: the whole history from Redis.
         env = dict(os.environ, MD_REDIS_LAZY_SLOTS="1") if cluster else None
@@ -508,19 +553,22 @@ def case_redis(cluster=False):
                              env=env)
         gws.append(late)
         assert late.health()["bars_loaded"] > 0
-        mdref.check_same(all_answers(late, codes), from_a, "late gateway from Redis")
+        # Redis is checked whole; the late gateway's answers for a few codes (600000.SH's slot
+        # migrated in the cluster case).
+        ticks, codes = check_all_reference(late, recs, "late gateway from Redis",
+                                           only=("600000.SH", "300525.SZ", "600001.SH",
+                                                 "000002.SZ", "000001.SZ"))
+        check_redis_reference(ports, ticks, codes)
         if cluster:
-            keys = set()
-            for p in ports:
-                keys |= set(subprocess.run(["redis-cli", "-p", str(p), "--scan"],
-                                           capture_output=True, text=True).stdout.split())
-            assert "{600000.SH}_1m" in keys and "{600000.SH}_1d" in keys, sorted(keys)[:10]
             assert late.metric("md_redis_redirections_total") > 0, "no MOVED followed"
+            assert late.metric("md_redis_ask_total") > 0, "no ASK followed on reads"
         else:
             zs = subprocess.run(["redis-cli", "-p", str(ports[0]), "zrange", "{300525.SZ}_1d",
                                  "0", "-1", "withscores"], capture_output=True, text=True).stdout
             assert '"code":"300525.SZ"' in zs and "202308181500" in zs, zs
     finally:
+        if feed:
+            feed.kill()
         for g in gws:
             g.stop()
         for p in procs:
@@ -528,11 +576,253 @@ def case_redis(cluster=False):
             p.wait()
 
 
+class Feed:
+    """A md-feed process in the background."""
+
+    def __init__(self, uri, *args):
+        self.proc = subprocess.Popen([FEED, uri, *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def result(self, timeout=120):
+        """(ticks published, last channel seq) once it has finished."""
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, err
+        words = out.split("published ")[1].split()
+        return int(words[0]), int(words[-1])
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+
+def wait_for(what, predicate, timeout=60):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
+def wait_seq(gw, last, timeout=60):
+    """Until the gateway has applied the feed's last channel sequence number."""
+    try:
+        wait_for("channel seq %d" % last, lambda: gw.health()["last_channel_seq"] >= last,
+                 timeout)
+    except AssertionError:
+        print("gateway on %d: %s" % (gw.port, gw.health()))
+        print("\n".join(line for line in mdref.get(gw.port, "/metrics")[2].splitlines()
+                        if line.startswith(("md_feed", "md_stream", "md_recorder", "md_redis"))))
+        raise
+
+
+def check_all_reference(gw, rec_paths, what, only=None):
+    """Every code (or those in `only`) x period of the recordings' ticks equals the reference,
+    with no gap flag."""
+    key = tuple(rec_paths)
+    if key not in _RECS:  # read once: the reference is then computed once too
+        instruments, ticks = [], []
+        for path in rec_paths:
+            i, t = mdref.read_recording(path)
+            instruments += i
+            ticks += t
+        _RECS[key] = (instruments, ticks)
+    instruments, ticks = _RECS[key]
+    codes = sorted({i[0] for i in instruments})
+    asked = [c for c in codes if only is None or mdref.code_text(c) in only]
+    for (code, p), body in all_answers(gw, asked).items():
+        mdref.check_same(body, expected(ticks, code, p), "%s: %s %s" % (
+            what, mdref.code_text(code), p))
+    return ticks, codes
+
+
+def case_ab():
+    uri_b = mdref.group_uri(GROUPS["ab"] + 1)
+    rec = os.path.join(WORK, "b.rec")
+    ab = ["--epoch", "7", "--deterministic", "--rate", "40000"]
+    gw = mdref.Gateway(GATEWAY, URI, extra=["--feed", uri_b])
+    feeds = []
+    try:
+        # A first, B (the same seed: the same records) a little later on its own channel.
+        feeds.append(Feed(URI, *FEED_ARGS, *ab))
+        time.sleep(0.2)
+        feeds.append(Feed(uri_b, *FEED_ARGS, *ab, "--record", rec))
+        wait_for("40 % of the feed", lambda: gw.health()["ticks"] >= 24000)
+        feeds[0].kill()  # kill -9 A midway: B carries on
+        n, _ = feeds[1].result()
+        gw.wait_ticks(n)
+        assert gw.health()["ticks"] == n
+        check_all_reference(gw, [rec], "A/B, A killed")
+        assert gw.metric("md_stream_duplicates_total") > 0, "B's copies never arbitrated"
+        assert gw.metric("md_stream_divergences_total") == 0
+        assert gw.metric("md_feed_loss_events_total") == 0
+        assert gw.health()["gaps"] == 0
+        print("ab: %d ticks, %d duplicate records dropped" % (
+            n, gw.metric("md_stream_duplicates_total")))
+        # A divergent B: another seed, the same stream and a new epoch, on A's channel.
+        feeds = []
+        small = ["--symbols", "40", "--day-ticks", "3000", "--epoch", "9", "--deterministic",
+                 "--rate", "30000"]
+        feeds.append(Feed(URI, *small, "--seed", "11"))
+        feeds.append(Feed(URI, *small, "--seed", "12"))
+        for f in feeds:
+            f.result()
+        wait_for("divergence reported", lambda: gw.metric("md_stream_divergences_total") > 0)
+        assert gw.metric("md_stream_resets_total") >= 1  # epoch 9 after 7
+    finally:
+        for f in feeds:
+            f.kill()
+        gw.stop()
+
+
+def start_recorder(journal):
+    """md-recorder on URI; returns (process, replay port)."""
+    proc = subprocess.Popen([RECORDER, URI, "--journal", journal], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    assert "serving" in line, line + proc.stdout.read()
+    return proc, int(line.strip().rsplit(":", 1)[1])
+
+
+def case_recorder():
+    rec = os.path.join(WORK, "feed.rec")
+    store = os.path.join(WORK, "store")
+    recorder, port = start_recorder(os.path.join(WORK, "journal"))
+    extra = ["--recorder", "127.0.0.1:%d" % port]
+    gw = mdref.Gateway(GATEWAY, URI, store=store, extra=extra)
+    feed = Feed(URI, *FEED_ARGS, "--rate", "40000", "--record", rec)
+    try:
+        wait_for("a third of the feed", lambda: gw.health()["ticks"] >= 20000)
+        gw.proc.kill()  # kill -9 mid-feed
+        gw.proc.wait()
+        time.sleep(0.3)  # ticks published while it is down
+        gw = mdref.Gateway(GATEWAY, URI, store=store, extra=extra)
+        n, last = feed.result()
+        wait_seq(gw, last)
+        wait_for("records fetched from the recorder",
+                 lambda: gw.metric("md_recorder_replayed_total") > 0, 5)
+        assert gw.metric("md_recorder_errors_total") == 0
+        assert gw.health()["gaps"] == 0
+        check_all_reference(gw, [rec], "restarted with a recorder")
+        print("recorder: %d ticks, %d records replayed after the restart" % (
+            n, gw.metric("md_recorder_replayed_total")))
+        gw.stop()
+        # A new gateway without a store: the whole journal from the recorder.
+        gw = mdref.Gateway(GATEWAY, URI, extra=extra)
+        wait_seq(gw, last)
+        assert gw.health()["ticks"] == n
+        check_all_reference(gw, [rec], "a new gateway from the recorder",
+                            only=("600000.SH", "300525.SZ", "600001.SH", "000001.SZ"))
+    finally:
+        feed.kill()
+        gw.stop()
+        recorder.terminate()
+        out = recorder.communicate(timeout=20)[0]
+        assert recorder.returncode == 0, out
+
+
+class Resp:
+    """A minimal Redis client (RESP2) on one node."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.buf = b""
+
+    def close(self):
+        self.sock.close()
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self.buf += self.sock.recv(65536)
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind in (b"+", b"-", b":"):
+            return (kind + rest).decode()
+        n = int(rest)
+        if kind == b"$":
+            if n < 0:
+                return None
+            while len(self.buf) < n + 2:
+                self.buf += self.sock.recv(65536)
+            data, self.buf = self.buf[:n], self.buf[n + 2:]
+            return data.decode()
+        return [self._reply() for _ in range(max(n, 0))]
+
+    def call(self, *args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        self.sock.sendall(out)
+        return self._reply()
+
+
+def redis_zrange(clients, key):
+    """The members of a sorted set wherever it is in a cluster (ASKING: a migrating slot)."""
+    for c in clients:
+        c.call("ASKING")
+        got = c.call("ZRANGE", key, "0", "-1")
+        if isinstance(got, list):
+            return got
+    raise AssertionError("no node holds " + key)
+
+
+def check_redis_reference(ports, ticks, codes):
+    """Every bar in Redis equals the reference: the whole sorted set of every code x period."""
+    import re
+    clients = [Resp(p) for p in ports]
+    try:
+        ref = reference(ticks)
+        for code in codes:
+            for p in mdref.PERIODS:
+                key = "{%s}_%s" % (mdref.code_text(code), p)
+                got = [re.sub(r',"sseq":\d+', "", m) for m in redis_zrange(clients, key)]
+                want = [mdref.bar_json(code, b) for b in ref.get((code, p), [])]
+                mdref.check_same(got, want, "Redis " + key)
+    finally:
+        for c in clients:
+            c.close()
+
+
+def cli(port, *args):
+    out = subprocess.run(["redis-cli", "-p", str(port), *map(str, args)], capture_output=True,
+                         text=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def migrate_slot(ports, key):
+    """Starts moving `key`'s slot to another master and moves its keys (MIGRATE), leaving the
+    slot MIGRATING/IMPORTING: a client gets ASK for it. Returns (slot, source port, target port)."""
+    slot = int(cli(ports[0], "cluster", "keyslot", key))
+    ids = {}
+    owner = None
+    for line in cli(ports[0], "cluster", "nodes").splitlines():
+        f = line.split()
+        port = int(f[1].split("@")[0].split(":")[1])
+        ids[port] = f[0]
+        for r in f[8:]:
+            lo, _, hi = r.partition("-")
+            if lo.isdigit() and int(lo) <= slot <= int(hi or lo):
+                owner = port
+    src, dst = owner, [p for p in ports if p != owner][0]
+    assert cli(dst, "cluster", "setslot", slot, "importing", ids[src]) == "OK"
+    assert cli(src, "cluster", "setslot", slot, "migrating", ids[dst]) == "OK"
+    keys = cli(src, "cluster", "getkeysinslot", slot, "100").split()
+    assert key in keys, keys
+    assert cli(src, "migrate", "127.0.0.1", dst, "", "0", "5000", "keys", *keys) == "OK"
+    return slot, src, dst
+
+
 def main():
     try:
         {"reference": case_reference, "restart": case_restart, "gap": case_gap,
          "http": case_http, "push": case_push, "redis": case_redis,
-         "redis_cluster": lambda: case_redis(cluster=True)}[CASE]()
+         "redis_cluster": lambda: case_redis(cluster=True), "ab": case_ab,
+         "recorder": case_recorder}[CASE]()
         print("marketdata %s: ok" % CASE)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)

@@ -52,6 +52,7 @@ def day_labels():
 
 
 LABELS = day_labels()
+LABEL_INDEX = {label: i for i, label in enumerate(LABELS)}
 
 
 def minute_label(ms):
@@ -73,7 +74,7 @@ def minute_label(ms):
 
 
 def period_label(hhmm, n):
-    i = LABELS.index(hhmm)
+    i = LABEL_INDEX[hhmm]
     return LABELS[(i // n) * n + n - 1]
 
 
@@ -207,4 +208,7 @@ def run_feed(binary, uri, *args):
 
 def check_same(got, want, what):
     if got != want:
-        raise AssertionError("%s differs:\n got  %s\n want %s" % (what, got[:600], want[:600]))
+        at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+        lo = max(0, at - 200)
+        raise AssertionError("%s differs (at %d of %d / %d):\n got  %s\n want %s" % (
+            what, at, len(got), len(want), got[lo:at + 400], want[lo:at + 400]))

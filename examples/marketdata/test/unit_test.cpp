@@ -1,13 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // Unit tests of the market-data library: time conventions, labels, codes, queries, JSON,
 // the wire format and the bar store.
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <catch2/catch.hpp>
 
 #include "md/bars.hpp"
 #include "md/codec.hpp"
 #include "md/core.hpp"
 #include "md/generator.hpp"
+#include "md/lmdb_store.hpp"
 #include "md/query.hpp"
+#include "md/redis_store.hpp"
 
 namespace {
 
@@ -159,6 +165,72 @@ TEST_CASE("bar store: folding, gaps and ranges", "[md]") {
     REQUIRE(store.bar_at(c, md::Period::m1, 202308181002ULL, b));
     CHECK((b.flags & md::kBarGap) != 0);
     CHECK_FALSE(store.known(*md::parse_code("600001.SH")));
+}
+
+TEST_CASE("bar store: a bar holding a tick does not count it again", "[md]") {
+    md::BarStore store;
+    const md::Code c = *md::parse_code("300525.SZ");
+    auto tick = [&](std::uint32_t sseq, std::uint32_t ms) {
+        return md::Tick{sseq, sseq, c, 20230818, ms, 3000, 0, 100};
+    };
+    (void)store.apply(tick(1, md::hm_ms(9, 30)), nullptr);
+    (void)store.apply(tick(2, md::hm_ms(9, 31)), nullptr);
+    md::Bar day;
+    REQUIRE(store.bar_at(c, md::Period::d1, 202308181500ULL, day));
+    CHECK(day.volume == 200);
+    CHECK(day.sseq == 2);
+    // A restarted or late gateway loaded this day bar from a store, then hears tick 2 again
+    // and tick 3: tick 2 is in the day bar already; the 1m bar of 09:32 is new.
+    md::BarStore later;
+    later.load(c, md::Period::d1, day);
+    (void)later.apply(tick(2, md::hm_ms(9, 31)), nullptr);
+    (void)later.apply(tick(3, md::hm_ms(9, 31) + 5), nullptr);
+    md::Bar b;
+    REQUIRE(later.bar_at(c, md::Period::d1, 202308181500ULL, b));
+    CHECK(b.volume == 300);
+    CHECK(b.sseq == 3);
+    REQUIRE(later.bar_at(c, md::Period::m1, 202308180932ULL, b));
+    CHECK(b.volume == 200);  // both ticks: this bar was not loaded
+}
+
+TEST_CASE("Redis members carry the bar's symbol sequence", "[md]") {
+    md::Bar b{202308180931ULL, 3157, 3160, 3153, 3155, 250080, 789002400, md::kBarGap, 3, 17};
+    std::string json;
+    md::append_bar(json, *md::parse_code("300525.SZ"), b);
+    json.pop_back();
+    json += R"(,"sseq":17})";
+    md::Bar back;
+    REQUIRE(md::parse_bar_json(json, back));
+    CHECK(back.time == b.time);
+    CHECK(back.turnover == b.turnover);
+    CHECK(back.flags == md::kBarGap);
+    CHECK(back.sseq == 17);
+}
+
+TEST_CASE("LMDB: the stream position is stored with the bars", "[md]") {
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("md-unit-" + std::to_string(::getpid())))
+            .string();
+    std::string error;
+    {
+        auto st = md::LmdbStore::open(dir, 64, error);
+        REQUIRE(st);
+        md::StoreBatch batch;
+        batch.bars.push_back({*md::parse_code("600000.SH"), md::Period::m1,
+                              md::Bar{202308180931ULL, 1, 2, 1, 2, 100, 150, 0, 1, 1}});
+        batch.stream = md::StreamPosition{7, 0, 1234};
+        REQUIRE(st->commit(batch, error));
+    }
+    auto st = md::LmdbStore::open(dir, 64, error);
+    REQUIRE(st);
+    md::BarStore bars;
+    std::map<std::uint64_t, md::FeedPosition> feeds;
+    std::optional<md::StreamPosition> pos;
+    CHECK(st->load(bars, feeds, pos, error) == 1);
+    REQUIRE(pos);
+    CHECK(*pos == md::StreamPosition{7, 0, 1234});
+    st.reset();
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("generator: seeded, replayable, inside limits and sessions", "[md]") {

@@ -74,6 +74,8 @@ def main():
                  "%d bars" % bars)
         inked, before = wait_for(driver, "const r = (() => {%s})(); return r[0] > 1000 && r;"
                                  % PIXELS, "a drawn chart")
+        # The page says 'live' before its WebSocket is open: its snapshot says it is.
+        wait_for(driver, "return md.updates >= 1", "the WebSocket's snapshot")
         last_before = driver.execute_script("return document.getElementById('last').textContent")
         # The next day, live: pushed bars reach the page and change the chart.
         mdref.run_feed(FEED, URI, "--symbols", "40", "--day-ticks", "30000", "--seed", "12",

@@ -1,0 +1,490 @@
+// SPDX-License-Identifier: Apache-2.0
+// execlog-core: the exchange's deterministic matching engine, publishing its ExecLog as a
+// lossless stream (docs/EXECLOG.md). Two of them on one channel are a hot-standby pair: the
+// same input gives the same records, byte for byte, and subscribers keep the first copy.
+// A core that starts while the stream is live (a restarted one) listens first, regenerates
+// its input silently up to the live sequence and publishes from there, as the standby.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include <prizma/prizma.hpp>
+
+#include "../tools/cli.hpp"
+#include "execlog/engine.hpp"
+#include "execlog/feed.hpp"
+#include "execlog/input.hpp"
+#include "execlog/record.hpp"
+
+namespace {
+
+constexpr const char* kTool = "execlog-core";
+
+struct Args {
+    std::string uri;
+    execlog::GeneratorOptions gen;
+    std::string orders;
+    std::uint32_t epoch = 1;
+    std::uint32_t stream_id = execlog::kDefaultStreamId;
+    std::string state_dir;
+    std::uint32_t join_wait_ms = 500;
+    std::uint32_t window = 65536;
+    std::uint32_t repair_budget = 100;
+    std::uint32_t linger_ms = 5000;
+    bool spin = false;
+    std::string fault;
+    std::string anchor_file;
+};
+
+struct Fault {
+    enum class Kind : std::uint8_t { none, unknown_type, diverge };
+    Kind kind = Kind::none;
+    std::uint64_t at = 0;
+};
+
+std::optional<Fault> parse_fault(const std::string& s) {
+    Fault f;
+    if (s.empty()) {
+        return f;
+    }
+    const auto at = s.find('@');
+    const std::string what = s.substr(0, at);
+    if (at == std::string::npos || (what != "unknown-type" && what != "diverge")) {
+        return std::nullopt;
+    }
+    f.kind = what == "diverge" ? Fault::Kind::diverge : Fault::Kind::unknown_type;
+    try {
+        f.at = std::stoull(s.substr(at + 1));
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+    return f;
+}
+
+/// The live stream as heard on the core's own channel (before it publishes).
+struct Listener {
+    prizma::Subscriber sub;
+    prizma::StreamSubscriber in;
+    bool heard = false;
+    std::uint32_t epoch = 0;
+    std::uint64_t next = 0;
+    void poll() {
+        in.poll(1024, [&](const prizma::StreamEvent& e) {
+            if (e.kind == prizma::StreamEventKind::record
+                || e.kind == prizma::StreamEventKind::reset) {
+                heard = true;
+                epoch = e.epoch;
+                next = std::max(next,
+                                e.sequence + (e.kind == prizma::StreamEventKind::record ? 1 : 0));
+            }
+        });
+    }
+};
+
+struct SavedState {
+    std::uint32_t epoch = 0;
+    std::uint64_t next = 0;
+};
+
+std::optional<SavedState> load_state(const std::string& dir) {
+    if (dir.empty()) {
+        return std::nullopt;
+    }
+    std::ifstream f(dir + "/core.state");
+    std::string k1;
+    std::string k2;
+    SavedState s;
+    if (f >> k1 >> s.epoch >> k2 >> s.next && k1 == "epoch" && k2 == "next") {
+        return s;
+    }
+    return std::nullopt;
+}
+
+class Core {
+public:
+    Core(Args args,
+         prizma::Context ctx,
+         prizma::Publisher pub,
+         execlog::InputSource src,
+         Fault fault)
+        : a_(std::move(args)),
+          ctx_(std::move(ctx)),
+          pub_(pub),
+          src_(std::move(src)),
+          engine_(a_.gen.instruments),
+          fault_(fault),
+          buf_(execlog::kRecordBytes) {}
+    int run();
+
+private:
+    int join();
+    bool fast_forward(std::uint64_t target, Listener* live);
+    bool publish_pending();
+    bool offer(const execlog::Record& r);
+    void save_state();
+    [[nodiscard]] std::int64_t due(std::uint64_t input) const {
+        return t0_ns_
+               + static_cast<std::int64_t>(
+                   a_.gen.rate == 0 ? 0 : input * 1'000'000'000ULL / a_.gen.rate);
+    }
+    int finish();
+
+    Args a_;
+    prizma::Context ctx_;
+    prizma::Publisher pub_;
+    execlog::InputSource src_;
+    execlog::Engine engine_;
+    Fault fault_;
+    std::optional<prizma::StreamPublisher> out_;
+    std::vector<execlog::Record> pending_;
+    std::vector<std::byte> buf_;
+    std::uint64_t inputs_ = 0;    // inputs processed
+    std::uint64_t produced_ = 0;  // records made (the next record's sequence)
+    std::uint64_t first_published_ = 0;
+    std::uint64_t last_time_ns_ = execlog::kSessionStartNs;
+    std::uint64_t back_pressured_ = 0;
+    std::int64_t t0_ns_ = 0;
+    std::int64_t started_ns_ = 0;
+    std::int64_t saved_at_ns_ = 0;
+    bool inputs_done_ = false;
+};
+
+// Runs inputs silently until the records they make pass `target` (the live stream's next
+// sequence); the input that crosses it is left in pending_ to publish.
+bool Core::fast_forward(std::uint64_t target, Listener* live) {
+    execlog::Input in;
+    while (!execlog::stop_requested()) {
+        if (live != nullptr && (inputs_ & 1023U) == 0) {
+            (void)ctx_.poll();
+            live->poll();
+            target = std::max(target, live->next);
+        }
+        pending_.clear();
+        if (!src_.next(in)) {
+            inputs_done_ = true;
+            return true;
+        }
+        engine_.process(in, pending_);
+        ++inputs_;
+        last_time_ns_ = in.time_ns;
+        if (produced_ + pending_.size() > target) {
+            return true;
+        }
+        produced_ += pending_.size();
+    }
+    return false;
+}
+
+bool Core::offer(const execlog::Record& r) {
+    execlog::encode(r, buf_);
+    const std::uint64_t seq = out_->next_sequence();
+    if (fault_.kind != Fault::Kind::none && seq == fault_.at) {
+        if (fault_.kind == Fault::Kind::unknown_type) {
+            buf_[0] = std::byte{99};
+        } else {
+            buf_[44] ^= std::byte{1};  // order_qty: a copy that differs from the other core's
+        }
+    }
+    for (;;) {
+        const auto res = out_->offer(buf_);
+        if (res) {
+            ++produced_;
+            return true;
+        }
+        if (!prizma::is_transient(res.error())) {
+            fmt::print(stderr, "{}: publishing record {}: {}\n", kTool, seq, res.error().message());
+            return false;
+        }
+        ++back_pressured_;
+        if (execlog::stop_requested()) {
+            return false;
+        }
+        if (ctx_.poll() == 0 && !a_.spin) {
+            ctx_.wait(std::chrono::milliseconds(1));
+        }
+    }
+}
+
+bool Core::publish_pending() {
+    for (const auto& r : pending_) {
+        if (!offer(r)) {
+            return false;
+        }
+    }
+    pending_.clear();
+    return true;
+}
+
+void Core::save_state() {
+    saved_at_ns_ = prizma::Context::now_ns();
+    if (a_.state_dir.empty()) {
+        return;
+    }
+    const std::string err = execlog::write_file_atomically(
+        a_.state_dir + "/core.state", fmt::format("epoch {}\nnext {}\n", a_.epoch, produced_));
+    if (!err.empty()) {
+        fmt::print(stderr, "{}: warning: {}\n", kTool, err);
+    }
+}
+
+// Listens for the live stream, then regenerates the input silently up to where it is.
+// Returns -1 to go on, or the exit code.
+int Core::join() {
+    prizma::ChannelOptions lo;
+    lo.window_sqns = 4096;  // not passive: an SPMR brings the live source's SPM at once
+    lo.preallocated_sources = 2;
+    auto sub = ctx_.add_subscriber(execlog::strip_flow_keys(a_.uri), lo);
+    prizma::StreamOptions so;
+    so.stream_id = a_.stream_id;
+    auto in = prizma::StreamSubscriber::create(so);
+    if (!sub || !in) {
+        fmt::print(stderr, "{}: {}\n", kTool, !sub ? sub.error().message() : in.error().message());
+        return 1;
+    }
+    Listener live{*sub, std::move(*in)};
+    (void)live.in.add(live.sub);
+    const std::int64_t until =
+        prizma::Context::now_ns() + std::int64_t{a_.join_wait_ms} * 1'000'000;
+    while (!live.heard && prizma::Context::now_ns() < until && !execlog::stop_requested()) {
+        if (ctx_.poll() == 0) {
+            ctx_.wait(std::chrono::milliseconds(1));
+        }
+        live.poll();
+    }
+    if (live.heard && live.epoch > a_.epoch) {
+        fmt::print(stderr,
+                   "{}: error: the live stream {} is at epoch {}; this core's epoch {} is stale "
+                   "(refusing to publish it)\n",
+                   kTool, a_.stream_id, live.epoch, a_.epoch);
+        return 1;
+    }
+    const auto saved = load_state(a_.state_dir);
+    std::uint64_t target = 0;
+    const bool follow = live.heard && live.epoch == a_.epoch;
+    if (follow) {
+        target = live.next;
+        fmt::print("{}: live stream heard at sequence {}: joining as the standby\n", kTool, target);
+    } else if (saved && saved->epoch == a_.epoch && saved->next > 0) {
+        target = saved->next;
+        fmt::print("{}: no live stream; resuming from saved state at sequence {}\n", kTool, target);
+    } else {
+        fmt::print("{}: starting stream {} epoch {}\n", kTool, a_.stream_id, a_.epoch);
+    }
+    if (!fast_forward(target, follow ? &live : nullptr)) {
+        return 0;
+    }
+    live.in.remove(live.sub);
+    (void)ctx_.remove(live.sub);
+    if (inputs_done_ && produced_ < std::max(target, live.next)) {
+        // Even the session end (sequence produced_) is out: nothing left to publish.
+        fmt::print("{}: the stream is complete (next {}): nothing to publish\n", kTool,
+                   std::max(target, live.next));
+        return 0;
+    }
+    auto out = prizma::StreamPublisher::create(pub_, a_.stream_id, a_.epoch, produced_);
+    if (!out) {
+        fmt::print(stderr, "{}: {}\n", kTool, out.error().message());
+        return 1;
+    }
+    out_.emplace(*out);
+    first_published_ = produced_;
+    t0_ns_ = prizma::Context::now_ns() - (due(inputs_ == 0 ? 0 : inputs_ - 1) - due(0));
+    return -1;
+}
+
+int Core::finish() {
+    const bool stopped = execlog::stop_requested();
+    if (!stopped && !offer(execlog::Engine::session_end(inputs_, last_time_ns_))) {
+        return 1;
+    }
+    save_state();
+    const double secs = static_cast<double>(prizma::Context::now_ns() - started_ns_) / 1e9;
+    fmt::print("{}: {} records in {:.3f} s: {:.0f} records/s\n", kTool,
+               produced_ - first_published_, secs,
+               secs > 0 ? static_cast<double>(produced_ - first_published_) / secs : 0.0);
+    (void)std::fflush(stdout);
+    // Linger: repair what receivers still miss until every flow-controlled receiver has
+    // consumed the end (a restarted archiver may still be recovering), at most --linger-ms.
+    const std::int64_t start = prizma::Context::now_ns();
+    const std::int64_t until = start + std::int64_t{a_.linger_ms} * 1'000'000;
+    while (prizma::Context::now_ns() < until && !execlog::stop_requested()) {
+        if (ctx_.poll() == 0) {
+            ctx_.wait(std::chrono::milliseconds(1));
+        }
+        if (!pub_.quiet()) {
+            continue;
+        }
+        const auto receivers = pub_.flow_receivers();
+        const bool all_done =
+            std::all_of(receivers.begin(), receivers.end(),
+                        [](const prizma::FlowReceiverInfo& r) { return !r.counted || r.lag == 0; });
+        const bool any_counted =
+            std::any_of(receivers.begin(), receivers.end(),
+                        [](const prizma::FlowReceiverInfo& r) { return r.counted; });
+        if (receivers.empty() || (any_counted && all_done)) {
+            break;
+        }
+    }
+    fmt::print(
+        "{}: published records [{}, {}) of stream {} epoch {}: {} inputs, {} resting orders, "
+        "back-pressured {} times{}\n",
+        kTool, first_published_, produced_, a_.stream_id, a_.epoch, inputs_,
+        engine_.resting_orders(), back_pressured_, stopped ? " (stopped)" : "");
+    const auto c = pub_.counters();
+    fmt::print(
+        "{}: pgm: odata {}, rdata {}, naks received {}, naks ignored {}, repairs dropped {}, "
+        "flow blocked {}, flow evicted {}\n",
+        kTool, c.odata_sent, c.rdata_sent, c.naks_received, c.naks_ignored, c.repairs_dropped,
+        c.flow_blocked, c.flow_evicted);
+    return 0;
+}
+
+int Core::run() {
+    if (const int rc = join(); rc >= 0) {
+        return rc;
+    }
+    const std::uint64_t first_input = inputs_ == 0 ? 0 : inputs_ - 1;
+    if (!publish_pending()) {
+        return 1;
+    }
+    // The schedule starts when the first record is out (flow control holds it until the
+    // archiver is counted): no burst to catch up with the time spent waiting.
+    t0_ns_ = prizma::Context::now_ns() - (due(first_input) - due(0));
+    started_ns_ = prizma::Context::now_ns();
+    // The wall-clock time input 0 is due (for consumers' --latency-anchor-ns, same host).
+    const auto unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+    const std::int64_t anchor = unix_now - (prizma::Context::now_ns() - t0_ns_);
+    fmt::print("{}: anchor_unix_ns {}\n", kTool, anchor);
+    if (!a_.anchor_file.empty()) {
+        (void)execlog::write_file_atomically(a_.anchor_file, fmt::format("{}\n", anchor));
+    }
+    // Printed once the first record is out (flow control may hold it until the archiver is
+    // there): a standby started after this line hears this core.
+    fmt::print("{}: source {} publishing from sequence {} (input {})\n", kTool,
+               execlog::tsi_text(pub_.tsi()), first_published_, first_input);
+    (void)std::fflush(stdout);
+    execlog::Input in;
+    while (!inputs_done_ && !execlog::stop_requested()) {
+        const std::int64_t now = prizma::Context::now_ns();
+        int n = 0;
+        while (n < 256 && due(inputs_) <= now) {
+            if (!src_.next(in)) {
+                inputs_done_ = true;
+                break;
+            }
+            engine_.process(in, pending_);
+            ++inputs_;
+            last_time_ns_ = in.time_ns;
+            if (!publish_pending()) {
+                return 1;
+            }
+            ++n;
+        }
+        const int work = ctx_.poll();
+        if (now - saved_at_ns_ > 100'000'000) {
+            save_state();
+        }
+        if (n == 0 && work == 0 && !a_.spin) {
+            const std::int64_t wait_ns = due(inputs_) - prizma::Context::now_ns();
+            if (wait_ns > 0) {
+                ctx_.wait(std::chrono::nanoseconds(std::min<std::int64_t>(wait_ns, 10'000'000)));
+            }
+        }
+    }
+    return finish();
+}
+
+int run(int argc, char** argv) {
+    CLI::App app{"", kTool};
+    prizma::tools::init(
+        app, "execlog-core URI (--seed S --rate R --count N | --orders FILE) [options]",
+        "The deterministic matching engine: publishes the ExecLog (docs/EXECLOG.md) as a lossless "
+        "stream on URI. Two cores with the same input are a hot-standby pair; one started while "
+        "the stream is live joins it as the standby.");
+    Args a;
+    app.add_option("uri", a.uri, "Channel URI (e.g. udp://239.192.130.1:24801?iface=127.0.0.1)")
+        ->required();
+    app.add_option("--seed", a.gen.seed, "Order generator seed")->check(prizma::tools::whole());
+    app.add_option("--rate", a.gen.rate, "Orders per second (input time and pacing; 0: unpaced)")
+        ->check(prizma::tools::whole());
+    app.add_option("--count", a.gen.count, "Orders to generate")->check(prizma::tools::whole());
+    app.add_option("--orders", a.orders, "Read orders from FILE instead (format: docs/EXECLOG.md)");
+    app.add_option("--epoch", a.epoch, "Stream epoch (default 1)")
+        ->check(prizma::tools::whole(1, 0xffffffffU));
+    app.add_option("--stream-id", a.stream_id, "Stream id (default 21)")
+        ->check(prizma::tools::whole(0, 0xffffffffU));
+    app.add_option("--state", a.state_dir, "Directory for the core's resume point");
+    app.add_option("--instruments", a.gen.instruments, "Instruments (default 64)")
+        ->check(prizma::tools::whole(1, 60000));
+    app.add_option("--accounts", a.gen.accounts, "Accounts (default 1000)")
+        ->check(prizma::tools::whole(1, 10000000));
+    app.add_option("--join-wait-ms", a.join_wait_ms,
+                   "Listen this long for a live stream first (default 500)")
+        ->check(prizma::tools::whole(0, 60000));
+    app.add_option("--window", a.window, "Transmit window, packets (default 65536)")
+        ->check(prizma::tools::whole(64, 1U << 22U));
+    app.add_option("--repair-budget", a.repair_budget,
+                   "Repair budget, percent of data sent (all NAKs together; default 100)")
+        ->check(prizma::tools::whole(1, 10000));
+    app.add_option("--linger-ms", a.linger_ms,
+                   "After the session end, repair until every flow-controlled receiver has it, at "
+                   "most this long (default 5000)")
+        ->check(prizma::tools::whole(0, 3600000));
+    app.add_flag("--spin", a.spin, "Busy-poll instead of sleeping between inputs");
+    app.add_option("--fault", a.fault, "Test fault: unknown-type@SEQ or diverge@SEQ");
+    app.add_option("--anchor-file", a.anchor_file,
+                   "Write the wall-clock time input 0 is due there (latency measurements)");
+    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
+        return rc;
+    }
+    const auto fault = parse_fault(a.fault);
+    if (!fault) {
+        fmt::print(stderr, "{}: --fault '{}': want unknown-type@SEQ or diverge@SEQ\n", kTool,
+                   a.fault);
+        return 2;
+    }
+    std::optional<execlog::InputSource> src;
+    if (!a.orders.empty()) {
+        src.emplace(execlog::read_order_file(a.orders));  // throws with file:line
+    } else {
+        src.emplace(a.gen);
+    }
+    if (!a.state_dir.empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(a.state_dir, ec);
+        if (ec) {
+            fmt::print(stderr, "{}: --state '{}': {}\n", kTool, a.state_dir, ec.message());
+            return 1;
+        }
+    }
+    execlog::install_stop_signals();
+    auto ctx = prizma::tools::make_context(kTool);
+    if (!ctx) {
+        return 1;
+    }
+    prizma::ChannelOptions po;
+    po.window_sqns = a.window;
+    po.repair_budget_percent = a.repair_budget;
+    auto pub = ctx->add_publisher(a.uri, po);
+    if (!pub) {
+        fmt::print(stderr, "{}: {}\n", kTool, pub.error().message());
+        return 1;
+    }
+    Core core(a, std::move(*ctx), *pub, std::move(*src), *fault);
+    return core.run();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return prizma::tools::guarded_main(kTool, run, argc, argv);
+}

@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+// Command-line pieces and the event loop the consumers share.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <fmt/core.h>
+
+#include <prizma/prizma.hpp>
+
+#include "../../tools/cli.hpp"
+#include "execlog/feed.hpp"
+
+namespace execlog {
+
+struct ConsumerArgs {
+    FeedOptions feed;
+    std::string replay;  ///< HOST:PORT of the archiver, or empty
+    bool spin = false;
+    bool exit_at_end = false;
+};
+
+inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
+    app.add_option("uri", a.feed.uri, "Channel URI of the ExecLog")->required();
+    app.add_option("--stream-id", a.feed.stream_id, "Stream id (default 21)")
+        ->check(prizma::tools::whole(0, 0xffffffffU));
+    app.add_option("--replay", a.replay,
+                   "The archiver's replay service, HOST:PORT: catch up from it when behind");
+    app.add_option("--window", a.feed.window, "Receive window, packets (default 65536)")
+        ->check(prizma::tools::whole(64, 1U << 20U));
+    app.add_flag("--spin", a.spin, "Busy-poll (default: block on the context's fd)");
+    app.add_flag("--exit-at-end", a.exit_at_end, "Exit after the session-end record");
+}
+
+/// Checks what add_consumer_options() took; prints the error and returns false.
+inline bool finish_consumer_args(const char* tool, ConsumerArgs& a) {
+    a.feed.name = tool;
+    if (!a.replay.empty()) {
+        const auto hp = parse_host_port(a.replay);
+        if (!hp || hp->second == 0) {
+            fmt::print(stderr, "{}: --replay '{}': want HOST:PORT\n", tool, a.replay);
+            return false;
+        }
+        a.feed.replay_host = hp->first;
+        a.feed.replay_port = hp->second;
+    }
+    return true;
+}
+
+/// Sleeps until the context has work (or `max_wait`), unless spinning; shorter while the feed
+/// reads the archiver (its socket is not the context's).
+inline void idle(prizma::Context& ctx, const Feed& feed, bool spin) {
+    if (spin) {
+        return;
+    }
+    ctx.wait(feed.catching_up() ? std::chrono::milliseconds(1) : std::chrono::milliseconds(100));
+}
+
+}  // namespace execlog

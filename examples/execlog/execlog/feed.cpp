@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "execlog/feed.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <system_error>
+
+#include <fmt/core.h>
+
+namespace execlog {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_stop_signal(int /*signal*/) {
+    g_stop.store(true, std::memory_order_relaxed);
+}
+
+void add(prizma::StreamCounters& to, const prizma::StreamCounters& c) {
+    to.records += c.records;
+    to.duplicates += c.duplicates;
+    to.divergences += c.divergences;
+    to.buffered += c.buffered;
+    to.loss_events += c.loss_events;
+    to.lost_records += c.lost_records;
+    to.resets += c.resets;
+    to.stale_epoch += c.stale_epoch;
+    to.bad_checksum += c.bad_checksum;
+    to.foreign += c.foreign;
+    to.overflows += c.overflows;
+}
+
+}  // namespace
+
+bool stop_requested() noexcept {
+    return g_stop.load(std::memory_order_relaxed);
+}
+
+void install_stop_signals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, nullptr);
+    (void)sigaction(SIGTERM, &sa, nullptr);
+}
+
+std::string strip_flow_keys(std::string_view uri) {
+    const auto q = uri.find('?');
+    if (q == std::string_view::npos) {
+        return std::string(uri);
+    }
+    std::string out(uri.substr(0, q));
+    std::string_view rest = uri.substr(q + 1);
+    char sep = '?';
+    while (!rest.empty()) {
+        const auto amp = rest.find('&');
+        const std::string_view kv = rest.substr(0, amp);
+        rest.remove_prefix(amp == std::string_view::npos ? rest.size() : amp + 1);
+        const std::string_view key = kv.substr(0, kv.find('='));
+        if (key == "flow" || key == "flow_tag" || key == "flow_group" || key == "flow_timeout_ms") {
+            continue;
+        }
+        out += sep;
+        out += kv;
+        sep = '&';
+    }
+    return out;
+}
+
+std::string write_file_atomically(const std::string& path, std::string_view content) {
+    const std::string tmp = path + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return fmt::format("cannot write '{}': {}", tmp,
+                           std::error_code(errno, std::system_category()).message());
+    }
+    std::size_t done = 0;
+    while (done < content.size()) {
+        const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            const int e = errno;
+            (void)::close(fd);
+            return fmt::format("cannot write '{}': {}", tmp,
+                               std::error_code(e, std::system_category()).message());
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    (void)::fdatasync(fd);
+    (void)::close(fd);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        return fmt::format("cannot rename '{}': {}", tmp,
+                           std::error_code(errno, std::system_category()).message());
+    }
+    return {};
+}
+
+std::optional<std::pair<std::string, std::uint16_t>> parse_host_port(std::string_view text) {
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+        return std::nullopt;
+    }
+    const std::string_view port = text.substr(colon + 1);
+    std::uint16_t p = 0;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (ec != std::errc{} || end != port.data() + port.size()) {
+        return std::nullopt;
+    }
+    return std::make_pair(std::string(text.substr(0, colon)), p);
+}
+
+std::string tsi_text(const prizma::Tsi& tsi) {
+    std::string s;
+    for (const auto b : tsi.gsi.bytes) {
+        s += fmt::format("{:02x}", b);
+    }
+    return s + fmt::format(".{}", tsi.sport);
+}
+
+prizma::ChannelOptions consumer_channel_options(std::uint32_t window, bool passive) {
+    prizma::ChannelOptions o;
+    o.window_sqns = window;
+    o.preallocated_sources = 2;
+    o.recover_history = !passive;
+    o.max_recover_sqns = window > 1 ? window - 1 : 1;
+    o.passive = passive;
+    return o;
+}
+
+Feed::Feed(prizma::Context& ctx, FeedOptions options, prizma::Subscriber sub, std::uint64_t next)
+    : ctx_(&ctx), opt_(std::move(options)), sub_(sub), next_(next) {}
+
+Feed::~Feed() {
+    live_.reset();
+    late_.reset();
+    (void)ctx_->remove(sub_);
+}
+
+prizma::Result<std::unique_ptr<Feed>, prizma::Error> Feed::open(prizma::Context& ctx,
+                                                                const FeedOptions& options,
+                                                                std::uint64_t next) {
+    auto co = consumer_channel_options(options.window, options.passive);
+    // With an archiver, a consumer behind asks it (one TCP stream), not the cores: PGM history
+    // recovery costs every core a repair of each packet recovered, and the cores' repair
+    // budget is better kept for a restarted archiver, which has no one else to ask.
+    co.recover_history = co.recover_history && options.replay_host.empty();
+    if (options.max_recover != 0) {
+        co.max_recover_sqns = std::min(options.max_recover, co.max_recover_sqns);
+    }
+    auto sub = ctx.add_subscriber(options.uri, co);
+    if (!sub) {
+        return sub.error();
+    }
+    std::unique_ptr<Feed> f(new Feed(ctx, options, *sub, next));
+    // A restarted consumer asks the archiver first: it may be far behind the live edge.
+    const bool late = !options.replay_host.empty() && next > 0;
+    if (late ? !f->start_late("resuming") : !f->start_live()) {
+        return prizma::Error(prizma::Errc::invalid_argument, "cannot read the stream");
+    }
+    return f;
+}
+
+bool Feed::start_live() {
+    late_.reset();
+    if (live_) {
+        add(live_counters_, live_->counters());
+    }
+    live_.reset();
+    prizma::StreamOptions so;
+    so.stream_id = opt_.stream_id;
+    so.start_sequence = next_;
+    so.gap_timeout = opt_.gap_timeout;
+    so.buffer_records = opt_.buffer_records;
+    auto s = prizma::StreamSubscriber::create(so);
+    if (!s || !s->add(sub_)) {
+        return false;
+    }
+    live_.emplace(std::move(*s));
+    return true;
+}
+
+bool Feed::start_late(const char* why) {
+    if (live_) {
+        add(live_counters_, live_->counters());
+    }
+    live_.reset();
+    late_.reset();
+    prizma::LateJoinOptions lo;
+    lo.stream.stream_id = opt_.stream_id;
+    lo.stream.gap_timeout = opt_.gap_timeout;
+    lo.replay_address = opt_.replay_host;
+    lo.replay_port = opt_.replay_port;
+    lo.from = next_;
+    lo.recorder_timeout = std::chrono::seconds(2);
+    auto j = prizma::LateJoin::create(lo);
+    if (!j || !j->add(sub_)) {
+        return false;
+    }
+    fmt::print(stderr, "{}: {}: catching up from the archiver at {}, from sequence {}\n", opt_.name,
+               why, opt_.replay_port, next_);
+    late_.emplace(std::move(*j));
+    ++counters_.late_joins;
+    late_started_ns_ = prizma::Context::now_ns();
+    late_replayed_ = 0;
+    return true;
+}
+
+bool Feed::catching_up() const noexcept {
+    return late_ && !late_->counters().merged;
+}
+
+prizma::StreamCounters Feed::stream_counters() const noexcept {
+    prizma::StreamCounters c = live_counters_;
+    if (live_) {
+        add(c, live_->counters());
+    }
+    return c;
+}
+
+bool Feed::accept(prizma::StreamEvent& e) noexcept {
+    switch (e.kind) {
+        case prizma::StreamEventKind::record:
+            if (e.sequence < next_) {
+                ++counters_.skipped;
+                return false;
+            }
+            next_ = e.sequence + 1;
+            ++counters_.delivered;
+            return true;
+        case prizma::StreamEventKind::loss:
+            if (e.sequence + e.count <= next_) {
+                return false;
+            }
+            if (e.sequence < next_) {
+                e.count -= next_ - e.sequence;
+                e.sequence = next_;
+            }
+            next_ = e.sequence + e.count;
+            return true;
+        case prizma::StreamEventKind::reset: next_ = e.sequence; return true;
+        case prizma::StreamEventKind::divergence: return true;
+    }
+    return true;
+}
+
+bool Feed::next_late(prizma::StreamEvent& out) {
+    for (;;) {
+        auto r = late_->next(out);
+        if (!r) {
+            ++counters_.late_join_failures;
+            fmt::print(stderr, "{}: archiver: {} ({}); reading live from {} meanwhile\n", opt_.name,
+                       late_->error_text(), r.error().message(), next_);
+            retry_late_at_ns_ = prizma::Context::now_ns() + 500'000'000;
+            (void)start_live();
+            return false;
+        }
+        if (!*r) {
+            return false;
+        }
+        const bool merged = late_->counters().merged;
+        if (out.kind == prizma::StreamEventKind::loss && merged
+            && out.sequence + out.count > next_) {
+            ++counters_.live_gaps;
+            (void)start_late("live gap after the merge");
+            continue;
+        }
+        if (out.kind == prizma::StreamEventKind::record && !merged) {
+            ++counters_.replayed;
+            ++late_replayed_;
+        } else if (merged && late_started_ns_ != 0) {
+            counters_.catchup_records = late_replayed_;
+            counters_.catchup_ns = prizma::Context::now_ns() - late_started_ns_;
+            late_started_ns_ = 0;
+        }
+        if (accept(out)) {
+            return true;
+        }
+    }
+}
+
+bool Feed::next(prizma::StreamEvent& out) {
+    if (late_) {
+        return next_late(out);
+    }
+    while (live_->next(out)) {
+        if (out.kind == prizma::StreamEventKind::loss && !opt_.replay_host.empty()
+            && out.sequence + out.count > next_) {
+            const std::int64_t now = prizma::Context::now_ns();
+            if (now < retry_late_at_ns_) {
+                // The archiver refused a moment ago: wait, then ask again (the live reader
+                // already moved past the gap, so a fresh one restarts at our position).
+                (void)start_live();
+                return false;
+            }
+            ++counters_.live_gaps;
+            (void)start_late("live gap");
+            return next_late(out);
+        }
+        if (accept(out)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace execlog

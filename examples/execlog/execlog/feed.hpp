@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+// What every ExecLog consumer shares: the stream as a gap-free sequence of records from the
+// application's own position on (live, arbitrated over both cores; from the archiver when it
+// is behind), signals, atomic state files.
+#pragma once
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <prizma/prizma.hpp>
+
+namespace execlog {
+
+/// Set by SIGINT/SIGTERM (install_stop_signals()).
+bool stop_requested() noexcept;
+void install_stop_signals();
+
+/// `uri` without the flow-control keys (a core listening to its own channel must not count
+/// as a flow-control receiver).
+std::string strip_flow_keys(std::string_view uri);
+
+/// Writes `content` to `path` atomically (a temporary file, fdatasync, rename). Returns an
+/// error text, empty on success.
+std::string write_file_atomically(const std::string& path, std::string_view content);
+
+/// "HOST:PORT" (HOST an IPv4 literal); nullopt when malformed.
+std::optional<std::pair<std::string, std::uint16_t>> parse_host_port(std::string_view text);
+
+/// TSI as "gsi-hex.port".
+std::string tsi_text(const prizma::Tsi& tsi);
+
+struct FeedOptions {
+    std::string uri;
+    std::uint32_t stream_id = 21;
+    std::string replay_host;  ///< the archiver's replay service; empty: none
+    std::uint16_t replay_port = 0;
+    std::uint32_t window = 65536;  ///< receive window, packets
+    bool passive = false;          ///< never NAK (the monitor)
+    std::string name;              ///< for messages
+    /// How long a live gap may wait for PGM repair before it counts as lost (the archiver,
+    /// which has no one to ask, waits longer).
+    std::chrono::milliseconds gap_timeout{500};
+    /// Records held behind a gap; beyond it the gap counts as lost. The archiver holds more:
+    /// while PGM recovers its gap from one core, the other core's copies keep coming.
+    std::size_t buffer_records = 4096;
+    /// PGM history recovered by a fresh subscriber (0: the whole window).
+    std::uint32_t max_recover = 0;
+};
+
+struct FeedCounters {
+    std::uint64_t delivered = 0;   ///< records handed to the application
+    std::uint64_t skipped = 0;     ///< records at or below the application's position, dropped
+    std::uint64_t late_joins = 0;  ///< times the feed went to the archiver
+    std::uint64_t replayed = 0;    ///< records that came from the archiver
+    std::uint64_t late_join_failures = 0;
+    std::uint64_t live_gaps = 0;  ///< live gaps the archiver filled
+    /// The last late join: records replayed until it merged into live, and how long it took.
+    std::uint64_t catchup_records = 0;
+    std::int64_t catchup_ns = 0;
+};
+
+/// The stream from `next` on: each record once, in order. Live gaps that PGM cannot repair
+/// (a consumer stopped or restarted, started mid-day) are filled from the archiver with a
+/// LateJoin; a loss event reaches the application only when the records are lost for good
+/// (no archiver configured, or the archive itself records the loss).
+class Feed {
+public:
+    static prizma::Result<std::unique_ptr<Feed>, prizma::Error> open(prizma::Context& ctx,
+                                                                     const FeedOptions& options,
+                                                                     std::uint64_t next);
+    ~Feed();
+    Feed(const Feed&) = delete;
+    Feed& operator=(const Feed&) = delete;
+    Feed(Feed&&) = delete;
+    Feed& operator=(Feed&&) = delete;
+
+    /// The next event (record, loss, reset, divergence); payload valid until the next call.
+    bool next(prizma::StreamEvent& out);
+    /// The next sequence the application gets.
+    [[nodiscard]] std::uint64_t next_sequence() const noexcept { return next_; }
+    /// Reading the archiver (not merged into live yet): do not sleep long between polls.
+    [[nodiscard]] bool catching_up() const noexcept;
+    [[nodiscard]] const FeedCounters& counters() const noexcept { return counters_; }
+    /// The live arbitration's counters (duplicates, divergences, stale epochs, ...); those of
+    /// the late join's own live reader are not visible through LateJoin.
+    [[nodiscard]] prizma::StreamCounters stream_counters() const noexcept;
+    [[nodiscard]] prizma::Subscriber& subscriber() noexcept { return sub_; }
+    /// The whole record (header + payload) of the last record event, as received, when read
+    /// live; empty when it came through the archiver (then a journal remakes the header).
+    [[nodiscard]] std::span<const std::byte> last_record() const noexcept {
+        return live_ ? live_->last_record() : std::span<const std::byte>{};
+    }
+
+private:
+    Feed(prizma::Context& ctx, FeedOptions options, prizma::Subscriber sub, std::uint64_t next);
+    bool start_live();
+    bool start_late(const char* why);
+    /// false: the event is behind the application's position (dropped).
+    bool accept(prizma::StreamEvent& e) noexcept;
+    bool next_late(prizma::StreamEvent& out);
+
+    prizma::Context* ctx_;
+    FeedOptions opt_;
+    prizma::Subscriber sub_;
+    std::uint64_t next_;
+    std::optional<prizma::StreamSubscriber> live_;
+    std::optional<prizma::LateJoin> late_;
+    prizma::StreamCounters live_counters_{};  // of live readers replaced so far
+    std::int64_t retry_late_at_ns_ = 0;
+    std::int64_t late_started_ns_ = 0;
+    std::uint64_t late_replayed_ = 0;
+    FeedCounters counters_;
+};
+
+/// ChannelOptions of a consumer's subscriber: a hot-standby pair's two sources preallocated,
+/// history recovered back to the source's trail (a restarted consumer misses nothing PGM still
+/// holds).
+prizma::ChannelOptions consumer_channel_options(std::uint32_t window, bool passive);
+
+}  // namespace execlog

@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: Apache-2.0
+// execlog-risk: positions, exposure and P&L per account from the ExecLog's trades, printed
+// periodically and on exit. Its state (and the last applied sequence) is checkpointed
+// atomically to --state, so a restarted risk engine resumes exactly where its state is.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <span>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include <prizma/prizma.hpp>
+
+#include "execlog/consumer.hpp"
+#include "execlog/input.hpp"
+#include "execlog/record.hpp"
+
+namespace {
+
+constexpr const char* kTool = "execlog-risk";
+
+struct Position {
+    std::int64_t qty = 0;
+    std::int64_t cash = 0;  // ticks x lots: sells add, buys subtract
+    std::uint64_t bought = 0;
+    std::uint64_t sold = 0;
+};
+
+class Risk {
+public:
+    void apply(const prizma::StreamEvent& e);
+    [[nodiscard]] std::string state_text(std::uint64_t next) const;
+    /// Loads a state file; returns the next sequence, or an error text.
+    std::string load(const std::string& path, std::uint64_t& next);
+    void print(std::FILE* out, std::uint64_t next) const;
+    [[nodiscard]] bool ended() const noexcept { return ended_; }
+    [[nodiscard]] std::uint64_t lost() const noexcept { return lost_; }
+    [[nodiscard]] std::uint64_t divergences() const noexcept { return divergences_; }
+
+private:
+    void trade(const execlog::Record& r);
+    std::map<std::pair<std::uint32_t, std::uint16_t>, Position> pos_;
+    std::map<std::uint16_t, std::int64_t> last_px_;
+    std::array<std::uint64_t, 9> types_{};  // [type 1..7], [8] unknown, [0] bad size
+    std::uint64_t lost_ = 0;
+    std::uint64_t divergences_ = 0;
+    bool ended_ = false;
+};
+
+void Risk::trade(const execlog::Record& r) {
+    const auto q = static_cast<std::int64_t>(r.last_qty);
+    const std::int64_t v = q * r.price;
+    Position& taker = pos_[{r.account, r.instrument}];
+    Position& maker = pos_[{r.maker_account, r.instrument}];
+    Position& buyer = r.side == execlog::Side::buy ? taker : maker;
+    Position& seller = r.side == execlog::Side::buy ? maker : taker;
+    buyer.qty += q;
+    buyer.cash -= v;
+    buyer.bought += r.last_qty;
+    seller.qty -= q;
+    seller.cash += v;
+    seller.sold += r.last_qty;
+    last_px_[r.instrument] = r.price;
+}
+
+void Risk::apply(const prizma::StreamEvent& e) {
+    switch (e.kind) {
+        case prizma::StreamEventKind::loss:
+            lost_ += e.count;
+            fmt::print(stderr, "{}: LOSS: records [{}, {}) are lost for good\n", kTool, e.sequence,
+                       e.sequence + e.count);
+            return;
+        case prizma::StreamEventKind::divergence:
+            ++divergences_;
+            fmt::print(
+                stderr,
+                "{}: DIVERGENCE: a copy of record {} from source {} differs from the one applied\n",
+                kTool, e.sequence, execlog::tsi_text(e.source));
+            return;
+        case prizma::StreamEventKind::reset:
+            fmt::print(stderr, "{}: new epoch {} at sequence {}\n", kTool, e.epoch, e.sequence);
+            return;
+        case prizma::StreamEventKind::record: break;
+    }
+    execlog::Record r;
+    switch (execlog::decode(e.payload, r)) {
+        case execlog::DecodeStatus::bad_size:
+            if (types_[0]++ < 10) {
+                fmt::print(stderr, "{}: record {}: {} bytes, not an ExecLog record (skipped)\n",
+                           kTool, e.sequence, e.payload.size());
+            }
+            return;
+        case execlog::DecodeStatus::unknown_type:
+            if (types_[8]++ < 10) {
+                fmt::print(stderr, "{}: record {}: unknown record type {} (skipped)\n", kTool,
+                           e.sequence, execlog::type_byte(e.payload));
+            }
+            return;
+        case execlog::DecodeStatus::ok: break;
+    }
+    ++types_[static_cast<std::size_t>(r.type)];
+    if (r.type == execlog::RecordType::trade) {
+        trade(r);
+    } else if (r.type == execlog::RecordType::session_end) {
+        ended_ = true;
+    }
+}
+
+std::string Risk::state_text(std::uint64_t next) const {
+    std::string s = fmt::format("execlog-risk-state 1\nnext {}\nlost {}\ndivergences {}\ntypes",
+                                next, lost_, divergences_);
+    for (const auto t : types_) {
+        s += fmt::format(" {}", t);
+    }
+    s += '\n';
+    for (const auto& [instr, px] : last_px_) {
+        s += fmt::format("last {} {}\n", instr, px);
+    }
+    for (const auto& [key, p] : pos_) {
+        s += fmt::format("pos {} {} {} {} {} {}\n", key.first, key.second, p.qty, p.cash, p.bought,
+                         p.sold);
+    }
+    return s + "end\n";
+}
+
+std::string Risk::load(const std::string& path, std::uint64_t& next) {
+    std::ifstream f(path);
+    if (!f) {
+        return {};  // none yet: from the start
+    }
+    std::string line;
+    std::string word;
+    bool complete = false;
+    if (!std::getline(f, line) || line != "execlog-risk-state 1") {
+        return fmt::format("'{}' is not an execlog-risk state file", path);
+    }
+    while (std::getline(f, line)) {
+        std::istringstream in(line);
+        in >> word;
+        if (word == "next") {
+            in >> next;
+        } else if (word == "lost") {
+            in >> lost_;
+        } else if (word == "divergences") {
+            in >> divergences_;
+        } else if (word == "types") {
+            for (auto& t : types_) {
+                in >> t;
+            }
+        } else if (word == "last") {
+            std::uint16_t i = 0;
+            in >> i;
+            in >> last_px_[i];
+        } else if (word == "pos") {
+            std::uint32_t a = 0;
+            std::uint16_t i = 0;
+            in >> a >> i;
+            Position& p = pos_[{a, i}];
+            in >> p.qty >> p.cash >> p.bought >> p.sold;
+        } else if (word == "end") {
+            complete = true;
+        }
+        if (in.fail()) {
+            return fmt::format("'{}': bad line '{}'", path, line);
+        }
+    }
+    ended_ = types_[static_cast<std::size_t>(execlog::RecordType::session_end)] > 0;
+    return complete ? std::string{} : fmt::format("'{}' is cut short", path);
+}
+
+void Risk::print(std::FILE* out, std::uint64_t next) const {
+    std::map<std::uint32_t, std::pair<std::int64_t, std::int64_t>> acct;  // exposure, P&L
+    for (const auto& [key, p] : pos_) {
+        const auto it = last_px_.find(key.second);
+        const std::int64_t px = it == last_px_.end() ? 0 : it->second;
+        auto& [exposure, pnl] = acct[key.first];
+        exposure += (p.qty < 0 ? -p.qty : p.qty) * px;
+        pnl += p.cash + p.qty * px;
+    }
+    std::int64_t gross = 0;
+    std::int64_t total = 0;
+    std::uint32_t worst = 0;
+    std::int64_t worst_pnl = 0;
+    for (const auto& [a, v] : acct) {
+        gross += v.first;
+        total += v.second;
+        if (v.second < worst_pnl) {
+            worst = a;
+            worst_pnl = v.second;
+        }
+    }
+    const std::size_t trades = types_[static_cast<std::size_t>(execlog::RecordType::trade)];
+    fmt::print(
+        out,
+        "{}: next {}, trades {}, accounts {}, gross exposure {:.2f}, P&L sum {:.2f} (zero-sum), "
+        "worst account {} P&L {:.2f}, lost {}, divergences {}, unknown types {}\n",
+        kTool, next, trades, acct.size(), static_cast<double>(gross) / 100,
+        static_cast<double>(total) / 100, worst, static_cast<double>(worst_pnl) / 100, lost_,
+        divergences_, types_[8]);
+    (void)std::fflush(out);
+}
+
+/// Core-to-consumer latency (records carry their input time; the core prints when input 0
+/// was due on the wall clock) and the longest pause between two records.
+struct Timing {
+    std::int64_t anchor_ns = 0;  // 0: no latency samples
+    std::string anchor_file;     // read it until it is there
+    std::int64_t tried_ns = 0;
+    std::vector<std::int64_t> samples;
+    std::int64_t last_ns = 0;
+    std::int64_t longest_pause_ns = 0;
+
+    void on_record(std::span<const std::byte> payload) {
+        const std::int64_t now = prizma::Context::now_ns();
+        if (last_ns != 0) {
+            longest_pause_ns = std::max(longest_pause_ns, now - last_ns);
+        }
+        last_ns = now;
+        if (anchor_ns == 0 && !anchor_file.empty() && now - tried_ns > 10'000'000) {
+            tried_ns = now;
+            std::ifstream f(anchor_file);
+            f >> anchor_ns;
+        }
+        execlog::Record r;
+        if (anchor_ns == 0 || execlog::decode(payload, r) != execlog::DecodeStatus::ok) {
+            return;
+        }
+        const auto unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+        const auto due =
+            anchor_ns + static_cast<std::int64_t>(r.time_ns - execlog::kSessionStartNs);
+        samples.push_back(unix_now - due);
+    }
+    void print() {
+        fmt::print("{}: longest pause between two records {:.3f} ms\n", kTool,
+                   static_cast<double>(longest_pause_ns) / 1e6);
+        if (samples.empty()) {
+            return;
+        }
+        std::sort(samples.begin(), samples.end());
+        const auto at = [&](double q) {
+            const auto i = static_cast<std::size_t>(q * static_cast<double>(samples.size() - 1));
+            return static_cast<double>(samples[i]) / 1e3;
+        };
+        fmt::print(
+            "{}: latency us (input due -> applied): p50 {:.1f} p99 {:.1f} p99.9 {:.1f} "
+            "max {:.1f} ({} records)\n",
+            kTool, at(0.5), at(0.99), at(0.999), at(1.0), samples.size());
+    }
+};
+
+int run(int argc, char** argv) {
+    CLI::App app{"", kTool};
+    prizma::tools::init(app, "execlog-risk URI [--state FILE] [--replay HOST:PORT] [options]",
+                        "Positions, exposure and P&L per account from the ExecLog.");
+    execlog::ConsumerArgs a;
+    execlog::add_consumer_options(app, a);
+    std::string state = "execlog-risk.state";
+    std::uint32_t checkpoint_ms = 200;
+    std::uint32_t print_ms = 1000;
+    Timing timing;
+    app.add_option("--latency-anchor-file", timing.anchor_file,
+                   "The core's --anchor-file: measure core-to-here latency (same host)");
+    app.add_option("--state", state,
+                   "State file (checkpointed atomically; default execlog-risk.state)");
+    app.add_option("--checkpoint-ms", checkpoint_ms, "Checkpoint period (default 200)")
+        ->check(prizma::tools::whole(1, 3600000));
+    app.add_option("--print-ms", print_ms, "Summary period (default 1000; 0: only on exit)")
+        ->check(prizma::tools::whole(0, 3600000));
+    if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
+        return rc;
+    }
+    if (!execlog::finish_consumer_args(kTool, a)) {
+        return 2;
+    }
+    Risk risk;
+    std::uint64_t next = 0;
+    if (const std::string err = risk.load(state, next); !err.empty()) {
+        fmt::print(stderr, "{}: {}\n", kTool, err);
+        return 1;
+    }
+    execlog::install_stop_signals();
+    auto ctx = prizma::tools::make_context(kTool);
+    if (!ctx) {
+        return 1;
+    }
+    auto feed = execlog::Feed::open(*ctx, a.feed, next);
+    if (!feed) {
+        fmt::print(stderr, "{}: {}\n", kTool, feed.error().message());
+        return 1;
+    }
+    execlog::Feed& f = **feed;
+    fmt::print("{}: from sequence {}\n", kTool, next);
+    std::int64_t saved_at = prizma::Context::now_ns();
+    std::int64_t printed_at = saved_at;
+    prizma::StreamEvent e;
+    while (!execlog::stop_requested() && !(a.exit_at_end && risk.ended())) {
+        const int work = ctx->poll();
+        int n = 0;
+        while (n < 1024 && f.next(e)) {
+            risk.apply(e);
+            if (e.kind == prizma::StreamEventKind::record) {
+                timing.on_record(e.payload);
+            }
+            ++n;
+        }
+        const std::int64_t now = prizma::Context::now_ns();
+        if (now - saved_at > std::int64_t{checkpoint_ms} * 1'000'000) {
+            saved_at = now;
+            if (const auto err =
+                    execlog::write_file_atomically(state, risk.state_text(f.next_sequence()));
+                !err.empty()) {
+                fmt::print(stderr, "{}: {}\n", kTool, err);
+                return 1;
+            }
+        }
+        if (print_ms != 0 && now - printed_at > std::int64_t{print_ms} * 1'000'000) {
+            printed_at = now;
+            risk.print(stdout, f.next_sequence());
+        }
+        if (work == 0 && n == 0) {
+            execlog::idle(*ctx, f, a.spin);
+        }
+    }
+    if (const auto err = execlog::write_file_atomically(state, risk.state_text(f.next_sequence()));
+        !err.empty()) {
+        fmt::print(stderr, "{}: {}\n", kTool, err);
+        return 1;
+    }
+    const auto& c = f.counters();
+    const auto s = f.stream_counters();
+    risk.print(stdout, f.next_sequence());
+    timing.print();
+    if (c.catchup_ns > 0) {
+        fmt::print(
+            "{}: caught up {} records from the archiver in {:.3f} s: {:.0f} records/s\n", kTool,
+            c.catchup_records, static_cast<double>(c.catchup_ns) / 1e9,
+            static_cast<double>(c.catchup_records) * 1e9 / static_cast<double>(c.catchup_ns));
+    }
+    fmt::print(
+        "{}: final: next {}, applied {}, skipped {}, late joins {}, replayed {}, lost {}, "
+        "divergences {}, stale-epoch {}\n",
+        kTool, f.next_sequence(), c.delivered, c.skipped, c.late_joins, c.replayed, risk.lost(),
+        risk.divergences(), s.stale_epoch);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return prizma::tools::guarded_main(kTool, run, argc, argv);
+}

@@ -45,6 +45,15 @@ inline std::uint64_t load_be64(const std::byte* p) noexcept {
     }
     return v;
 }
+/// Little-endian, for formats that are (the stream record checksum's words).
+inline std::uint64_t load_le64(const std::byte* p) noexcept {
+    std::uint64_t v = 0;
+    std::memcpy(&v, p, sizeof v);
+    if constexpr (std::endian::native == std::endian::big) {
+        v = bswap64(v);
+    }
+    return v;
+}
 inline void store_be16(std::byte* p, std::uint16_t v) noexcept {
     if constexpr (std::endian::native == std::endian::little) {
         v = bswap16(v);

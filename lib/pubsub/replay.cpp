@@ -78,10 +78,6 @@ std::int64_t to_ns(std::chrono::milliseconds d) noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
 }
 
-}  // namespace
-
-namespace {
-
 struct Client {
     posix::UniqueFd fd;
     std::byte request[kRequestBytes]{};

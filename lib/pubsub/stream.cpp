@@ -32,15 +32,6 @@ std::uint64_t fold(std::uint64_t a, std::uint64_t b) noexcept {
     return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64U);
 }
 
-std::uint64_t load_le64(const std::byte* p) noexcept {
-    std::uint64_t w = 0;
-    std::memcpy(&w, p, sizeof w);
-    if constexpr (std::endian::native == std::endian::big) {
-        w = __builtin_bswap64(w);
-    }
-    return w;
-}
-
 /// A lane: its previous value rotated, plus the folded product of the next 16 bytes.
 std::uint64_t step(std::uint64_t lane, std::uint64_t lo, std::uint64_t hi) noexcept {
     return std::rotl(lane, static_cast<int>(kRot)) + fold(lo ^ kP4, hi ^ kP5);
@@ -61,18 +52,18 @@ std::uint64_t RecordHeader::checksum_of(std::uint32_t stream_id,
     const std::byte* p = payload.data();
     std::size_t n = payload.size();
     for (; n >= 32; p += 32, n -= 32) {
-        a = step(a, load_le64(p), load_le64(p + 8));
-        b = step(b, load_le64(p + 16), load_le64(p + 24));
+        a = step(a, pgm::load_le64(p), pgm::load_le64(p + 8));
+        b = step(b, pgm::load_le64(p + 16), pgm::load_le64(p + 24));
     }
     if (n >= 16) {
-        a = step(a, load_le64(p), load_le64(p + 8));
+        a = step(a, pgm::load_le64(p), pgm::load_le64(p + 8));
         p += 16;
         n -= 16;
     }
     if (n != 0) {  // 1..15 bytes, zero-padded to 16
         std::byte tail[16] = {};
         std::memcpy(tail, p, n);
-        b = step(b, load_le64(tail), load_le64(tail + 8));
+        b = step(b, pgm::load_le64(tail), pgm::load_le64(tail + 8));
     }
     return fold(a ^ kP6, b ^ kP7) ^ a;
 }

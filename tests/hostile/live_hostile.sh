@@ -41,12 +41,7 @@ dir=$(mktemp -d)
 # shellcheck source=tests/transport/netns_lib.sh
 . "$(dirname "$0")/../transport/netns_lib.sh"
 netns_hosts "$tag" "" src sub atk
-i=1
-for h in src sub atk; do
-    ip -n "$tag-$h" addr add "10.77.0.$i/24" dev "$tag$h"
-    ip -n "$tag-$h" route add 224.0.0.0/4 dev "$tag$h"
-    i=$((i + 1))
-done
+netns_addresses 10.77.0 src sub atk
 group=239.192.78.1 port=7780
 uri() { echo "udp://$group:$port?iface=10.77.0.$1"; }
 in_ns() { local h=$1; shift; ip netns exec "$tag-$h" "$@"; }

@@ -27,12 +27,7 @@ dir=$(mktemp -d)
 # shellcheck source=tests/transport/netns_lib.sh
 . "$(dirname "$0")/../transport/netns_lib.sh"
 netns_hosts "$tag" "" src sub atk
-i=1
-for h in src sub atk; do
-    ip -n "$tag-$h" addr add "10.77.1.$i/24" dev "$tag$h"
-    ip -n "$tag-$h" route add 224.0.0.0/4 dev "$tag$h"
-    i=$((i + 1))
-done
+netns_addresses 10.77.1 src sub atk
 ip netns exec "$tag-sub" iptables -A INPUT -s 10.77.1.1 -p udp -m statistic --mode random \
     --probability 0.02 -j DROP || { echo "SKIP: iptables statistic unavailable"; exit 77; }
 group=239.192.78.5 port=7785

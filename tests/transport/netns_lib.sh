@@ -5,6 +5,8 @@
 #       `ip link add ... type bridge` arguments) and, per HOST, namespace TAG-HOST with lo up
 #       and interface TAGHOST up on br0; exits 77 (ctest: skipped) without netns/bridge support.
 #       Registers an EXIT trap that deletes them all (and $dir, if set).
+#   netns_addresses PREFIX HOST...   gives the hosts PREFIX.1/24, PREFIX.2/24, ... in order,
+#       with the multicast route (224.0.0.0/4) on their interface.
 
 netns_hosts() {
 	netns_tag=$1
@@ -31,6 +33,16 @@ netns_hosts() {
 		ip -n "$netns_tag-br" link set "b$netns_tag$h" master br0 up
 		ip -n "$ns" link set lo up
 		ip -n "$ns" link set "$netns_tag$h" up
+	done
+}
+
+netns_addresses() {
+	local prefix=$1 h i=1
+	shift
+	for h in "$@"; do
+		ip -n "$netns_tag-$h" addr add "$prefix.$i/24" dev "$netns_tag$h"
+		ip -n "$netns_tag-$h" route add 224.0.0.0/4 dev "$netns_tag$h"
+		i=$((i + 1))
 	done
 }
 

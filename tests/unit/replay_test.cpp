@@ -117,6 +117,25 @@ bool contiguous(const std::vector<std::uint64_t>& s, std::uint64_t first, std::u
     return true;
 }
 
+/// Sends `bytes` on a plain TCP connection to the replay server and reads until it closes.
+std::string raw_exchange(std::uint16_t port, const std::string& bytes) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::send(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+    std::string reply;
+    char buf[512];
+    for (ssize_t n = 0; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+        reply.append(buf, static_cast<std::size_t>(n));
+    }
+    (void)::close(fd);
+    return reply;
+}
+
 /// The error a request gets.
 std::error_code refused(prizma::ReplayClient& c, std::string& text) {
     prizma::JournalEntry e;
@@ -165,21 +184,8 @@ TEST_CASE("replay: bad requests get clear errors and do not disturb other client
     (void)step(good, seqs, bad);  // started before the bad ones
 
     // Garbage on the port: an error frame (kind 0x81) naming it, then the connection closes.
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(server.port());
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
-    const std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n and more garbage";
-    REQUIRE(::send(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size()));
-    std::string reply;
-    char buf[512];
-    for (ssize_t n = 0; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
-        reply.append(buf, static_cast<std::size_t>(n));
-    }
-    (void)::close(fd);
+    const std::string reply =
+        raw_exchange(server.port(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n and more garbage");
     REQUIRE(reply.size() > 32);
     CHECK(static_cast<unsigned char>(reply[4]) == 0x81);
     CHECK(reply.find("malformed request") != std::string::npos);
@@ -229,20 +235,7 @@ TEST_CASE("replay: a silent connection and a client that stops reading lose thei
     auto server = prizma::ReplayServer::start(o);
     REQUIRE(server.has_value());
     // Half a request, then silence: an error frame naming the timeout, then the close.
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(server->port());
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
-    REQUIRE(::send(fd, "PRZ", 3, 0) == 3);
-    std::string reply;
-    char buf[512];
-    for (ssize_t n = 0; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
-        reply.append(buf, static_cast<std::size_t>(n));
-    }
-    (void)::close(fd);
+    const std::string reply = raw_exchange(server->port(), "PRZ");
     REQUIRE(reply.size() > 32);
     CHECK(static_cast<unsigned char>(reply[4]) == 0x81);
     CHECK(reply.find("no whole request within 200 ms") != std::string::npos);

@@ -176,6 +176,7 @@ Result<void> Source::make_room(std::uint32_t n, std::int64_t now_ns) noexcept {
     }
     if (flow_.active() && !flow_.allows(next_, n)) {
         flow_.note_blocked(now_ns);  // a receiver's window is full: the app retries
+        note_held(true, now_ns);
         ++counters_.back_pressured;
         if (flow_.gate_closed() && now_ns >= gate_spm_ns_) {
             // Waiting for a tagged group: an SPM (at the next timer run) every 100 ms lets
@@ -184,6 +185,9 @@ Result<void> Source::make_room(std::uint32_t n, std::int64_t now_ns) noexcept {
             spmr_answer_due_ns_ = now_ns;
         }
         return Errc::back_pressured;
+    }
+    if (held_ || meter_ns_ < 0 || now_ns - meter_ns_ >= kMeterNs) {
+        note_held(false, now_ns);
     }
     return evict(in_window() + n > cap ? in_window() + n - cap : 0, now_ns);
 }
@@ -499,7 +503,7 @@ Source::Requester& Source::requester(const Endpoint& from, std::int64_t now_ns) 
         r->credit.bytes =
             std::min(min_credit_, std::max(repair_credit_.bytes, 0.0)
                                       / static_cast<double>(active_requesters(now_ns)));
-        r->credit.mark = odata_bytes();
+        r->credit.mark = earning_bytes();
     }
     r->last_ns = now_ns;
     return *r;
@@ -513,6 +517,39 @@ std::size_t Source::active_requesters(std::int64_t now_ns) const noexcept {
     return std::max<std::size_t>(n, 1);
 }
 
+// The rate meter keeps two intervals of at least kMeterNs: the ODATA rate before a hold is
+// taken over the last one to two seconds. A hold's first refused send fixes that rate; held
+// time is credited at it until a send goes through again.
+void Source::note_held(bool held, std::int64_t now_ns) noexcept {
+    if (held) {
+        if (!held_) {
+            held_ = true;
+            held_count_ns_ = now_ns;
+            const std::int64_t span = meter_ns_ < 0 ? 0 : now_ns - meter_ns_ + meter_prev_ns_;
+            const std::uint64_t bytes = odata_bytes() - meter_bytes_ + meter_prev_bytes_;
+            held_rate_ = span > 0 ? static_cast<double>(bytes) / static_cast<double>(span) : 0.0;
+        }
+        return;
+    }
+    if (held_) {
+        count_held(now_ns);
+        held_ = false;
+    }
+    if (meter_ns_ < 0 || now_ns - meter_ns_ >= kMeterNs) {
+        meter_prev_ns_ = meter_ns_ < 0 ? 0 : now_ns - meter_ns_;
+        meter_prev_bytes_ = meter_ns_ < 0 ? 0 : odata_bytes() - meter_bytes_;
+        meter_ns_ = now_ns;
+        meter_bytes_ = odata_bytes();
+    }
+}
+
+void Source::count_held(std::int64_t now_ns) noexcept {
+    if (held_ && now_ns > held_count_ns_) {
+        held_bytes_ += held_rate_ * static_cast<double>(now_ns - held_count_ns_);
+        held_count_ns_ = now_ns;
+    }
+}
+
 // Credit saved is bounded: the budget's share of what the transmit window holds (every
 // packet in it repaired once: the most honest receivers can need, also after the source fell
 // quiet), or the burst. A flood cashes that in once; after it, only new data earns credit.
@@ -521,7 +558,8 @@ std::size_t Source::active_requesters(std::int64_t now_ns) const noexcept {
 // more than the budget, and an honest requester among them keeps its share of it.
 void Source::earn(Requester& rq, std::int64_t now_ns) noexcept {
     const auto window = static_cast<double>(window_bytes());
-    const std::uint64_t sent = odata_bytes();
+    count_held(now_ns);
+    const std::uint64_t sent = earning_bytes();
     repair_credit_.earn(sent, repair_fraction_, std::max(min_credit_, repair_fraction_ * window));
     const double share = std::min(
         requester_fraction_, repair_fraction_ / static_cast<double>(active_requesters(now_ns)));
@@ -554,6 +592,7 @@ void Source::handle_nak(const pgm::Packet& p,
     }
     ++counters_.nak_received;
     last_nak_ns_ = now_ns;
+    count_held(now_ns);  // before a new requester's mark
     Requester& rq = requester(from, now_ns);
     earn(rq, now_ns);
     // What the NCF confirms: sqns queued for an RDATA, by this NAK or before it.

@@ -119,6 +119,8 @@ public:
     static constexpr std::size_t kMaxRequesters = 64;
     /// A requester heard within this long shares the repair budget with the one asking.
     static constexpr std::int64_t kActiveNs = 1'000'000'000;
+    /// The ODATA rate meter's interval (held credit).
+    static constexpr std::int64_t kMeterNs = 1'000'000'000;
     /// The rate limit or the retention compares the times given to send()/claim()/commit():
     /// they must be exact. Otherwise those times only schedule heartbeat SPMs.
     [[nodiscard]] bool needs_exact_time() const noexcept {
@@ -210,6 +212,15 @@ private:
         return counters_.bytes_sent - other_bytes_;
     }
     [[nodiscard]] std::size_t window_bytes() const noexcept;
+    /// ODATA bytes sent plus the bytes credited while flow control held the source back:
+    /// what repair credit is earned from.
+    [[nodiscard]] std::uint64_t earning_bytes() const noexcept {
+        return odata_bytes() + static_cast<std::uint64_t>(held_bytes_);
+    }
+    /// Flow control refused a send (`true`) or let one through (`false`).
+    void note_held(bool held, std::int64_t now_ns) noexcept;
+    /// Credits the time held since the last count at the rate measured before the hold.
+    void count_held(std::int64_t now_ns) noexcept;
     Requester* find_requester(const Endpoint& from) noexcept;
     Requester& requester(const Endpoint& from, std::int64_t now_ns) noexcept;
     void earn(Requester& rq, std::int64_t now_ns) noexcept;
@@ -258,6 +269,17 @@ private:
     double min_credit_ = 0;
     std::int64_t repeat_ivl_ns_ = 0;
     std::uint64_t other_bytes_ = 0;  // bytes_sent that were not ODATA (SPM, NCF, RDATA)
+    // Held credit (docs/PROTOCOL.md §3.1): while flow control holds the source back it earns
+    // repair credit at the ODATA rate it had before, so a receiver it waits for is repaired
+    // although no new data flows. The rate is measured over the last one to two seconds.
+    bool held_ = false;
+    std::int64_t held_count_ns_ = 0;  // held time credited up to here
+    double held_rate_ = 0;            // ODATA bytes per ns before the hold
+    double held_bytes_ = 0;
+    std::int64_t meter_ns_ = -1;  // the rate meter's current interval (-1: none yet): start, bytes
+    std::uint64_t meter_bytes_ = 0;
+    std::int64_t meter_prev_ns_ = 0;  // ... and the interval before it: length, bytes
+    std::uint64_t meter_prev_bytes_ = 0;
     Credit repair_credit_;
     std::array<Requester, kMaxRequesters> requesters_{};
     FlowLimiter flow_;

@@ -87,6 +87,22 @@ std::vector<std::byte> ack_for(const Gsi& gsi,
 }
 
 /// `bytes` parsed (they must parse); the packet's spans point into `bytes`.
+/// An encoded (checksummed) NAK of `sqn` for the source of `sc`.
+std::vector<std::byte> nak_for(const SourceConfig& sc, std::uint32_t sqn) {
+    pgm::PacketSpec spec;
+    spec.type = PacketType::nak;
+    spec.sport = sc.dport;
+    spec.dport = sc.tsi.sport;
+    spec.gsi = sc.tsi.gsi;
+    spec.sqn = Sqn{sqn};
+    spec.nla = sc.nla;
+    spec.group = sc.group;
+    std::vector<std::byte> b(pgm::encoded_size(spec));
+    REQUIRE(pgm::encode(b, spec) == b.size());
+    pgm::store_checksum(b, 0);
+    return b;
+}
+
 pgm::Packet parsed(const std::vector<std::byte>& bytes) {
     pgm::Packet p;
     REQUIRE(pgm::parse(bytes, p) == pgm::ParseStatus::ok);
@@ -521,20 +537,7 @@ TEST_CASE("flow: a counted receiver the source waits for is repaired outside the
     src->on_packet(parsed(ack), host(3, 7500), kT0, out);
     REQUIRE(src->flow().counted() == 1);
     const auto nak = [&](std::uint32_t sqn, const Endpoint& from) {
-        pgm::PacketSpec spec;
-        spec.type = PacketType::nak;
-        spec.sport = 7500;
-        spec.dport = 4000;
-        spec.gsi = sc.tsi.gsi;
-        spec.sqn = Sqn{sqn};
-        spec.nla = sc.nla;
-        spec.group = sc.group;
-        std::vector<std::byte> b(pgm::encoded_size(spec));
-        REQUIRE(pgm::encode(b, spec) == b.size());
-        pgm::store_checksum(b, 0);
-        pgm::Packet p;
-        REQUIRE(pgm::parse(b, p) == pgm::ParseStatus::ok);
-        src->on_packet(p, from, kT0 + 1'000'000, out);
+        src->on_packet(parsed(nak_for(sc, sqn)), from, kT0 + 1'000'000, out);
     };
     nak(6, host(77, 7500));  // another host: the budget says no
     CHECK(src->counters().rdata_queued == 0);
@@ -544,4 +547,46 @@ TEST_CASE("flow: a counted receiver the source waits for is repaired outside the
     nak(2, host(3, 7500));  // before its consumed position: not waited for, the budget says no
     CHECK(src->counters().rdata_queued == 1);
     CHECK(src->counters().nak_ignored == 2);
+}
+
+// docs/PROTOCOL.md §3.1, held credit: repair credit is earned by data sent, so a source that
+// flow control holds back would earn none and could not repair the very receiver it waits
+// for (a restarted recorder filling its gap). Held time earns at the ODATA rate of the last
+// one to two seconds before the hold, so repair stays within the budget's share of that rate.
+TEST_CASE("flow: a source held back by flow control earns repair credit at its data rate",
+          "[protocol][flow]") {
+    constexpr std::int64_t kSec = 1'000'000'000;
+    SourceConfig sc = flow_source(8, config(FlowStrategy::min));
+    sc.repair_burst_bytes = 1;  // no start credit: only what is earned counts
+    const std::vector<std::byte> payload(1000, std::byte{1});
+    // 200 packets over 2 s (~100 KB/s), a status that stops the source at 200, then 1 s held
+    // (or, for the control, 1 s of an idle source that is not held), then NAKs from a host
+    // that is not the one waited for: what its 50% share earned decides.
+    const auto run = [&](bool held) {
+        auto src = Source::create(sc).value();
+        Capture out;
+        src->open(kT0, out);
+        for (int i = 0; i < 200; ++i) {
+            REQUIRE(src->send(payload, kT0 + i * (kSec / 100), out).has_value());
+        }
+        const std::int64_t t_hold = kT0 + 2 * kSec;
+        if (held) {
+            src->on_packet(parsed(ack_for(sc.tsi.gsi, status(5, 199, 1))), host(3), t_hold, out);
+            REQUIRE(src->send(payload, t_hold, out).error() == Errc::back_pressured);
+        }
+        // A new requester: it starts with no credit and earns from here on.
+        src->on_packet(parsed(nak_for(sc, 10)), host(77), t_hold + 1'000'000, out);
+        CHECK(src->counters().rdata_queued == 0);
+        for (std::uint32_t s = 20; s < 120; ++s) {
+            src->on_packet(parsed(nak_for(sc, s)), host(77), t_hold + kSec, out);
+        }
+        return src->counters().rdata_queued;
+    };
+    const std::uint64_t held = run(true);
+    const std::uint64_t idle = run(false);
+    // ~1 s x ~101 KB/s x 50% = ~50 KB: about 49 RDATA of ~1,016 bytes, and never more than
+    // the share of the rate allows.
+    CHECK(held >= 40);
+    CHECK(held <= 50);
+    CHECK(idle == 0);  // an idle source earns nothing: there is no rate to match
 }

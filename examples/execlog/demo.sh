@@ -10,14 +10,14 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$(cd "${1:-$here/../../build/release/examples/execlog}" && pwd)
-# A loopback of our own (root): the second core gets 127.0.0.2, so that each core has its
-# own unicast NAK socket, and nothing else on the host hears or disturbs the demo.
+# A loopback of our own when root may make one, so that nothing else on the host hears or
+# disturbs the demo. The second core publishes from 127.0.0.2 (lo's without set-up): each
+# publisher needs its own unicast NAK address (docs/URI.md).
 if [ "${EXECLOG_PRIVATE_NET:-}" != 1 ] && unshare -n true 2>/dev/null; then
     exec env EXECLOG_PRIVATE_NET=1 unshare -n sh -c \
         'ip link set lo up && ip addr add 127.0.0.2/8 dev lo && exec "$0" "$@"' "$0" "$bin"
 fi
-iface_b=127.0.0.1
-[ "${EXECLOG_PRIVATE_NET:-}" = 1 ] && iface_b=127.0.0.2
+iface_b=127.0.0.2
 uri="udp://239.192.130.21:24821?iface=127.0.0.1"
 flow="flow=tagged&flow_tag=21&flow_group=1&flow_timeout_ms=1000"
 count=40000 rate=10000   # 4 s of orders, ~64,000 records

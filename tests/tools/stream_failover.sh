@@ -8,6 +8,8 @@
 # prints the failover stall of each trial (the greatest lateness of the records due within
 # 100 ms after the kill, next to the lateness before it); its median and p99 over the trials
 # are printed for the benchmark (bench/stream_failover.sh), never asserted.
+# Each publisher needs its own unicast address for the NAKs it is sent (docs/URI.md): the
+# second one publishes from 127.0.0.2.
 # Usage: stream_failover.sh STREAM_PEER TRIALS [SEED]
 set -u
 peer=$1 trials=$2 seed=${3:-$(( $$ % 100000 ))}
@@ -30,7 +32,8 @@ for t in $(seq 1 "$trials"); do
     for _ in $(seq 100); do grep -q listening "$dir/sub.log" && break; sleep 0.02; done
     "$peer" pub "$uri" "$dir/state-a" "$n" "$rate" "$start_ns" >"$dir/a.log" 2>&1 &
     apid=$!
-    "$peer" pub "$uri" "$dir/state-b" "$n" "$rate" "$start_ns" >"$dir/b.log" 2>&1 &
+    "$peer" pub "${uri/iface=127.0.0.1/iface=127.0.0.2}" "$dir/state-b" "$n" "$rate" "$start_ns" \
+        >"$dir/b.log" 2>&1 &
     bpid=$!
     pids+=("$apid" "$bpid")
     kill_ms=$(( 500 + RANDOM % 1500 ))  # somewhere in the stream's 2 s (it starts at 300 ms)

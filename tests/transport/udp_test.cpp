@@ -989,3 +989,74 @@ TEST_CASE("ttl=0: multicast that never leaves the host still reaches same-host s
     CHECK(std::equal(got[0].data.begin(), got[0].data.end(), body.begin(), body.end()));
     rx->release_rx(n);
 }
+
+// Unicast NAKs go to the publisher's iface:port; the kernel gives each sender's datagrams to
+// one socket of an SO_REUSEPORT group, so two publishers there would each miss some
+// receivers' NAKs, silently. The second is refused with a message that says what to change.
+TEST_CASE("udp: a second publisher on the same iface address and port is refused",
+          "[udp][reuseport]") {
+    const std::uint16_t port = next_port();
+    auto first = open(group_uri(port), true);
+    auto sub = open(group_uri(port), false);  // a subscriber of the channel is no publisher
+    auto cfg = udp::parse_uri(group_uri(port));
+    REQUIRE(cfg.has_value());
+    cfg->bind_unicast = true;
+    auto second = udp::UdpTransport::create(*cfg);
+    REQUIRE_FALSE(second.has_value());
+    CHECK(second.error().code() == std::errc::address_in_use);
+    const std::string msg = second.error().message();
+    INFO(msg);
+    CHECK(msg.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+    CHECK(msg.find("own iface address") != std::string::npos);
+    // Another group on the same port shares the unicast address too.
+    auto other_group =
+        udp::parse_uri("udp://239.192.77.9:" + std::to_string(port) + "?iface=127.0.0.1");
+    REQUIRE(other_group.has_value());
+    other_group->bind_unicast = true;
+    other_group->join = false;
+    CHECK_FALSE(udp::UdpTransport::create(*other_group).has_value());
+    // What the message advises works without any set-up: any 127/8 address is lo's. The
+    // second publisher's data reaches the channel's subscriber, and a datagram to each
+    // publisher's own address:port reaches that publisher.
+    auto second_addr =
+        open("udp://239.255.77.1:" + std::to_string(port) + "?iface=127.0.0.2", true);
+    const auto body = odata_bytes(3, 64);
+    const TxPacket p{body, {}, Route::downstream, {}};
+    REQUIRE(second_addr->send_batch(std::span<const TxPacket>(&p, 1)).value() == 1);
+    std::array<RxPacket, 4> got{};
+    std::size_t n = wait_rx(*sub, got);
+    REQUIRE(n == 1);
+    CHECK(std::equal(got[0].data.begin(), got[0].data.end(), body.begin(), body.end()));
+    sub->release_rx(n);
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    REQUIRE(fd >= 0);
+    for (const std::uint8_t last : {std::uint8_t{2}, std::uint8_t{1}}) {
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_port = htons(port);
+        to.sin_addr.s_addr = htonl(0x7f000000U | last);
+        const std::array<std::uint8_t, 8> b{last, 2, 3, 4, 5, 6, 7, 8};
+        REQUIRE(
+            ::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to)
+            == 8);
+        // (A publisher joined to the group also heard the multicast datagram above.)
+        udp::UdpTransport& to_pub = last == 2 ? *second_addr : *first;
+        bool heard = false;
+        for (int tries = 0; tries < 3 && !heard; ++tries) {
+            n = wait_rx(to_pub, got);
+            for (std::size_t i = 0; i < n; ++i) {
+                heard = heard
+                        || (got[i].data.size() == 8
+                            && static_cast<std::uint8_t>(got[i].data[0]) == last);
+            }
+            to_pub.release_rx(n);
+        }
+        CHECK(heard);
+    }
+    ::close(fd);
+    // Once the first is gone its address is free again.
+    first.reset();
+    auto again = udp::UdpTransport::create(*cfg);
+    INFO((again ? std::string() : again.error().message()));
+    CHECK(again.has_value());
+}

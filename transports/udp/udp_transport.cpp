@@ -57,6 +57,71 @@ struct Addr {
     const sockaddr* sa() const noexcept { return reinterpret_cast<const sockaddr*>(&ss); }
 };
 
+/// Sockets of this network namespace bound to exactly `a` (address and port), from
+/// /proc/net/udp or udp6; -1 when it cannot be read. Each line's local address is the raw
+/// address in 32-bit words printed as native-endian hex, then ":" and the port in hex.
+int sockets_bound_to(const Addr& a) noexcept {
+    const bool v4 = a.family() == AF_INET;
+    std::array<std::uint8_t, 16> want{};
+    std::uint16_t port = 0;
+    if (v4) {
+        const auto* a4 = reinterpret_cast<const sockaddr_in*>(&a.ss);
+        std::memcpy(want.data(), &a4->sin_addr, 4);
+        port = ntohs(a4->sin_port);
+    } else {
+        const auto* a6 = reinterpret_cast<const sockaddr_in6*>(&a.ss);
+        std::memcpy(want.data(), &a6->sin6_addr, 16);
+        port = ntohs(a6->sin6_port);
+    }
+    const std::size_t words = v4 ? 1 : 4;
+    UniqueFd fd(::open(v4 ? "/proc/net/udp" : "/proc/net/udp6", O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) {
+        return -1;
+    }
+    std::string text;
+    std::array<char, 4096> buf{};
+    for (;;) {
+        const ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            break;
+        }
+        text.append(buf.data(), static_cast<std::size_t>(n));
+    }
+    int count = 0;
+    std::size_t pos = text.find('\n');  // past the header line
+    while (pos != std::string::npos && pos + 1 < text.size()) {
+        const std::size_t line = pos + 1;
+        pos = text.find('\n', line);
+        // "  sl: LOCAL:PORT REMOTE:PORT ...": the local address follows the first ": ".
+        std::size_t at = text.find(": ", line);
+        if (at == std::string::npos || (pos != std::string::npos && at > pos)) {
+            continue;
+        }
+        at += 2;
+        if (at + words * 8 + 5 > text.size() || text[at + words * 8] != ':') {
+            continue;
+        }
+        std::array<std::uint8_t, 16> got{};
+        bool ok = true;
+        for (std::size_t w = 0; w < words && ok; ++w) {
+            std::uint32_t v = 0;
+            const char* b = text.data() + at + w * 8;
+            ok = std::from_chars(b, b + 8, v, 16).ptr == b + 8;
+            std::memcpy(got.data() + w * 4, &v, 4);
+        }
+        std::uint16_t p = 0;
+        const char* pb = text.data() + at + words * 8 + 1;
+        ok = ok && std::from_chars(pb, pb + 4, p, 16).ptr == pb + 4;
+        if (ok && p == port && std::memcmp(got.data(), want.data(), words * 4) == 0) {
+            ++count;
+        }
+    }
+    return count;
+}
+
 bool make_addr(const std::string& host, std::uint16_t port, Addr& out) noexcept {
     out = Addr{};
     auto* a4 = reinterpret_cast<sockaddr_in*>(&out.ss);
@@ -127,9 +192,19 @@ unsigned ifindex_of(const Addr& a) noexcept {
         return 0;
     }
     unsigned idx = 0;
+    unsigned loopback = 0;  // a loopback interface whose IPv4 subnet holds `a` (127/8)
     for (ifaddrs* i = list; i != nullptr && idx == 0; i = i->ifa_next) {
         if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a.family()) {
             continue;
+        }
+        if (a.family() == AF_INET && (i->ifa_flags & IFF_LOOPBACK) != 0 && i->ifa_netmask != nullptr
+            && loopback == 0) {
+            const auto net = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+            const auto mask = reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr;
+            if (((net ^ reinterpret_cast<const sockaddr_in*>(&a.ss)->sin_addr.s_addr) & mask)
+                == 0) {
+                loopback = ::if_nametoindex(i->ifa_name);
+            }
         }
         const bool same =
             a.family() == AF_INET
@@ -144,7 +219,9 @@ unsigned ifindex_of(const Addr& a) noexcept {
         }
     }
     ::freeifaddrs(list);
-    return idx;
+    // Every address of a loopback subnet is local without being assigned (127.0.0.2 on lo):
+    // a second publisher on one host takes one for its own unicast NAK address.
+    return idx != 0 ? idx : loopback;
 }
 
 template <typename T>
@@ -428,6 +505,17 @@ Result<void, Error> UdpTransport::Impl::open_sockets() {
                                made.error());
         }
         uc = std::move(*made);
+        // Unicast NAKs to iface:port reach one socket bound there (the kernel hashes each
+        // sender to one of an SO_REUSEPORT group): a second publisher on the same address and
+        // port would silently miss some receivers' NAKs, so it is refused (docs/URI.md).
+        if (sockets_bound_to(iface) > 1) {
+            return setup_error("another socket on this host is bound to " + cfg.iface + ":"
+                                   + std::to_string(cfg.port)
+                                   + " (a second publisher?): unicast NAKs would reach only "
+                                     "one of them; give each publisher its own iface address "
+                                     "(e.g. 127.0.0.2 on loopback) or port",
+                               std::make_error_code(std::errc::address_in_use));
+        }
     }
     tx = uc.get() >= 0 ? uc.get() : rx.get();
     if (tx < 0) {

@@ -135,11 +135,17 @@ class Session:
         for n in ("risk", "fix", "monitor"):
             self.procs[n].wait_for("from sequence|records/s|^", 10)
 
+    def core_uri(self, name):
+        """core-a publishes from 127.0.0.1, core-b from .2, any other core from .3 (lo's)."""
+        if self.ns is not None or name == "core-a":
+            return self.uri
+        return self.uri.replace("iface=127.0.0.1",
+                                "iface=127.0.0.2" if name == "core-b" else "iface=127.0.0.3")
+
     def core(self, name, *extra, role="core"):
-        # Each core its own NLA: two publishers on one iface:port share its unicast socket
-        # (SO_REUSEPORT), and a receiver's NAKs would all reach the same one of them.
-        uri = self.uri if self.ns is not None or name != "core-b" else \
-            self.uri.replace("iface=127.0.0.1", "iface=127.0.0.2")
+        # Each core its own unicast address: the library refuses a second publisher on one
+        # iface:port, where each receiver's NAKs would reach only one of them.
+        uri = self.core_uri(name)
         p = self.add(name, "execlog-core", uri + "&" + FLOW, "--seed", str(self.seed),
                      "--rate", str(self.rate), "--count", str(self.count), "--state",
                      "%s/%s.state" % (self.dir, name), *extra, role=role)
@@ -477,7 +483,7 @@ def case_stale_epoch(args, idx, rnd):
         os.makedirs(s.dir + "/core-forced.state", exist_ok=True)
         with open(s.dir + "/core-forced.state/core.state", "w") as f:
             f.write("epoch 1\nnext 60000\n")
-        forced = s.add("core-forced", "execlog-core", s.uri, "--seed", "5", "--rate",
+        forced = s.add("core-forced", "execlog-core", s.core_uri("core-forced"), "--seed", "5", "--rate",
                        str(s.rate), "--count", "200000", "--state", s.dir + "/core-forced.state",
                        "--epoch", "1", "--join-wait-ms", "0", "--linger-ms", "0", role="core_b").start()
         s.cores.append(forced)

@@ -111,7 +111,7 @@ struct Args {
     std::string listen = "127.0.0.1:0";
     std::string port_file;
     std::uint32_t flow_window = 4096;
-    std::uint32_t recover = 16384;
+    std::uint32_t recover = 0;  // 0: twice the flow window
     std::uint32_t gap_timeout_ms = 5000;
 };
 
@@ -180,8 +180,8 @@ int parse_args(int argc, char** argv, Args& a) {
                    "the journal has written (default 4096)")
         ->check(prizma::tools::whole(64, 1U << 20U));
     app.add_option("--recover", a.recover,
-                   "PGM history a restarted archiver recovers, packets (default 16384; more "
-                   "than the flow window)")
+                   "PGM history a restarted archiver recovers, packets (default twice the "
+                   "flow window)")
         ->check(prizma::tools::whole(1, 1U << 20U));
     app.add_option("--gap-timeout-ms", a.gap_timeout_ms,
                    "Wait this long for PGM to repair a live gap before journaling it as lost "
@@ -205,7 +205,7 @@ int run(int argc, char** argv) {
     a.c.feed.replay_host.clear();  // the archiver is the archive
     const std::string flow_uri = a.c.feed.uri;
     a.c.feed.uri = execlog::strip_flow_keys(flow_uri);
-    a.c.feed.max_recover = a.recover;
+    a.c.feed.max_recover = a.recover != 0 ? a.recover : 2 * a.flow_window;
     a.c.feed.gap_timeout = std::chrono::milliseconds(a.gap_timeout_ms);
     a.c.feed.buffer_records = std::size_t{1} << 18U;
     prizma::RecorderOptions ro;
@@ -250,6 +250,12 @@ int run(int argc, char** argv) {
         prizma::ChannelOptions fo;
         fo.window_sqns = a.flow_window;
         fo.preallocated_sources = 2;
+        // A restarted archiver reports its position from a window back, where its journal
+        // ends (the cores held within the window of it): it is then counted at once, and the
+        // data subscription's NAKs for the gap are for data the cores wait for, which they
+        // repair outside their NAK budget (docs/EXECLOG.md).
+        fo.recover_history = true;
+        fo.max_recover_sqns = a.flow_window;
         auto fs = ctx->add_subscriber(flow_uri, fo);
         if (!fs) {
             fmt::print(stderr, "{}: {}\n", kTool, fs.error().message());

@@ -156,11 +156,22 @@ prizma::Result<std::unique_ptr<Feed>, prizma::Error> Feed::open(prizma::Context&
     if (options.max_recover != 0) {
         co.max_recover_sqns = std::min(options.max_recover, co.max_recover_sqns);
     }
+    auto t = prizma::Timers::of(co.preset);
+    t.nak_ncf_retries = options.nak_retries;
+    t.nak_data_retries = options.nak_retries;
+    co.timers = t;
     auto sub = ctx.add_subscriber(options.uri, co);
     if (!sub) {
         return sub.error();
     }
-    std::unique_ptr<Feed> f(new Feed(ctx, options, *sub, next));
+    FeedOptions o = options;
+    if (o.gap_timeout.count() == 0) {
+        // Without an archiver a gap waits while PGM asks (the retries, 10 ms apart).
+        o.gap_timeout = o.replay_host.empty()
+                            ? std::chrono::milliseconds(100 + 10 * std::int64_t{o.nak_retries})
+                            : std::chrono::milliseconds(500);
+    }
+    std::unique_ptr<Feed> f(new Feed(ctx, o, *sub, next));
     // A restarted consumer asks the archiver first: it may be far behind the live edge.
     const bool late = !options.replay_host.empty() && next > 0;
     if (late ? !f->start_late("resuming") : !f->start_live()) {

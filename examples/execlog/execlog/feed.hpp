@@ -43,14 +43,19 @@ struct FeedOptions {
     std::uint32_t window = 65536;  ///< receive window, packets
     bool passive = false;          ///< never NAK (the monitor)
     std::string name;              ///< for messages
-    /// How long a live gap may wait for PGM repair before it counts as lost (the archiver,
-    /// which has no one to ask, waits longer).
-    std::chrono::milliseconds gap_timeout{500};
+    /// How long a live gap may wait for PGM repair before the archiver is asked (or, with no
+    /// archiver to ask, before it counts as lost); 0: 500 ms with an archiver, else as long as
+    /// PGM keeps asking (nak_retries). The archiver itself waits longer.
+    std::chrono::milliseconds gap_timeout{0};
     /// Records held behind a gap; beyond it the gap counts as lost. The archiver holds more:
     /// while PGM recovers its gap from one core, the other core's copies keep coming.
     std::size_t buffer_records = 4096;
     /// PGM history recovered by a fresh subscriber (0: the whole window).
     std::uint32_t max_recover = 0;
+    /// NAKs (and NCFs) without a repair before PGM gives a packet up. The lan preset's 20
+    /// (~0.2 s) is short on a busy host whose processes wait for a CPU: an ExecLog consumer
+    /// would rather wait than lose, so 255 (~2.6 s: 10 ms apart, after a 2 ms back-off).
+    std::uint32_t nak_retries = 255;
 };
 
 struct FeedCounters {

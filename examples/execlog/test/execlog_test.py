@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import execlog_ref as ref  # noqa: E402
 
 CASES = ["consistency", "kill_core", "kill_consumers", "sigstop", "loss", "kill_archiver",
-         "order_file", "bad_orders", "unknown_type", "divergence", "stale_epoch"]
+         "order_file", "bad_orders", "unknown_type", "divergence", "stale_epoch", "loss_netns"]
 RATE = 10000        # orders per second of input time (~16,000 records/s)
 COUNT = 20000       # orders per trial (2 s of stream, ~32,000 records)
 FAULT_COUNT = 30000  # fault trials: 3 s of stream, faults within its first 2 s
@@ -99,45 +99,54 @@ class Session:
     def __init__(self, bindir, work, group, port, rate=RATE, count=COUNT, seed=1,
                  consumer_keys="", ns=None):
         self.bin, self.dir, self.rate, self.count, self.seed = bindir, work, rate, count, seed
-        self.uri = "udp://%s:%d?iface=%s" % (group, port, "127.0.0.1" if ns is None else ns[1])
+        self.channel = "udp://%s:%d?iface=" % (group, port)
+        self.uri = self.channel + "127.0.0.1"
         self.ck = consumer_keys
-        self.ns = ns  # (namespace of each role, address) or None
+        self.ns = ns  # {role: (network namespace, its address)}, or None: all on this loopback
         self.replay_port = free_port() if ns is None else 7700
         self.procs = {}
         self.cores = []
 
     def prefix(self, role):
-        return [] if self.ns is None else ["ip", "netns", "exec", self.ns[0][role]]
+        return [] if self.ns is None else ["ip", "netns", "exec", self.ns[role][0]]
+
+    def uri_for(self, role):
+        return self.uri if self.ns is None else self.channel + self.ns[role][1]
 
     def add(self, name, prog, *args, role=None):
         p = Proc(self, name, [os.path.join(self.bin, prog), *args], self.prefix(role or name))
         self.procs[name] = p
         return p
 
-    def sub_uri(self, tag):
-        return self.uri + "&flow=tagged&flow_tag=%d" % tag + self.ck
+    def sub_uri(self, tag, role=None):
+        return self.uri_for(role) + "&flow=tagged&flow_tag=%d" % tag + self.ck
 
     def start_consumers(self):
         d = self.dir
-        replay = "%s:%d" % ("127.0.0.1" if self.ns is None else self.ns[2], self.replay_port)
-        self.add("archiver", "execlog-archiver", self.sub_uri(21), "--journal", d + "/journal",
+        replay = "%s:%d" % ("127.0.0.1" if self.ns is None else self.ns["archiver"][1],
+                            self.replay_port)
+        self.add("archiver", "execlog-archiver", self.sub_uri(21, "archiver"), "--journal",
+                 d + "/journal",
                  "--listen", "%s:%d" % ("127.0.0.1" if self.ns is None else "0.0.0.0", self.replay_port),
                  "--port-file", d + "/port").start()
         deadline = time.time() + 10
         while not os.path.exists(d + "/port") and time.time() < deadline:
             time.sleep(0.02)
-        self.add("risk", "execlog-risk", self.sub_uri(22), "--state", d + "/risk.state",
+        self.add("risk", "execlog-risk", self.sub_uri(22, "risk"), "--state", d + "/risk.state",
                  "--replay", replay, "--exit-at-end", "--print-ms", "0").start()
-        self.add("fix", "execlog-fix", self.sub_uri(23), "--output", d + "/fix.out",
+        self.add("fix", "execlog-fix", self.sub_uri(23, "fix"), "--output", d + "/fix.out",
                  "--delimiter", "pipe", "--replay", replay, "--exit-at-end").start()
-        self.add("monitor", "execlog-monitor", self.uri + self.ck, "--exit-at-end",
+        self.add("monitor", "execlog-monitor", self.uri_for("monitor") + self.ck, "--exit-at-end",
                  "--interval-ms", "500").start()
         for n in ("risk", "fix", "monitor"):
             self.procs[n].wait_for("from sequence|records/s|^", 10)
 
-    def core_uri(self, name):
-        """core-a publishes from 127.0.0.1, core-b from .2, any other core from .3 (lo's)."""
-        if self.ns is not None or name == "core-a":
+    def core_uri(self, name, role="core_a"):
+        """core-a publishes from 127.0.0.1, core-b from .2, any other core from .3 (lo's); in
+        namespaces, from its role's host."""
+        if self.ns is not None:
+            return self.uri_for(role)
+        if name == "core-a":
             return self.uri
         return self.uri.replace("iface=127.0.0.1",
                                 "iface=127.0.0.2" if name == "core-b" else "iface=127.0.0.3")
@@ -145,7 +154,7 @@ class Session:
     def core(self, name, *extra, role="core"):
         # Each core its own unicast address: the library refuses a second publisher on one
         # iface:port, where each receiver's NAKs would reach only one of them.
-        uri = self.core_uri(name)
+        uri = self.core_uri(name, role)
         p = self.add(name, "execlog-core", uri + "&" + FLOW, "--seed", str(self.seed),
                      "--rate", str(self.rate), "--count", str(self.count), "--state",
                      "%s/%s.state" % (self.dir, name), *extra, role=role)
@@ -494,6 +503,84 @@ def case_stale_epoch(args, idx, rnd):
     return one_session(args, idx, rnd, plan, verify_kw={
         "expect_logs": {"archiver": r"final: .*stale-epoch [1-9]"},
         "epoch": 2})
+
+
+# loss_netns: each program on a host of its own (a network namespace with a veth on one
+# bridge), 5% of the UDP datagrams each host receives dropped at random by iptables.
+NETNS_HOSTS = {"core_a": "ca", "core_b": "cb", "archiver": "ar", "risk": "rk", "fix": "fx",
+               "monitor": "mn"}
+
+
+def netns_up(tag):
+    """The hosts of loss_netns; returns {role: (namespace, address)}, or None (skip)."""
+    def ip(*a):
+        subprocess.run(["ip", *a], check=True, capture_output=True)
+    if os.geteuid() != 0 or shutil.which("iptables") is None:
+        return None
+    try:
+        ip("netns", "add", tag + "-br")
+    except (subprocess.CalledProcessError, OSError):
+        return None
+    ip("-n", tag + "-br", "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
+    ip("-n", tag + "-br", "link", "set", "br0", "up")
+    hosts = {}
+    for i, (role, h) in enumerate(NETNS_HOSTS.items()):
+        ns, dev, addr = "%s-%s" % (tag, h), tag + h, "198.18.7.%d" % (i + 1)
+        ip("netns", "add", ns)
+        ip("link", "add", dev, "type", "veth", "peer", "name", "b" + dev)
+        ip("link", "set", dev, "netns", ns)
+        ip("link", "set", "b" + dev, "netns", tag + "-br")
+        ip("-n", tag + "-br", "link", "set", "b" + dev, "master", "br0", "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        ip("-n", ns, "link", "set", dev, "up")
+        ip("-n", ns, "addr", "add", addr + "/24", "dev", dev)
+        ip("-n", ns, "route", "add", "224.0.0.0/4", "dev", dev)
+        subprocess.run(["ip", "netns", "exec", ns, "iptables", "-A", "INPUT", "-p", "udp", "-m",
+                        "statistic", "--mode", "random", "--probability", "0.05", "-j", "DROP"],
+                       check=True, capture_output=True)
+        hosts[role] = (ns, addr)
+    return hosts
+
+
+def netns_down(tag):
+    for h in list(NETNS_HOSTS.values()) + ["br"]:
+        subprocess.run(["ip", "netns", "del", "%s-%s" % (tag, h)], capture_output=True)
+
+
+def case_loss_netns(args, idx, rnd):
+    tag = "xl%d" % (os.getpid() % 100000)
+    try:
+        hosts = netns_up(tag)
+        if hosts is None:
+            print("SKIP: needs root, network namespaces, a bridge and iptables")
+            netns_down(tag)
+            sys.exit(77)
+        passed = sum(run_trial(args, idx, t, rnd, plan_loss_netns, ns=hosts)
+                     for t in range(args.trials))
+        # The loss was real: every host's rule dropped datagrams.
+        drops = {}
+        for role, (ns, _) in hosts.items():
+            out = subprocess.run(["ip", "netns", "exec", ns, "iptables", "-L", "INPUT", "-v", "-x",
+                                  "-n"], capture_output=True, text=True).stdout
+            m = re.search(r"^\s*(\d+)\s+\d+\s+DROP", out, re.M)
+            drops[role] = int(m.group(1)) if m else 0
+        print("datagrams dropped by iptables: " + ", ".join("%s %d" % kv for kv in drops.items()))
+        if min(drops.values()) == 0:
+            print("FAIL: a host dropped nothing: the loss was not applied")
+            passed = 0
+    finally:
+        netns_down(tag)
+    print("execlog_test %s: %d of %d trials passed" % (args.case, passed, args.trials))
+    return passed == args.trials
+
+
+def plan_loss_netns(s, rnd):
+    s.start_cores()
+    t = rnd.uniform(0.8, 2.0)
+    sleep_until(s, t)
+    s.kill_active_core(0.2)
+    return "six hosts, 5%% of each host's UDP input dropped (iptables), killed the active " \
+           "core at %.2f s" % t
 
 
 def private_loopback():

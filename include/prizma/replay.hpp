@@ -133,7 +133,9 @@ struct LateJoinOptions {
     /// Live events held while the replay catches up. When full, the oldest is dropped (the
     /// replay will bring it) and the merge point moves on with the live edge.
     std::size_t live_buffer_records = 65536;
-    /// How long to keep reconnecting to the replay service once it goes away.
+    /// How long to keep reconnecting to the replay service once it goes away. Only progress
+    /// (an event replayed) starts the time anew: a service that accepts and drops connections
+    /// without sending anything fails the join after this long, like one that is down.
     std::chrono::nanoseconds recorder_timeout = std::chrono::seconds(5);
     std::chrono::nanoseconds retry_interval = std::chrono::milliseconds(50);
 };

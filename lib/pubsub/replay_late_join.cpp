@@ -26,7 +26,10 @@ struct LateJoin::Impl {
     std::size_t size = 0;
     std::uint64_t next = 0;
     std::int64_t retry_at_ns = 0;
-    std::int64_t give_up_ns = 0;  // 0: connected (or never tried)
+    // Reconnecting gives up at give_up_ns (0: not set). It is cleared by progress (a replayed
+    // event), not by a connection alone: a service that accepts and drops every connection
+    // without sending anything must not be retried for ever.
+    std::int64_t give_up_ns = 0;
     bool connected_once = false;
     bool failed = false;
     std::error_code error;
@@ -63,6 +66,8 @@ struct LateJoin::Impl {
     bool try_merge() noexcept;
     Result<bool> from_ring(StreamEvent& out) noexcept;
     Result<bool> from_replay(StreamEvent& out) noexcept;
+    /// The replay service is gone: retry after retry_interval, or fail once give_up_ns passed.
+    Result<bool> retry_or_fail(std::int64_t now, const std::string& why) noexcept;
     Result<bool> fail(std::error_code ec, std::string text) noexcept {
         failed = true;
         error = ec;
@@ -121,18 +126,10 @@ Result<bool> LateJoin::Impl::from_replay(StreamEvent& out) noexcept {
         rq.follow = true;
         auto c = ReplayClient::connect(opt.replay_address, opt.replay_port, rq);
         if (!c) {
-            give_up_ns = give_up_ns == 0 ? now + opt.recorder_timeout.count() : give_up_ns;
-            if (now >= give_up_ns) {
-                return fail(std::make_error_code(std::errc::timed_out),
-                            "late join: the replay service stayed unreachable ("
-                                + c.error().message() + "); resume from " + std::to_string(next));
-            }
-            retry_at_ns = now + opt.retry_interval.count();
-            return false;
+            return retry_or_fail(now, c.error().message());
         }
         counters.reconnects += connected_once ? 1U : 0U;
         connected_once = true;
-        give_up_ns = 0;
         replay.emplace(std::move(*c));
     }
     JournalEntry e;
@@ -141,9 +138,7 @@ Result<bool> LateJoin::Impl::from_replay(StreamEvent& out) noexcept {
         if (!r) {
             if (r.error() == std::errc::connection_reset) {
                 replay.reset();  // gone: reconnect from `next`, the last delivered + 1
-                give_up_ns = now + opt.recorder_timeout.count();
-                retry_at_ns = now;
-                return false;
+                return retry_or_fail(now, "connection reset with no progress");
             }
             return fail(r.error(), "late join: " + replay->error_text());
         }
@@ -161,8 +156,21 @@ Result<bool> LateJoin::Impl::from_replay(StreamEvent& out) noexcept {
         out.payload = e.payload();
         next = std::max(next, Impl::end_of(out));
         counters.replayed += e.kind == StreamEventKind::record ? 1U : 0U;
+        give_up_ns = 0;  // progress: a later loss of the service gets a full recorder_timeout
         return true;
     }
+}
+
+Result<bool> LateJoin::Impl::retry_or_fail(std::int64_t now, const std::string& why) noexcept {
+    give_up_ns = give_up_ns == 0 ? now + opt.recorder_timeout.count() : give_up_ns;
+    if (now >= give_up_ns) {
+        return fail(std::make_error_code(std::errc::timed_out),
+                    "late join: the replay service stayed unreachable or made no progress for "
+                    "recorder_timeout ("
+                        + why + "); resume from " + std::to_string(next));
+    }
+    retry_at_ns = now + opt.retry_interval.count();
+    return false;
 }
 
 Result<LateJoin, Error> LateJoin::create(const LateJoinOptions& options) {

@@ -5,9 +5,12 @@
 // live-buffer overflow, the replay service going away. Counts and orders only.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -450,4 +453,59 @@ TEST_CASE("late join: a replay service that stays away fails with a clear error"
     }
     CHECK(r.error() == std::errc::timed_out);
     CHECK(j->error_text().find("unreachable") != std::string::npos);
+}
+
+// A replay service that accepts every connection and drops it without a byte (crash-looping,
+// or hostile) must not keep a late joiner retrying for ever: only progress (a replayed event)
+// re-arms recorder_timeout.
+TEST_CASE("late join: a service that drops every connection without progress fails in time",
+          "[unit][replay][late_join]") {
+    const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(lfd >= 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::listen(lfd, 64) == 0);
+    socklen_t len = sizeof sa;
+    REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    std::atomic<bool> stop{false};
+    std::atomic<int> accepted{0};
+    std::thread dropper([&] {
+        while (!stop.load()) {
+            pollfd p{lfd, POLLIN, 0};
+            if (::poll(&p, 1, 20) == 1) {
+                const int c = ::accept(lfd, nullptr, nullptr);
+                if (c >= 0) {
+                    ++accepted;
+                    (void)::close(c);
+                }
+            }
+        }
+    });
+    prizma::LateJoinOptions o;
+    o.stream.stream_id = 42;
+    o.replay_port = ntohs(sa.sin_port);
+    o.recorder_timeout = std::chrono::milliseconds(200);
+    o.retry_interval = std::chrono::milliseconds(10);
+    auto j = prizma::LateJoin::create(o);
+    REQUIRE(j.has_value());
+    prizma::StreamEvent e;
+    prizma::Result<bool> r = false;
+    // Bounded: 10 s is 50 timeouts; without the bound it retries as long as the service lives.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+        r = j->next(e);
+        if (!r) {
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    stop = true;
+    dropper.join();
+    (void)::close(lfd);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error() == std::errc::timed_out);
+    CHECK(j->error_text().find("no progress") != std::string::npos);
+    CHECK(accepted.load() >= 2);  // it did connect, again and again, before it gave up
 }

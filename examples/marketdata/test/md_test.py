@@ -663,7 +663,8 @@ def case_ab():
         small = ["--symbols", "40", "--day-ticks", "3000", "--epoch", "9", "--deterministic",
                  "--rate", "30000"]
         feeds.append(Feed(URI, *small, "--seed", "11"))
-        feeds.append(Feed(URI, *small, "--seed", "12"))
+        # (A second publisher on one host needs its own address: any of lo's 127/8.)
+        feeds.append(Feed(URI.replace("iface=127.0.0.1", "iface=127.0.0.2"), *small, "--seed", "12"))
         for f in feeds:
             f.result()
         wait_for("divergence reported", lambda: gw.metric("md_stream_divergences_total") > 0)

@@ -21,8 +21,14 @@ std::int64_t realtime_ns() {
         .count();
 }
 
+// One run_once() is a bounded slice of work: at most kMaxPollRounds polls, kMaxEventsPerRun
+// stream events and kMaxRunTime. After it the touched bars are pushed and the loop's other
+// handlers run (HTTP, and the writes of push clients on this loop). Unbounded, a gateway
+// slower than the feed (a loaded host, the sanitizers) found new records in every round and
+// stayed in one run_once() for as long as the feed lasted: a whole day pushed as one update.
 constexpr int kMaxPollRounds = 64;
-constexpr std::size_t kMaxMessagesPerRound = 256;
+constexpr std::size_t kMaxEventsPerRun = 256;
+constexpr auto kMaxRunTime = std::chrono::milliseconds(2);
 constexpr auto kFlushEvery = std::chrono::milliseconds(200);
 
 }  // namespace
@@ -196,15 +202,23 @@ void FeedPump::run_once() {
     if (stopped_) {
         return;
     }
+    const auto until = std::chrono::steady_clock::now() + kMaxRunTime;
+    std::size_t events = 0;
+    bool spent = false;  // the budget stopped it: events may wait in the stream (no fd shows)
     for (int round = 0; round < kMaxPollRounds; ++round) {
         const int work = ctx_.poll();
         std::size_t n = 0;
         prizma::StreamEvent e;
-        while (n < kMaxMessagesPerRound && next_event(e)) {
+        for (;;) {
+            spent = events >= kMaxEventsPerRun || std::chrono::steady_clock::now() >= until;
+            if (spent || !next_event(e)) {
+                break;
+            }
             ++n;
+            ++events;
             on_event(e);
         }
-        if (work == 0 && n == 0) {
+        if (spent || (work == 0 && n == 0)) {
             break;
         }
     }
@@ -212,12 +226,13 @@ void FeedPump::run_once() {
     if (join_) {
         copy_stream_counters();
     }
-    arm();
+    arm(spent);
 }
 
-void FeedPump::arm() {
+/// `more`: the last slice left work; go on after the loop's other handlers.
+void FeedPump::arm(bool more) {
     const std::uint64_t gen = ++generation_;
-    if (!ctx_.prepare_wait()) {
+    if (more || !ctx_.prepare_wait()) {
         asio::post(ioc_, [this, gen] {
             if (gen == generation_) {
                 run_once();
@@ -380,7 +395,16 @@ void FeedPump::note_bar(Code c, Period p, const Bar& b) {
         dirty_[DirtyKey{PushHub::key(c, p), b.time}] = b;
     }
     if (s_.hub.any()) {
-        to_push_[PushHub::key(c, p)] = {b, msg_sent_ns_};
+        const auto [it, fresh] =
+            to_push_.try_emplace(PushHub::key(c, p), PushItem{b, msg_sent_ns_});
+        if (!fresh) {
+            if (it->second.bar.time != b.time) {
+                // The next bar opened within this slice: the closed one's last state goes out
+                // first, or a client would never see how it closed.
+                s_.feed.push_sent += s_.hub.publish(c, p, it->second.bar, it->second.sent_ns);
+            }
+            it->second = {b, msg_sent_ns_};
+        }
     }
 }
 

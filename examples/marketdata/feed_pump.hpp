@@ -3,7 +3,9 @@
 // posix::stream_descriptor, its next_deadline by a steady_timer; every wake-up polls the
 // Context, takes the feed's records from the lossless stream (a StreamSubscriber merging the
 // A/B copies, or a LateJoin replaying what a recorder holds first), folds the ticks into bars,
-// pushes the touched bars and (every 200 ms) writes the changed bars to LMDB / Redis.
+// pushes the touched bars and (every 200 ms) writes the changed bars to LMDB / Redis. A wake-up
+// does a bounded slice of work (256 stream events, 2 ms), pushes, then lets the loop run its
+// other handlers before the next slice: however fast records come, updates go out.
 #pragma once
 
 #include <chrono>
@@ -45,7 +47,7 @@ public:
 private:
     FeedPump(boost::asio::io_context& ioc, Shared& shared, prizma::Context ctx);
     void run_once();
-    void arm();
+    void arm(bool more);
     void schedule_flush();
     bool subscribe(std::string& error);
     bool start_live(std::string& error);

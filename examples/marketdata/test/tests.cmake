@@ -2,8 +2,8 @@
 # and start their own feed and gateway on loopback multicast (iface=127.0.0.1).
 find_package(Catch2 2.13 REQUIRED)
 add_executable(md_unit_tests ${CMAKE_CURRENT_LIST_DIR}/unit_test.cpp)
-target_link_libraries(md_unit_tests PRIVATE md_core Catch2::Catch2WithMain
-                      $<BUILD_INTERFACE:prizma_warnings>)
+target_link_libraries(md_unit_tests PRIVATE md_core md_gateway_parts Catch2::Catch2WithMain
+                      $<BUILD_INTERFACE:prizma_warnings> md_no_null_deref_warning)
 add_test(NAME marketdata.unit COMMAND md_unit_tests)
 set_tests_properties(marketdata.unit PROPERTIES LABELS marketdata TIMEOUT 60)
 
@@ -22,13 +22,7 @@ set_tests_properties(marketdata.public_headers_only PROPERTIES LABELS marketdata
 
 # Real processes on loopback multicast (each case its own group 239.192.122.x); RUN_SERIAL:
 # they time nothing, but the http case holds 10,000 sockets and the gap case floods the feed.
-# push and web check live updates as a client sees them; under the sanitizers' slowdown they
-# failed now and then (an update conflated away: docs/MARKETDATA.md, open problems), so they
-# run in the Release build only, where CI runs them too.
-set(md_cases reference restart gap http redis redis_cluster ab recorder)
-if(NOT PRIZMA_SANITIZE)
-    list(APPEND md_cases push)
-endif()
+set(md_cases reference restart gap http push redis redis_cluster ab recorder)
 foreach(case ${md_cases})
     add_test(NAME marketdata.${case}
              COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/md_test.py ${case}
@@ -39,9 +33,7 @@ add_test(NAME marketdata.demo COMMAND ${CMAKE_CURRENT_LIST_DIR}/../demo.sh $<TAR
 set_tests_properties(marketdata.demo PROPERTIES LABELS marketdata TIMEOUT 120 RUN_SERIAL TRUE)
 # The chart page in headless chromium (selenium): needs scripts/fetch-web-assets.sh's output,
 # which scripts/setup-debian.sh makes.
-if(NOT PRIZMA_SANITIZE)
-    add_test(NAME marketdata.web
-             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/web_test.py $<TARGET_FILE_DIR:md-gateway>
-                     ${PROJECT_SOURCE_DIR}/build/web-assets)
-    set_tests_properties(marketdata.web PROPERTIES LABELS marketdata TIMEOUT 120 RUN_SERIAL TRUE)
-endif()
+add_test(NAME marketdata.web
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/web_test.py $<TARGET_FILE_DIR:md-gateway>
+                 ${PROJECT_SOURCE_DIR}/build/web-assets)
+set_tests_properties(marketdata.web PROPERTIES LABELS marketdata TIMEOUT 120 RUN_SERIAL TRUE)

@@ -8,7 +8,7 @@
 #   4. failover stall: the longest pause between two records at execlog-risk when the active
 #      core is killed, over TRIALS kills;
 #   5. catch-up rate of a late joiner replaying step 3's archive.
-#   bench/execlog.sh [BUILD_DIR] [TRIALS]     (default build/release, 5)
+#   bench/execlog.sh [BUILD_DIR] [TRIALS]     (default build/release, 5; TP_ORDERS=N sizes step 3)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../build/release}" && pwd)
@@ -62,7 +62,7 @@ grep -E "latency" "$work/lat/risk.log"
 echo "== 3. throughput: ~1 M records/s offered (620,000 orders/s, the core spinning)"
 consumers "$work/tp"
 start=$(date +%s.%N)
-"$bin/execlog-core" "$u&$flow" --seed 4 --rate 620000 --count 1240000 --spin >"$work/tp/core.log" 2>&1
+"$bin/execlog-core" "$u&$flow" --seed 4 --rate 620000 --count "${TP_ORDERS:-1240000}" --spin >"$work/tp/core.log" 2>&1
 for p in "$risk" "$fix" "$mon"; do wait "$p" || true; done
 end=$(date +%s.%N)
 grep -E "records/s" "$work/tp/core.log"

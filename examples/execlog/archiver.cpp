@@ -38,6 +38,13 @@ struct Archive {
     /// false: the journal refused it for good (the error is printed).
     bool take(const prizma::StreamEvent& e, std::span<const std::byte> record, bool& retry) {
         retry = false;
+        if (e.kind == prizma::StreamEventKind::stall) {
+            // Nothing to journal: a later record or loss event says what was lost.
+            fmt::print(stderr,
+                       "{}: STALL: nothing after record {} and PGM lost data on every copy\n",
+                       kTool, e.sequence - 1);
+            return true;
+        }
         if (e.kind == prizma::StreamEventKind::divergence) {
             ++divergences;
             fmt::print(stderr, "{}: DIVERGENCE: a copy of record {} from source {} differs\n",

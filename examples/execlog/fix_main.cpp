@@ -95,6 +95,11 @@ void apply(const prizma::StreamEvent& e, execlog::FixRenderer& fix, std::string&
                    e.sequence + e.count);
         return;
     }
+    if (e.kind == prizma::StreamEventKind::stall) {
+        fmt::print(stderr, "{}: STALL: records from {} on may be lost (no archiver to ask)\n",
+                   kTool, e.sequence);
+        return;
+    }
     if (e.kind == prizma::StreamEventKind::divergence) {
         ++st.divergences;
         fmt::print(stderr, "{}: DIVERGENCE: a copy of record {} from source {} differs\n", kTool,

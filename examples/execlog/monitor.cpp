@@ -24,6 +24,7 @@ struct View {
     std::uint64_t loss_events = 0;
     std::uint64_t lost = 0;
     std::uint64_t divergences = 0;
+    std::uint64_t stalls = 0;  // stall events: a loss with nothing after it
     std::uint64_t unknown = 0;
     std::uint64_t active_changes = 0;
     bool ended = false;
@@ -39,6 +40,10 @@ struct View {
                 next = e.sequence + e.count;
                 fmt::print("{}: GAP: records [{}, {}) lost\n", kTool, e.sequence,
                            e.sequence + e.count);
+                return;
+            case prizma::StreamEventKind::stall:
+                ++stalls;
+                fmt::print("{}: STALL: records from {} on may be lost\n", kTool, e.sequence);
                 return;
             case prizma::StreamEventKind::divergence:
                 ++divergences;
@@ -199,9 +204,9 @@ int run(int argc, char** argv) {
     const auto& c = in->counters();
     fmt::print(
         "{}: final: records {}, next {}, gaps {} ({} records), divergences {}, duplicates {}, "
-        "stale-epoch {}, unknown types {}, sources {}, active-core changes {}\n",
+        "stale-epoch {}, unknown types {}, sources {}, active-core changes {}, stalls {}\n",
         kTool, v.records, v.next, v.loss_events, v.lost, v.divergences, c.duplicates, c.stale_epoch,
-        v.unknown, v.first_copies.size(), v.active_changes);
+        v.unknown, v.first_copies.size(), v.active_changes, v.stalls);
     return 0;
 }
 

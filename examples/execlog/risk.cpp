@@ -78,6 +78,10 @@ void Risk::apply(const prizma::StreamEvent& e) {
             fmt::print(stderr, "{}: LOSS: records [{}, {}) are lost for good\n", kTool, e.sequence,
                        e.sequence + e.count);
             return;
+        case prizma::StreamEventKind::stall:
+            fmt::print(stderr, "{}: STALL: records from {} on may be lost (no archiver to ask)\n",
+                       kTool, e.sequence);
+            return;
         case prizma::StreamEventKind::divergence:
             ++divergences_;
             fmt::print(

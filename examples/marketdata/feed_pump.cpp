@@ -301,6 +301,14 @@ void FeedPump::on_event(const prizma::StreamEvent& e) {
             position_ = StreamPosition{e.epoch, 0, e.sequence};
             batch_.stream = position_;
             return;
+        case prizma::StreamEventKind::stall:
+            // Lost data and nothing after it: the bars from the last tick on are marked as a
+            // tail loss (check_lost_tail), unless a later record shows the extent first.
+            ++s_.feed.loss_events;
+            loss_pending_ = true;
+            loss_at_ = std::chrono::steady_clock::now();
+            fmt::print(stderr, "md-gateway: feed stalled after a loss at record {}\n", e.sequence);
+            return;
         case prizma::StreamEventKind::divergence:
             if (++s_.feed.divergences <= 3) {
                 fmt::print(stderr,

@@ -61,8 +61,8 @@ public:
     /// Writes and fsyncs everything appended, then stops the writer thread.
     ~Recorder();
 
-    /// Journals one event (record, loss or reset; divergence events are ignored and return
-    /// success). Never blocks, never allocates. Errors: Errc::back_pressured (buffer full:
+    /// Journals one event (record, loss or reset; divergence and stall events are ignored and
+    /// return success). Never blocks, never allocates. Errors: Errc::back_pressured (buffer full:
     /// retry later; nothing was taken), Errc::invalid_argument (out of order: a record's or
     /// loss's sequence is not next_sequence(), a reset goes backwards (the stream needs a new
     /// journal), or `record` is another stream's), Errc::message_too_large (more than half the

@@ -80,6 +80,13 @@ enum class StreamEventKind : std::uint8_t {
     loss,        ///< records [sequence, sequence + count) will never be delivered
     reset,       ///< a new epoch began at `sequence`; older epochs' records are dropped
     divergence,  ///< a copy of `sequence` differs from the one delivered (checksums differ)
+    /// Nothing came after the last record delivered (`sequence` - 1) for gap_timeout, and PGM
+    /// reported a loss right after it on every copy that could bring more: records from
+    /// `sequence` on may be lost, how many is unknown (none may follow: the publishers may
+    /// have stopped). Informational: the position does not move; a later record or loss
+    /// event resolves it. An application with a recording asks it from `sequence`. Once per
+    /// position.
+    stall,
 };
 
 struct StreamEvent {
@@ -118,6 +125,7 @@ struct StreamCounters {
     std::uint64_t bad_checksum = 0;  ///< records whose checksum does not verify, dropped
     std::uint64_t foreign = 0;       ///< another stream's records, or not records at all
     std::uint64_t overflows = 0;     ///< gaps declared lost because the buffer was full
+    std::uint64_t stalls = 0;        ///< stall events (a loss with nothing after it)
 };
 
 /// Merges every copy of one stream heard on its subscribers: each sequence number once, in

@@ -355,7 +355,8 @@ Result<void> Recorder::append(const StreamEvent& e, std::span<const std::byte> r
             count = e.count;
             break;
         case StreamEventKind::reset: kind = journal::kReset; break;
-        case StreamEventKind::divergence: return {};
+        case StreamEventKind::divergence:
+        case StreamEventKind::stall: return {};  // nothing to journal
     }
     const bool in_order =
         !m.started || (kind == journal::kReset ? e.sequence >= m.next : e.sequence == m.next);

@@ -163,6 +163,11 @@ struct StreamSubscriber::Impl {
     std::uint64_t next = 0;
     std::map<std::uint64_t, Held> held;  // records after a gap, by sequence
     std::int64_t gap_since = -1;
+    // A tail loss (stall): since when every copy is unable to bring `tail_next`, and the
+    // position a stall event was given for (once per position).
+    std::uint64_t tail_next = UINT64_MAX;
+    std::int64_t tail_since = -1;
+    std::uint64_t stalled_at = UINT64_MAX;
     std::vector<std::uint64_t> hist_seq;
     std::vector<std::uint64_t> hist_sum;
     std::vector<std::byte> out_bytes;        // the held record being delivered
@@ -180,6 +185,7 @@ struct StreamSubscriber::Impl {
     bool take_record(Copy& cp, const Message& m, StreamEvent& out);
     bool deliver_held(StreamEvent& out);
     bool gap_lost(StreamEvent& out, bool force);
+    bool tail_stalled(StreamEvent& out) noexcept;
     void start_epoch(std::uint32_t e, std::uint64_t seq) noexcept;
 };
 
@@ -338,6 +344,42 @@ bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
     return true;
 }
 
+// Nothing held and nothing coming: if PGM lost data right after `next` - 1 on a copy and no
+// copy can still bring `next` (each left, or lost data right after its last record), a stall
+// event after gap_timeout, once per position. Without it a loss at the very end of what the
+// publishers sent (their last records, the session end) would leave the application waiting
+// in silence.
+bool StreamSubscriber::Impl::tail_stalled(StreamEvent& out) noexcept {
+    if (!held.empty() || !started || stalled_at == next || copies.empty()) {
+        return false;
+    }
+    bool lost_at_tail = false;
+    for (const Copy& cp : copies) {
+        const bool tail_loss = cp.loss_pending && cp.has_high && cp.high + 1 == next;
+        if (!cp.gone && !tail_loss) {
+            tail_next = UINT64_MAX;  // a copy may still bring it
+            return false;
+        }
+        lost_at_tail = lost_at_tail || tail_loss;
+    }
+    if (!lost_at_tail) {
+        return false;  // every copy left cleanly: the stream ended
+    }
+    const std::int64_t now = Context::now_ns();
+    if (tail_next != next) {
+        tail_next = next;
+        tail_since = now;
+        return false;
+    }
+    if (now - tail_since < opt.gap_timeout.count()) {
+        return false;
+    }
+    stalled_at = next;
+    ++c.stalls;
+    out = StreamEvent{StreamEventKind::stall, epoch, next, 0, {}, {}};
+    return true;
+}
+
 StreamSubscriber::StreamSubscriber(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
 StreamSubscriber::StreamSubscriber(StreamSubscriber&&) noexcept = default;
 StreamSubscriber& StreamSubscriber::operator=(StreamSubscriber&&) noexcept = default;
@@ -410,7 +452,7 @@ bool StreamSubscriber::next(StreamEvent& out) noexcept {
             break;
         }
         if (!any) {
-            return false;
+            return s.tail_stalled(out);
         }
     }
 }

@@ -27,6 +27,7 @@ struct Log {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> losses;  // (first, count)
     std::vector<std::uint64_t> divergences;
     std::vector<std::uint64_t> resets;
+    std::vector<std::uint64_t> stalls;
     std::uint64_t bad_payload = 0;
     void take(const prizma::StreamEvent& e) {
         switch (e.kind) {
@@ -40,6 +41,7 @@ struct Log {
             case prizma::StreamEventKind::loss: losses.emplace_back(e.sequence, e.count); break;
             case prizma::StreamEventKind::divergence: divergences.push_back(e.sequence); break;
             case prizma::StreamEventKind::reset: resets.push_back(e.sequence); break;
+            case prizma::StreamEventKind::stall: stalls.push_back(e.sequence); break;
         }
     }
     /// Every sequence in [0, n) exactly once, as a record or inside a loss, in order.
@@ -292,4 +294,69 @@ TEST_CASE("stream: bad options and subscribers are refused", "[unit][stream]") {
     pub->close();
     REQUIRE(ctx.remove(*pub).has_value());
     CHECK_FALSE(prizma::StreamPublisher::create(*pub, 1, 1).has_value());  // removed
+}
+
+// A record lost at the very end (nothing after it) used to leave the stream silent for ever:
+// a loss event needs a later record to name the range. A stall event now says it, once per
+// position, and a later record turns it into an ordinary loss.
+TEST_CASE("stream: a loss with nothing after it is a stall event, once", "[unit][stream]") {
+    prizma::ChannelOptions passive;
+    passive.passive = true;  // no repair: PGM declares the lost tail lost
+    auto ctx = prizma::Context::create().value();
+    auto sub = ctx.add_subscriber("mem://stream-g:7500", passive);
+    auto pub = ctx.add_publisher("mem://stream-g:7500?tx_loss=0.05&seed=7");
+    REQUIRE((sub && pub));
+    auto out = prizma::StreamPublisher::create(*pub, 42, 1).value();
+    prizma::StreamOptions o;
+    o.stream_id = 42;
+    o.start_sequence = 0;
+    o.gap_timeout = std::chrono::milliseconds(100);
+    auto stream = prizma::StreamSubscriber::create(o).value();
+    REQUIRE(stream.add(*sub).has_value());
+    const auto dropped = [&] {
+        for (const auto& c : pub->transport_counters()) {
+            if (c.name == "fault_dropped") {
+                return c.value;
+            }
+        }
+        return std::uint64_t{0};
+    };
+    Log log;
+    const auto pump = [&](std::int64_t ns) {
+        const std::int64_t until = prizma::Context::now_ns() + ns;
+        do {
+            (void)ctx.poll();
+            (void)stream.poll(256, [&](const prizma::StreamEvent& e) { log.take(e); });
+        } while (prizma::Context::now_ns() < until);
+    };
+    // Send until a record is dropped on its way out (after at least 20): that one is the tail.
+    std::uint64_t last = 0;
+    for (;;) {
+        const std::uint64_t before = dropped();
+        last = out.next_sequence();
+        REQUIRE(out.offer(body(last)).has_value());
+        pump(0);
+        if (last >= 20 && dropped() > before) {
+            break;
+        }
+        REQUIRE(last < 100'000);
+    }
+    for (int i = 0; i < 200 && log.stalls.empty(); ++i) {
+        pump(10'000'000);
+    }
+    REQUIRE(log.stalls.size() == 1);
+    CHECK(log.stalls[0] == last);
+    CHECK(stream.next_sequence() == last);  // informational: the position did not move
+    CHECK(log.accounts_for(last));          // what came before: records and named losses
+    pump(500'000'000);  // five gap timeouts more: still one stall for this position
+    CHECK(log.stalls.size() == 1);
+    CHECK(stream.counters().stalls == 1);
+    // The publisher goes on: the next record names the lost range.
+    REQUIRE(out.offer(body(last + 1)).has_value());
+    for (int i = 0; i < 200 && log.records.back() != last + 1; ++i) {
+        pump(10'000'000);
+    }
+    REQUIRE_FALSE(log.losses.empty());
+    CHECK(log.losses.back() == std::pair<std::uint64_t, std::uint64_t>{last, 1});
+    CHECK(log.records.back() == last + 1);
 }

@@ -258,6 +258,7 @@ bool Feed::accept(prizma::StreamEvent& e) noexcept {
             next_ = e.sequence + e.count;
             return true;
         case prizma::StreamEventKind::reset: next_ = e.sequence; return true;
+        case prizma::StreamEventKind::stall: return e.sequence >= next_;
         case prizma::StreamEventKind::divergence: return true;
     }
     return true;
@@ -278,8 +279,9 @@ bool Feed::next_late(prizma::StreamEvent& out) {
             return false;
         }
         const bool merged = late_->counters().merged;
-        if (out.kind == prizma::StreamEventKind::loss && merged
-            && out.sequence + out.count > next_) {
+        if (merged
+            && ((out.kind == prizma::StreamEventKind::loss && out.sequence + out.count > next_)
+                || (out.kind == prizma::StreamEventKind::stall && out.sequence >= next_))) {
             ++counters_.live_gaps;
             (void)start_late("live gap after the merge");
             continue;
@@ -303,8 +305,11 @@ bool Feed::next(prizma::StreamEvent& out) {
         return next_late(out);
     }
     while (live_->next(out)) {
-        if (out.kind == prizma::StreamEventKind::loss && !opt_.replay_host.empty()
-            && out.sequence + out.count > next_) {
+        // A gap, or a stall (lost data and nothing after it): the archiver has it.
+        const bool gap =
+            (out.kind == prizma::StreamEventKind::loss && out.sequence + out.count > next_)
+            || (out.kind == prizma::StreamEventKind::stall && out.sequence >= next_);
+        if (gap && !opt_.replay_host.empty()) {
             const std::int64_t now = prizma::Context::now_ns();
             if (now < retry_late_at_ns_) {
                 // The archiver refused a moment ago: wait, then ask again (the live reader

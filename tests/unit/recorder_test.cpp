@@ -404,6 +404,7 @@ RecordedRun record_live(const std::string& dir, const std::string& query, std::u
     auto rec = prizma::Recorder::open(ro).value();
     RecordedRun run;
     prizma::StreamEvent pending;
+    std::vector<std::byte> held;  // the pending record's bytes
     bool has_pending = false;
     const std::int64_t deadline = prizma::Context::now_ns() + 60'000'000'000LL;
     while (rec.next_sequence() < n && prizma::Context::now_ns() < deadline) {
@@ -418,9 +419,17 @@ RecordedRun record_live(const std::string& dir, const std::string& query, std::u
             if (!has_pending && !in.next(pending)) {
                 break;
             }
+            if (!has_pending && pending.kind == prizma::StreamEventKind::record) {
+                // Ours until appended: the subscriber's bytes are valid only until its next
+                // call, and ctx.poll() runs between retries of a back-pressured append.
+                const auto whole = in.last_record();
+                held.assign(whole.begin(), whole.end());
+                pending.payload =
+                    std::span<const std::byte>(held).subspan(prizma::RecordHeader::kBytes);
+            }
             has_pending = true;
             const auto r = pending.kind == prizma::StreamEventKind::record
-                               ? rec.append(pending, in.last_record())
+                               ? rec.append(pending, held)
                                : rec.append(pending);
             if (!r) {
                 REQUIRE(r.error() == prizma::Errc::back_pressured);

@@ -558,8 +558,7 @@ void Source::count_held(std::int64_t now_ns) noexcept {
 // more than the budget, and an honest requester among them keeps its share of it.
 void Source::earn(Requester& rq, std::int64_t now_ns) noexcept {
     const auto window = static_cast<double>(window_bytes());
-    count_held(now_ns);
-    const std::uint64_t sent = earning_bytes();
+    const std::uint64_t sent = earning_bytes();  // held time counted by handle_nak
     repair_credit_.earn(sent, repair_fraction_, std::max(min_credit_, repair_fraction_ * window));
     const double share = std::min(
         requester_fraction_, repair_fraction_ / static_cast<double>(active_requesters(now_ns)));
@@ -592,7 +591,7 @@ void Source::handle_nak(const pgm::Packet& p,
     }
     ++counters_.nak_received;
     last_nak_ns_ = now_ns;
-    count_held(now_ns);  // before a new requester's mark
+    count_held(now_ns);  // before a new requester's mark, and for earn()
     Requester& rq = requester(from, now_ns);
     earn(rq, now_ns);
     // What the NCF confirms: sqns queued for an RDATA, by this NAK or before it.

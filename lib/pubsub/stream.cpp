@@ -186,6 +186,10 @@ struct StreamSubscriber::Impl {
     bool deliver_held(StreamEvent& out);
     bool gap_lost(StreamEvent& out, bool force);
     bool tail_stalled(StreamEvent& out) noexcept;
+    /// PGM reported a loss right after the copy's last record, which is `next` - 1.
+    [[nodiscard]] bool lost_before_next(const Copy& cp) const noexcept {
+        return cp.loss_pending && cp.has_high && cp.high + 1 == next;
+    }
     void start_epoch(std::uint32_t e, std::uint64_t seq) noexcept;
 };
 
@@ -324,7 +328,7 @@ bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
         if (cp.has_high && cp.high >= next) {
             return false;  // it delivered later records: in order, it never brings `next`
         }
-        return !(cp.loss_pending && cp.has_high && cp.high + 1 == next);
+        return !lost_before_next(cp);
     };
     const bool none_able = std::none_of(copies.begin(), copies.end(), able);
     const bool timed_out =
@@ -355,7 +359,7 @@ bool StreamSubscriber::Impl::tail_stalled(StreamEvent& out) noexcept {
     }
     bool lost_at_tail = false;
     for (const Copy& cp : copies) {
-        const bool tail_loss = cp.loss_pending && cp.has_high && cp.high + 1 == next;
+        const bool tail_loss = lost_before_next(cp);
         if (!cp.gone && !tail_loss) {
             tail_next = UINT64_MAX;  // a copy may still bring it
             return false;

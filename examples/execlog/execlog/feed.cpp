@@ -166,9 +166,12 @@ prizma::Result<std::unique_ptr<Feed>, prizma::Error> Feed::open(prizma::Context&
     }
     FeedOptions o = options;
     if (o.gap_timeout.count() == 0) {
-        // Without an archiver a gap waits while PGM asks (the retries, 10 ms apart).
+        // Without an archiver a gap waits while PGM asks (the retries), plus 100 ms.
+        const auto asking =
+            std::max(t.nak_repeat, t.nak_rdata) * static_cast<std::int64_t>(o.nak_retries);
         o.gap_timeout = o.replay_host.empty()
-                            ? std::chrono::milliseconds(100 + 10 * std::int64_t{o.nak_retries})
+                            ? std::chrono::milliseconds(100)
+                                  + std::chrono::duration_cast<std::chrono::milliseconds>(asking)
                             : std::chrono::milliseconds(500);
     }
     std::unique_ptr<Feed> f(new Feed(ctx, o, *sub, next));
@@ -264,6 +267,13 @@ bool Feed::accept(prizma::StreamEvent& e) noexcept {
     return true;
 }
 
+// A loss past our position, or a stall at it (lost data and nothing after it): the archiver
+// has what is missing.
+bool Feed::is_gap(const prizma::StreamEvent& e) const noexcept {
+    return (e.kind == prizma::StreamEventKind::loss && e.sequence + e.count > next_)
+           || (e.kind == prizma::StreamEventKind::stall && e.sequence >= next_);
+}
+
 bool Feed::next_late(prizma::StreamEvent& out) {
     for (;;) {
         auto r = late_->next(out);
@@ -279,9 +289,7 @@ bool Feed::next_late(prizma::StreamEvent& out) {
             return false;
         }
         const bool merged = late_->counters().merged;
-        if (merged
-            && ((out.kind == prizma::StreamEventKind::loss && out.sequence + out.count > next_)
-                || (out.kind == prizma::StreamEventKind::stall && out.sequence >= next_))) {
+        if (merged && is_gap(out)) {
             ++counters_.live_gaps;
             (void)start_late("live gap after the merge");
             continue;
@@ -305,11 +313,7 @@ bool Feed::next(prizma::StreamEvent& out) {
         return next_late(out);
     }
     while (live_->next(out)) {
-        // A gap, or a stall (lost data and nothing after it): the archiver has it.
-        const bool gap =
-            (out.kind == prizma::StreamEventKind::loss && out.sequence + out.count > next_)
-            || (out.kind == prizma::StreamEventKind::stall && out.sequence >= next_);
-        if (gap && !opt_.replay_host.empty()) {
+        if (is_gap(out) && !opt_.replay_host.empty()) {
             const std::int64_t now = prizma::Context::now_ns();
             if (now < retry_late_at_ns_) {
                 // The archiver refused a moment ago: wait, then ask again (the live reader

@@ -108,6 +108,7 @@ private:
     bool start_late(const char* why);
     /// false: the event is behind the application's position (dropped).
     bool accept(prizma::StreamEvent& e) noexcept;
+    [[nodiscard]] bool is_gap(const prizma::StreamEvent& e) const noexcept;
     bool next_late(prizma::StreamEvent& out);
 
     prizma::Context* ctx_;

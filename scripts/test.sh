@@ -50,11 +50,12 @@ ctest --test-dir build/asan -j 2 --output-on-failure --timeout 900 -LE long  # l
 stage "clang-tidy"
 scripts/tidy.sh build/asan
 
-stage "ThreadSanitizer: the cross-thread pieces (AgentRunner, PublishQueue)"
+stage "ThreadSanitizer: the cross-thread pieces (AgentRunner, PublishQueue, Recorder)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIZMA_SANITIZE=thread \
       -DPRIZMA_WARNINGS_AS_ERRORS=ON -DPRIZMA_BUILD_BENCHMARKS=OFF -DPRIZMA_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build/tsan -j 2 --target prizma_unit_tests
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[runner]"
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[recorder]"
 
 stage "fuzz (2 x ${FUZZ_SECONDS}s)"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \

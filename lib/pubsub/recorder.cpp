@@ -20,7 +20,8 @@ namespace {
 
 using journal::Frame;
 
-constexpr std::uint64_t kBatchBytes = 256 << 10;  // the writer's preferred write size
+constexpr std::uint64_t kBatchBytes = 256 << 10;    // the writer's preferred write size
+constexpr std::uint64_t kWritebackBytes = 1 << 20;  // writeback is started per this much
 using journal::Parse;
 
 Error os_error(const std::string& what, int err = errno) {
@@ -106,15 +107,33 @@ struct Recorder::Impl {
     std::uint64_t c_appended = 0;
     std::uint64_t c_back_pressured = 0;
     std::uint64_t c_dropped = 0;
-    // Producer state.
+    // Producer state. The producer also keeps the segment and index bookkeeping (it knows
+    // every frame's size), so the writer never reads a frame: it writes ring bytes up to the
+    // next mark, and a mark says "a new segment starts here" and/or "index this frame".
     std::uint64_t next = 0;
-    bool started = false;  // next is meaningful (journal not empty or first append seen)
+    bool started = false;     // next is meaningful (journal not empty or first append seen)
+    bool p_seg_open = false;  // a segment is open (recovered or rolled by an earlier mark)
+    std::size_t p_seg_size = 0;
+    std::size_t p_next_index_at = 0;
+    struct Mark {
+        std::uint64_t pos = 0;        // ring position of the frame
+        std::uint64_t key = 0;        // its index key (sequence, or position before a reset)
+        std::uint64_t offset = 0;     // its offset in the segment
+        std::uint64_t roll_name = 0;  // the new segment's name, if roll
+        bool roll = false;
+    };
+    static constexpr std::size_t kMarks = 4096;  // in flight; full = back-pressure
+    std::vector<Mark> marks = std::vector<Mark>(kMarks);
+    alignas(64) std::atomic<std::uint64_t> mark_tail{0};
+    alignas(64) std::atomic<std::uint64_t> mark_head{0};
+    // The journal position after the last frame the producer published; stored after tail,
+    // so a writer that reads it before tail gets a position at or before tail's.
+    std::atomic<std::uint64_t> tail_seq{0};
     // Writer state.
     posix::UniqueFd seg;
     posix::UniqueFd idx;
-    std::size_t seg_size = 0;
-    std::size_t next_index_at = 0;
-    std::uint64_t writer_pos = 0;  // sequence after the last frame written
+    std::uint64_t seg_written = 0;  // bytes in the open segment
+    std::uint64_t seg_kicked = 0;   // of which writeback has been started
     std::vector<std::byte> idx_pending;
     std::jthread writer;
 
@@ -134,7 +153,7 @@ struct Recorder::Impl {
         std::memcpy(p + first, ring.data(), n - first);
     }
 
-    bool roll() noexcept;
+    bool roll(std::uint64_t name) noexcept;
     bool write_range(std::uint64_t from, std::uint64_t to) noexcept;
     bool sync() noexcept;
     void run(const std::stop_token& st) noexcept;
@@ -157,16 +176,15 @@ bool Recorder::Impl::sync() noexcept {
 
 // A new segment named after the sequence it starts at (the journal position before its first
 // entry), with its index file.
-bool Recorder::Impl::roll() noexcept {
+bool Recorder::Impl::roll(std::uint64_t name) noexcept {
     if (seg.valid() && !sync()) {
         return false;
     }
-    const std::string s = journal::segment_path(opt.directory, writer_pos, "seg");
-    const std::string i = journal::segment_path(opt.directory, writer_pos, "idx");
+    const std::string s = journal::segment_path(opt.directory, name, "seg");
+    const std::string i = journal::segment_path(opt.directory, name, "idx");
     seg.reset(::open(s.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     idx.reset(::open(i.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    seg_size = 0;
-    next_index_at = 0;
+    seg_written = seg_kicked = 0;
     c_segments.fetch_add(1, std::memory_order_relaxed);
     // The directory entry must be durable too, or a crash could lose a whole segment.
     const posix::UniqueFd dir(::open(opt.directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -176,11 +194,10 @@ bool Recorder::Impl::roll() noexcept {
     return seg.valid() && idx.valid();
 }
 
-// Writes the frames in ring positions [from, to): rolls segments and adds index entries at
-// frame boundaries, writes contiguous runs with one write(2) each.
+// Writes ring positions [from, to): one write(2) per contiguous run between marks; at a mark,
+// rolls to a new segment and/or adds an index entry. Never reads the frames themselves.
 bool Recorder::Impl::write_range(std::uint64_t from, std::uint64_t to) noexcept {
     std::uint64_t run_start = from;
-    std::uint64_t pos = from;
     const auto flush_run = [&](std::uint64_t end) {
         while (run_start < end) {
             const std::size_t at = run_start & mask;
@@ -189,42 +206,41 @@ bool Recorder::Impl::write_range(std::uint64_t from, std::uint64_t to) noexcept 
                 return false;
             }
             run_start += n;
+            seg_written += n;
             c_written.fetch_add(n, std::memory_order_relaxed);
         }
         return true;
     };
-    while (pos < to) {
-        std::byte copy[journal::kFrameHeader];
-        const std::size_t at = pos & mask;
-        const std::byte* h = ring.data() + at;
-        if (at + sizeof copy > ring.size()) {  // the header wraps
-            copy_out(pos, copy, sizeof copy);
-            h = copy;
+    std::uint64_t mh = mark_head.load(std::memory_order_relaxed);
+    const std::uint64_t mt = mark_tail.load(std::memory_order_acquire);
+    for (; mh != mt; ++mh) {
+        const Mark& k = marks[mh % kMarks];
+        if (k.pos >= to) {
+            break;  // a frame not published yet (its mark went out before the tail moved)
         }
-        const std::size_t len = journal::kFrameHeader + pgm::load_be32(h);
-        const auto kind = std::to_integer<std::uint8_t>(h[4]);
-        const std::uint64_t seq = pgm::load_be64(h + 8);
-        const std::uint64_t count = pgm::load_be64(h + 16);
-        if (!seg.valid() || (seg_size > 0 && seg_size + len > opt.segment_bytes)) {
-            if (!flush_run(pos) || !roll()) {
-                return false;
-            }
+        if (!flush_run(k.pos)) {
+            return false;
         }
-        if (seg_size >= next_index_at) {
-            std::byte e[16];
-            pgm::store_be64(e, kind == journal::kReset ? writer_pos : seq);
-            pgm::store_be64(e + 8, seg_size);
-            idx_pending.insert(idx_pending.end(), e, e + 16);
-            next_index_at = seg_size + opt.index_bytes;
+        if (k.roll && !roll(k.roll_name)) {
+            return false;
         }
-        seg_size += len;
-        pos += len;
-        writer_pos = Frame{kind, seq, count, {}}.end();
+        std::byte e[16];
+        pgm::store_be64(e, k.key);
+        pgm::store_be64(e + 8, k.offset);
+        idx_pending.insert(idx_pending.end(), e, e + 16);
+        mark_head.store(mh + 1, std::memory_order_release);
     }
     if (!flush_run(to)) {
         return false;
     }
-    written_seq.store(writer_pos, std::memory_order_release);
+    // Start writeback of what is written as it goes, so an fdatasync() waits for the last
+    // megabyte or so rather than for everything since the previous one.
+    if (seg_written - seg_kicked >= kWritebackBytes) {
+        (void)::sync_file_range(seg.get(), static_cast<off_t>(seg_kicked),
+                                static_cast<off_t>(seg_written - seg_kicked),
+                                SYNC_FILE_RANGE_WRITE);
+        seg_kicked = seg_written;
+    }
     return true;
 }
 
@@ -234,6 +250,7 @@ void Recorder::Impl::run(const std::stop_token& st) noexcept {
     bool batched = false;
     for (;;) {
         const std::uint64_t h = head.load(std::memory_order_relaxed);
+        const std::uint64_t ts = tail_seq.load(std::memory_order_acquire);  // before tail
         const std::uint64_t t = tail.load(std::memory_order_acquire);
         // Fewer, larger writes: a small batch waits once, briefly, for more to come.
         const bool urgent = flush_wanted.load(std::memory_order_relaxed) || st.stop_requested();
@@ -243,27 +260,32 @@ void Recorder::Impl::run(const std::stop_token& st) noexcept {
             continue;
         }
         batched = false;
-        if (t != h) {
-            if (!write_range(h, t)) {
+        // At most one batch per write(2): its ring space goes back to the producer as soon as
+        // it is written, so appends go on while the writer works through a long backlog.
+        const std::uint64_t end = std::min(t, h + kBatchBytes);
+        if (end != h) {
+            if (!write_range(h, end)) {
                 failed.store(true, std::memory_order_release);
                 return;
             }
-            head.store(t, std::memory_order_release);
+            head.store(end, std::memory_order_release);
             dirty = true;
         }
+        if (end == t) {
+            written_seq.store(ts, std::memory_order_release);  // at or before t's position
+        }
         const auto now = std::chrono::steady_clock::now();
-        const bool want = flush_wanted.load(std::memory_order_acquire) || st.stop_requested()
-                          || now - last_sync >= opt.fsync_interval;
-        if (dirty && want) {
+        const bool asked = flush_wanted.load(std::memory_order_acquire) || st.stop_requested();
+        if (dirty && ((asked && end == t) || now - last_sync >= opt.fsync_interval)) {
             if (!sync()) {
                 failed.store(true, std::memory_order_release);
                 return;
             }
             dirty = false;
             last_sync = now;
-            synced.store(t, std::memory_order_release);
+            synced.store(end, std::memory_order_release);
         } else if (!dirty) {
-            synced.store(t, std::memory_order_release);
+            synced.store(end, std::memory_order_release);
         }
         if (t == h) {
             if (st.stop_requested()) {
@@ -301,11 +323,13 @@ Result<void, Error> Recorder::Impl::recover() {
         || ::lseek(idx.get(), 0, SEEK_END) < 0) {
         return os_error("recorder: recovering " + ipath);
     }
-    seg_size = s.valid;
-    next_index_at = keep == 0 ? 0 : pgm::load_be64(ib.data() + keep - 8) + opt.index_bytes;
-    writer_pos = s.end;
+    p_seg_open = true;
+    p_seg_size = s.valid;
+    seg_written = seg_kicked = s.valid;
+    p_next_index_at = keep == 0 ? 0 : pgm::load_be64(ib.data() + keep - 8) + opt.index_bytes;
     next = s.end;
     started = true;
+    tail_seq.store(s.end);
     written_seq.store(s.end);
     return {};
 }
@@ -372,6 +396,17 @@ Result<void> Recorder::append(const StreamEvent& e, std::span<const std::byte> r
         ++m.c_back_pressured;
         return Errc::back_pressured;
     }
+    // Segment and index bookkeeping: does this frame start a segment or an index entry?
+    const std::uint64_t before = m.started ? m.next : e.sequence;  // journal position
+    const bool roll =
+        !m.p_seg_open || (m.p_seg_size > 0 && m.p_seg_size + len > m.opt.segment_bytes);
+    const std::size_t offset = roll ? 0 : m.p_seg_size;
+    const bool mark = roll || offset >= m.p_next_index_at;
+    const std::uint64_t mt = m.mark_tail.load(std::memory_order_relaxed);
+    if (mark && mt - m.mark_head.load(std::memory_order_acquire) >= Impl::kMarks) {
+        ++m.c_back_pressured;
+        return Errc::back_pressured;
+    }
     std::byte rh[RecordHeader::kBytes];
     std::span<const std::byte> head;
     if (kind == journal::kRecord) {
@@ -393,12 +428,23 @@ Result<void> Recorder::append(const StreamEvent& e, std::span<const std::byte> r
     m.copy_in(t, fh, sizeof fh);
     m.copy_in(t + sizeof fh, head.data(), head.size());
     m.copy_in(t + sizeof fh + head.size(), e.payload.data(), body - head.size());
-    if (!m.started) {
-        m.started = true;
-        m.writer_pos = e.sequence;  // the first segment is named after the first entry
+    if (mark) {
+        // A segment is named after the journal position before its first entry; a reset is
+        // indexed by that position too (its own sequence may lie beyond it).
+        m.marks[mt % Impl::kMarks] = {.pos = t,
+                                      .key = kind == journal::kReset ? before : e.sequence,
+                                      .offset = offset,
+                                      .roll_name = before,
+                                      .roll = roll};
+        m.mark_tail.store(mt + 1, std::memory_order_release);
+        m.p_seg_open = true;
+        m.p_next_index_at = offset + m.opt.index_bytes;
     }
+    m.p_seg_size = offset + len;
+    m.started = true;
     m.next = Frame{kind, e.sequence, count, {}}.end();
-    m.tail.store(t + len, std::memory_order_release);  // publishes writer_pos too
+    m.tail.store(t + len, std::memory_order_release);
+    m.tail_seq.store(m.next, std::memory_order_release);  // after tail: never ahead of it
     ++m.c_appended;
     return {};
 }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -167,6 +168,163 @@ TEST_CASE("recorder: records written, reopened, read back contiguous across segm
     auto past = prizma::JournalReader::open(dir.path, kN + 101);
     REQUIRE_FALSE(past.has_value());
     CHECK(past.error().code() == prizma::Errc::invalid_argument);
+}
+
+namespace {
+
+std::uint64_t be64(const std::vector<char>& b, std::size_t at) {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < 8; ++i) {
+        v = (v << 8U) | static_cast<unsigned char>(b[at + i]);
+    }
+    return v;
+}
+
+/// Walks every segment's frames (header layout: be32 body length, kind, ..., be64 sequence,
+/// be64 count) and checks its name and its sparse index exactly: an entry for the first frame,
+/// then for the first frame at or beyond the previous entry's offset + index_bytes, each
+/// (sequence, or the position before a reset; offset of the frame). Returns the frame count.
+std::uint64_t check_layout(const std::string& dir,
+                           std::size_t segment_bytes,
+                           std::size_t index_bytes) {
+    std::uint64_t frames = 0;
+    std::uint64_t pos = 0;  // journal position after the last frame
+    bool first_segment = true;
+    for (const auto& seg : segments(dir)) {
+        const auto bytes = read_file(seg);
+        auto ipath = seg;
+        const auto idx = read_file(ipath.replace_extension(".idx"));
+        const std::uint64_t name = std::stoull(seg.stem().string());
+        if (!first_segment) {
+            CHECK(name == pos);  // named after the position before its first entry
+        }
+        first_segment = false;
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> want;
+        std::size_t off = 0;
+        std::size_t next_at = 0;
+        std::uint64_t here = name;
+        while (off < bytes.size()) {
+            REQUIRE(off + 32 <= bytes.size());
+            const std::size_t len = 32 + (be64(bytes, off) >> 32U);
+            const auto kind = static_cast<unsigned char>(bytes[off + 4]);
+            const std::uint64_t seq = be64(bytes, off + 8);
+            const std::uint64_t count = be64(bytes, off + 16);
+            if (off >= next_at) {
+                want.emplace_back(kind == 3 ? here : seq, off);
+                next_at = off + index_bytes;
+            }
+            here = kind == 1 ? seq + 1 : kind == 2 ? seq + count : seq;
+            off += len;
+            ++frames;
+        }
+        CHECK((bytes.size() <= segment_bytes || want.size() == 1));
+        REQUIRE(idx.size() == want.size() * 16);
+        for (std::size_t i = 0; i < want.size(); ++i) {
+            INFO("segment " << seg.filename() << " index entry " << i);
+            CHECK(be64(idx, i * 16) == want[i].first);
+            CHECK(be64(idx, i * 16 + 8) == want[i].second);
+        }
+        pos = here;
+    }
+    return frames;
+}
+
+}  // namespace
+
+TEST_CASE("recorder: segment names and sparse index entries are exact", "[unit][recorder]") {
+    const TempDir dir;
+    constexpr std::size_t kSegment = 64 << 10;
+    prizma::RecorderOptions o;
+    o.directory = dir.path;
+    o.stream_id = 42;
+    o.segment_bytes = kSegment;
+    o.index_bytes = 1000;
+    std::uint64_t n = 0;
+    {
+        auto rec = prizma::Recorder::open(o);
+        REQUIRE(rec.has_value());
+        write_records(*rec, 0, 3000);
+        prizma::StreamEvent loss;
+        loss.kind = prizma::StreamEventKind::loss;
+        loss.sequence = 3000;
+        loss.count = 7;
+        append(*rec, loss);
+        prizma::StreamEvent reset;
+        reset.kind = prizma::StreamEventKind::reset;
+        reset.epoch = 2;
+        reset.sequence = 5000;
+        append(*rec, reset);
+        write_records(*rec, 5000, 1000);
+        n = 3000 + 1 + 1 + 1000;
+    }
+    {
+        // Reopened: the index goes on at the recovered segment's spacing.
+        o.index_bytes = 1000;
+        auto rec = prizma::Recorder::open(o);
+        REQUIRE(rec.has_value());
+        REQUIRE(rec->next_sequence() == 6000);
+        write_records(*rec, 6000, 2000);
+        n += 2000;
+    }
+    CHECK(segments(dir.path).size() > 10);
+    CHECK(check_layout(dir.path, kSegment, 1000) == n);
+}
+
+TEST_CASE("recorder: an index entry for every frame is exact and nothing is lost",
+          "[unit][recorder]") {
+    // index_bytes 1: every frame is an index entry, so the producer's marks (4096 in flight)
+    // can fill before its buffer does; a full mark queue is back-pressure like a full buffer.
+    const TempDir dir;
+    prizma::RecorderOptions o;
+    o.directory = dir.path;
+    o.stream_id = 42;
+    o.index_bytes = 1;
+    o.buffer_bytes = 4 << 20;
+    auto rec = prizma::Recorder::open(o);
+    REQUIRE(rec.has_value());
+    const auto b = body(0, 8);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::uint64_t refused = 0;
+    const auto push = [&](const prizma::StreamEvent& ev) {
+        for (;;) {
+            const auto r = rec->append(ev);
+            if (r) {
+                return;
+            }
+            REQUIRE(r.error() == prizma::Errc::back_pressured);
+            REQUIRE(std::chrono::steady_clock::now() < deadline);
+            ++refused;
+            std::this_thread::yield();
+        }
+    };
+    for (std::uint64_t i = 0; i < 10000; ++i) {
+        push(record(i, b));
+    }
+    prizma::StreamEvent loss;
+    loss.kind = prizma::StreamEventKind::loss;
+    loss.sequence = 10000;
+    loss.count = 5;
+    push(loss);
+    prizma::StreamEvent reset;
+    reset.kind = prizma::StreamEventKind::reset;
+    reset.epoch = 2;
+    reset.sequence = 20000;
+    push(reset);  // indexed by the position before it, 10005
+    for (std::uint64_t i = 20000; i < 30000; ++i) {
+        push(record(i, b));
+    }
+    REQUIRE(rec->flush().has_value());
+    INFO("appends refused as back-pressure: " << refused);
+    CHECK(check_layout(dir.path, o.segment_bytes, 1) == 20002);
+    auto rd = prizma::JournalReader::open(dir.path, 25000);
+    REQUIRE(rd.has_value());
+    prizma::JournalEntry e;
+    std::uint64_t want = 25000;
+    while (*rd->next(e)) {
+        REQUIRE(e.sequence == want);
+        ++want;
+    }
+    CHECK(want == 30000);
 }
 
 TEST_CASE("recorder: loss and reset entries are journaled, out of order is refused",

@@ -51,6 +51,7 @@ for t in $(seq 1 "$trials"); do
     echo "trial $t: killed the active publisher at ${kill_ms} ms, restarted from record $resumed: $line"
     fo=$(grep '^failover:' "$dir/sub.log")
     echo "    $fo"
+    echo "    $(grep '^pgm:' "$dir/sub.log")"
     late=$(sed -n 's/^failover: stall \([0-9.]*\) ms.*/\1/p' <<<"$fo")
     [ -n "$late" ] && lates+=("$late")
     if [ "$rc" -ne 0 ]; then

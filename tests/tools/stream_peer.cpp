@@ -248,6 +248,13 @@ int subscribe(const std::string& uri,
         static_cast<unsigned long long>(bad), static_cast<unsigned long long>(c.duplicates),
         static_cast<unsigned long long>(c.divergences), static_cast<double>(max_pause_ns) / 1e6,
         static_cast<double>(max_late_ns) / 1e6, static_cast<unsigned long long>(latest));
+    const auto pc = sub->counters();
+    std::printf("pgm: odata %llu, rdata %llu, naks sent %llu, repaired %llu, lost %llu\n",
+                static_cast<unsigned long long>(pc.odata_received),
+                static_cast<unsigned long long>(pc.rdata_received),
+                static_cast<unsigned long long>(pc.naks_sent),
+                static_cast<unsigned long long>(pc.repaired),
+                static_cast<unsigned long long>(pc.lost_sqns));
     if (!kill_file.empty()) {
         print_failover(late, start_ns, rate, kill_file);
     }

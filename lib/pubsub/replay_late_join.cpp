@@ -63,6 +63,19 @@ struct LateJoin::Impl {
                : e.kind == StreamEventKind::loss ? e.sequence + e.count
                                                  : e.sequence;
     }
+    /// Already delivered (by the replay or earlier live): a record or loss that ends at or
+    /// before `next`, a stall before it. A stall at `next` is news (the live reader lost what
+    /// comes next and nothing follows it); resets and divergences always pass.
+    [[nodiscard]] bool stale(const StreamEvent& e) const noexcept {
+        switch (e.kind) {
+            case StreamEventKind::record:
+            case StreamEventKind::loss: return end_of(e) <= next;
+            case StreamEventKind::stall: return e.sequence < next;
+            case StreamEventKind::reset:
+            case StreamEventKind::divergence: return false;
+        }
+        return false;
+    }
     bool try_merge() noexcept;
     Result<bool> from_ring(StreamEvent& out) noexcept;
     Result<bool> from_replay(StreamEvent& out) noexcept;
@@ -95,7 +108,7 @@ Result<bool> LateJoin::Impl::from_ring(StreamEvent& out) noexcept {
         Held& h = ring[front];
         front = (front + 1) % ring.size();
         --size;
-        if (end_of(h.event) <= next && h.event.kind != StreamEventKind::reset) {
+        if (stale(h.event)) {
             continue;  // already replayed
         }
         // The caller's bytes live in `handed` until the next call; the slot takes the old
@@ -205,7 +218,7 @@ Result<bool> LateJoin::next(StreamEvent& out) noexcept {
             return true;
         }
         while (m.live.next(out)) {
-            if (out.kind != StreamEventKind::reset && Impl::end_of(out) <= m.next) {
+            if (m.stale(out)) {
                 continue;  // the replay went further than this live copy had come
             }
             m.next = std::max(m.next, Impl::end_of(out));

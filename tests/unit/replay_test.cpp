@@ -380,6 +380,84 @@ TEST_CASE("late join: mid-stream join replays then merges into live, no gap, no 
     CHECK(rig.recorder.next_sequence() == kN);
 }
 
+TEST_CASE("late join: a stall of the live stream at the merge point is delivered",
+          "[unit][replay][late_join]") {
+    // Live loses its last record and nothing comes after it: the live reader reports a stall
+    // at that position. The joiner merges at or before it and must pass the stall on (the
+    // consumer asks the archiver for the rest); dropping it as "already replayed" left the
+    // consumer waiting for ever (found by bench/execlog.sh: execlog-fix at record 1,232,507
+    // of 2,111,645).
+    const TempDir dir;
+    make_journal(dir.path, 1000);
+    auto server = serve(dir.path);
+    prizma::ChannelOptions passive;
+    passive.passive = true;  // no repair: PGM declares the lost tail lost
+    auto ctx = prizma::Context::create().value();
+    auto sub = ctx.add_subscriber("mem://lj-stall:7500", passive);
+    auto pub = ctx.add_publisher("mem://lj-stall:7500?tx_loss=0.05&seed=11");
+    REQUIRE((sub && pub));
+    auto out = prizma::StreamPublisher::create(*pub, 42, 1).value();
+    prizma::LateJoinOptions o;
+    o.stream.stream_id = 42;
+    o.stream.gap_timeout = std::chrono::milliseconds(100);
+    o.replay_port = server.port();
+    o.from = 0;
+    o.live_buffer_records = 4096;
+    auto join = prizma::LateJoin::create(o).value();
+    REQUIRE(join.add(*sub).has_value());
+    const auto dropped = [&] {
+        for (const auto& c : pub->transport_counters()) {
+            if (c.name == "fault_dropped") {
+                return c.value;
+            }
+        }
+        return std::uint64_t{0};
+    };
+    std::vector<std::uint64_t> stalls;
+    std::uint64_t records = 0;
+    std::uint64_t bad = 0;
+    const auto pump = [&](std::int64_t ns) {
+        const std::int64_t until = prizma::Context::now_ns() + ns;
+        do {
+            (void)ctx.poll();
+            prizma::StreamEvent e;
+            for (int k = 0; k < 512; ++k) {
+                auto r = join.next(e);
+                REQUIRE(r.has_value());
+                if (!*r) {
+                    break;
+                }
+                if (e.kind == prizma::StreamEventKind::stall) {
+                    stalls.push_back(e.sequence);
+                } else if (e.kind == prizma::StreamEventKind::record) {
+                    ++records;
+                    bad += payload_ok(e.sequence, e.payload) ? 0U : 1U;
+                }
+            }
+        } while (prizma::Context::now_ns() < until);
+    };
+    std::uint64_t last = 0;  // the record dropped on its way out (after at least 20)
+    for (;;) {
+        const std::uint64_t before = dropped();
+        last = out.next_sequence();
+        REQUIRE(out.offer(body(last)).has_value());
+        pump(0);
+        if (last >= 20 && dropped() > before) {
+            break;
+        }
+        REQUIRE(last < 1000);  // within the journal
+    }
+    for (int i = 0; i < 300 && stalls.empty(); ++i) {
+        pump(10'000'000);
+    }
+    CHECK(join.counters().merged);
+    REQUIRE(stalls.size() == 1);
+    CHECK(stalls[0] == last);
+    CHECK(join.next_sequence() == last);
+    CHECK(records == last);  // everything before it, from the replay or live
+    CHECK(bad == 0);
+}
+
 TEST_CASE("late join: a slow replay that overflows the live buffer still merges without a gap",
           "[unit][replay][late_join]") {
     LateJoinRig rig("lj");

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The ExecLog example's numbers (docs/EXECLOG.md, "Numbers"), on this host, in a network
 # namespace of its own (root: lo with 127.0.0.1 and 127.0.0.2):
-#   1. prizma's raw ping-pong RTT (prizma-ping / prizma-pong) on the same loopback;
-#   2. core -> consumer latency (execlog-risk, input due -> applied) at 16,000 records/s;
+#   1. prizma's raw ping-pong RTT (prizma-ping / prizma-pong) on the same loopback, blocking
+#      (as the consumers wait) and spinning;
+#   2. core -> consumer latency (execlog-risk, input due -> applied) at 16,000 records/s, with
+#      the four consumers and (2b) with the archiver and the risk engine only;
 #   3. records/s through core -> archiver, risk, fix, monitor at ~1 M records/s offered
 #      (the core busy-spins; the consumers block);
 #   4. failover stall: the longest pause between two records at execlog-risk when the active
@@ -46,18 +48,37 @@ finish() {  # finish DIR: waits for the consumers, stops the archiver
     kill -TERM "$arch"; wait "$arch" || true
 }
 
-echo "== 1. prizma ping-pong RTT (same loopback, blocking waits)"
-"$tools/prizma-pong" "udp://239.192.139.2:24892?iface=127.0.0.1" "udp://239.192.139.3:24893?iface=127.0.0.1" >"$work/pong.log" 2>&1 &
-pids+=("$!")
-sleep 0.3
-"$tools/prizma-ping" "udp://239.192.139.2:24892?iface=127.0.0.1" "udp://239.192.139.3:24893?iface=127.0.0.1" \
-    --count 20000 --size 140 --rate 10000 | tee "$work/ping.log" | grep -E "RTT"
+# The consumers block on the context's fd, so the RTT they compare with is the blocking one
+# (both ends sleep in epoll); the spinning one is printed next to it.
+for w in block spin; do
+    echo "== 1. prizma ping-pong RTT (same loopback, --wait $w)"
+    "$tools/prizma-pong" "udp://239.192.139.2:24892?iface=127.0.0.1" "udp://239.192.139.3:24893?iface=127.0.0.1" \
+        --wait "$w" >"$work/pong.log" 2>&1 &
+    pong=$!; pids+=("$pong")
+    sleep 0.3
+    "$tools/prizma-ping" "udp://239.192.139.2:24892?iface=127.0.0.1" "udp://239.192.139.3:24893?iface=127.0.0.1" \
+        --count 20000 --size 140 --rate 10000 --wait "$w" | grep -E "RTT"
+    kill "$pong" 2>/dev/null || true; wait "$pong" 2>/dev/null || true
+done
 
 echo "== 2. core -> risk latency at 10,000 orders/s (~16,000 records/s)"
 consumers "$work/lat" --latency-anchor-file "$work/lat/anchor"
 "$bin/execlog-core" "$u&$flow" --seed 3 --rate 10000 --count 50000 --anchor-file "$work/lat/anchor" >"$work/lat/core.log" 2>&1
 finish "$work/lat"
 grep -E "latency" "$work/lat/risk.log"
+echo "== 2b. the same with the archiver and the risk engine only (two consumers, not four)"
+mkdir -p "$work/lat2"
+"$bin/execlog-archiver" "$u&flow=tagged&flow_tag=21" --journal "$work/lat2/journal" --listen "127.0.0.1:$port" >"$work/lat2/archiver.log" 2>&1 &
+arch=$!; pids+=("$arch")
+for _ in $(seq 100); do grep -q "replay on" "$work/lat2/archiver.log" && break; sleep 0.05; done
+"$bin/execlog-risk" "$u&flow=tagged&flow_tag=22" --replay "127.0.0.1:$port" --state "$work/lat2/risk.state" --exit-at-end --print-ms 0 \
+    --latency-anchor-file "$work/lat2/anchor" >"$work/lat2/risk.log" 2>&1 &
+risk=$!; pids+=("$risk")
+sleep 0.3
+"$bin/execlog-core" "$u&$flow" --seed 3 --rate 10000 --count 50000 --anchor-file "$work/lat2/anchor" >"$work/lat2/core.log" 2>&1
+wait "$risk" || true
+kill -TERM "$arch"; wait "$arch" || true
+grep -E "latency" "$work/lat2/risk.log"
 
 echo "== 3. throughput: ~1 M records/s offered (620,000 orders/s, the core spinning)"
 consumers "$work/tp"

@@ -304,6 +304,7 @@ int run(int argc, char** argv) {
     }
     execlog::Feed& f = **feed;
     fmt::print("{}: from sequence {}\n", kTool, next);
+    execlog::Checkpointer checkpoint(state);
     std::int64_t saved_at = prizma::Context::now_ns();
     std::int64_t printed_at = saved_at;
     prizma::StreamEvent e;
@@ -320,12 +321,11 @@ int run(int argc, char** argv) {
         const std::int64_t now = prizma::Context::now_ns();
         if (now - saved_at > std::int64_t{checkpoint_ms} * 1'000'000) {
             saved_at = now;
-            if (const auto err =
-                    execlog::write_file_atomically(state, risk.state_text(f.next_sequence()));
-                !err.empty()) {
+            if (const auto err = checkpoint.error(); !err.empty()) {
                 fmt::print(stderr, "{}: {}\n", kTool, err);
                 return 1;
             }
+            checkpoint.submit(risk.state_text(f.next_sequence()));  // written off the loop
         }
         if (print_ms != 0 && now - printed_at > std::int64_t{print_ms} * 1'000'000) {
             printed_at = now;
@@ -335,8 +335,7 @@ int run(int argc, char** argv) {
             execlog::idle(*ctx, f, a.spin);
         }
     }
-    if (const auto err = execlog::write_file_atomically(state, risk.state_text(f.next_sequence()));
-        !err.empty()) {
+    if (const auto err = checkpoint.finish(risk.state_text(f.next_sequence())); !err.empty()) {
         fmt::print(stderr, "{}: {}\n", kTool, err);
         return 1;
     }

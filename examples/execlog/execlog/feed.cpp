@@ -9,8 +9,11 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <system_error>
+#include <thread>
 
 #include <fmt/core.h>
 
@@ -102,6 +105,77 @@ std::string write_file_atomically(const std::string& path, std::string_view cont
                            std::error_code(errno, std::system_category()).message());
     }
     return {};
+}
+
+struct Checkpointer::Impl {
+    std::string path;
+    std::mutex m;
+    std::condition_variable cv;
+    std::optional<std::string> pending;
+    std::string err;
+    bool stop = false;
+    std::thread writer;
+
+    void run() {
+        std::unique_lock lk(m);
+        for (;;) {
+            cv.wait(lk, [&] { return stop || pending.has_value(); });
+            if (!pending) {
+                return;  // stopped, nothing left
+            }
+            std::string content = std::move(*pending);
+            pending.reset();
+            lk.unlock();
+            std::string e = write_file_atomically(path, content);
+            lk.lock();
+            if (!e.empty() && err.empty()) {
+                err = std::move(e);
+            }
+        }
+    }
+};
+
+Checkpointer::Checkpointer(std::string path) : impl_(std::make_unique<Impl>()) {
+    impl_->path = std::move(path);
+    impl_->writer = std::thread([p = impl_.get()] { p->run(); });
+}
+
+Checkpointer::~Checkpointer() {
+    if (impl_->writer.joinable()) {
+        {
+            const std::lock_guard lk(impl_->m);
+            impl_->stop = true;
+        }
+        impl_->cv.notify_one();
+        impl_->writer.join();
+    }
+}
+
+void Checkpointer::submit(std::string content) {
+    {
+        const std::lock_guard lk(impl_->m);
+        impl_->pending = std::move(content);
+    }
+    impl_->cv.notify_one();
+}
+
+std::string Checkpointer::error() {
+    const std::lock_guard lk(impl_->m);
+    return impl_->err;
+}
+
+std::string Checkpointer::finish(std::string_view content) {
+    if (impl_->writer.joinable()) {
+        {
+            const std::lock_guard lk(impl_->m);
+            impl_->pending.reset();  // superseded by the final state
+            impl_->stop = true;
+        }
+        impl_->cv.notify_one();
+        impl_->writer.join();
+    }
+    std::string e = write_file_atomically(impl_->path, content);
+    return !impl_->err.empty() ? impl_->err : e;
 }
 
 std::optional<std::pair<std::string, std::uint16_t>> parse_host_port(std::string_view text) {

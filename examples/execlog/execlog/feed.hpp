@@ -29,6 +29,29 @@ std::string strip_flow_keys(std::string_view uri);
 /// error text, empty on success.
 std::string write_file_atomically(const std::string& path, std::string_view content);
 
+/// Checkpoints a state file (write_file_atomically) on a thread of its own, so its fdatasync
+/// (milliseconds when the disk is busy) never blocks the event loop. submit() replaces a
+/// write not started yet: the file always holds one complete checkpoint, at most one period
+/// older than the last submitted. finish() writes the final state and joins the thread.
+class Checkpointer {
+public:
+    explicit Checkpointer(std::string path);
+    Checkpointer(const Checkpointer&) = delete;
+    Checkpointer& operator=(const Checkpointer&) = delete;
+    Checkpointer(Checkpointer&&) = delete;
+    Checkpointer& operator=(Checkpointer&&) = delete;
+    ~Checkpointer();
+    void submit(std::string content);
+    /// The first write error, empty if none.
+    std::string error();
+    /// Writes `content` now (after any write in progress); returns an error text or empty.
+    std::string finish(std::string_view content);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
 /// "HOST:PORT" (HOST an IPv4 literal); nullopt when malformed.
 std::optional<std::pair<std::string, std::uint16_t>> parse_host_port(std::string_view text);
 

@@ -20,6 +20,7 @@ struct ConsumerArgs {
     std::string replay;  ///< HOST:PORT of the archiver, or empty
     bool spin = false;
     bool exit_at_end = false;
+    std::uint32_t silence_probe_ms = 1000;
 };
 
 inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
@@ -32,11 +33,16 @@ inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
         ->check(prizma::tools::whole(64, 1U << 20U));
     app.add_flag("--spin", a.spin, "Busy-poll (default: block on the context's fd)");
     app.add_flag("--exit-at-end", a.exit_at_end, "Exit after the session-end record");
+    app.add_option("--silence-probe-ms", a.silence_probe_ms,
+                   "Live silent this long: ask the archiver whether the stream went on "
+                   "(default 1000; 0: never)")
+        ->check(prizma::tools::whole(0, 3'600'000));
 }
 
 /// Checks what add_consumer_options() took; prints the error and returns false.
 inline bool finish_consumer_args(const char* tool, ConsumerArgs& a) {
     a.feed.name = tool;
+    a.feed.silence_probe = std::chrono::milliseconds(a.silence_probe_ms);
     if (!a.replay.empty()) {
         const auto hp = parse_host_port(a.replay);
         if (!hp || hp->second == 0) {

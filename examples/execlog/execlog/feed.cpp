@@ -211,7 +211,11 @@ prizma::ChannelOptions consumer_channel_options(std::uint32_t window, bool passi
 }
 
 Feed::Feed(prizma::Context& ctx, FeedOptions options, prizma::Subscriber sub, std::uint64_t next)
-    : ctx_(&ctx), opt_(std::move(options)), sub_(sub), next_(next) {}
+    : ctx_(&ctx),
+      opt_(std::move(options)),
+      sub_(sub),
+      next_(next),
+      heard_ns_(prizma::Context::now_ns()) {}
 
 Feed::~Feed() {
     live_.reset();
@@ -383,9 +387,25 @@ bool Feed::next_late(prizma::StreamEvent& out) {
 }
 
 bool Feed::next(prizma::StreamEvent& out) {
-    if (late_) {
+    const bool got = late_ ? next_late(out) : next_live(out);
+    const std::int64_t now = prizma::Context::now_ns();
+    if (got) {
+        heard_ns_ = now;
+        return true;
+    }
+    // Live silent (not while a late join is still catching up: it reads the archiver).
+    if (opt_.silence_probe.count() > 0 && !opt_.replay_host.empty() && !catching_up()
+        && now - heard_ns_ > std::chrono::nanoseconds(opt_.silence_probe).count()
+        && now >= retry_late_at_ns_) {
+        heard_ns_ = now;
+        ++counters_.silence_probes;
+        (void)start_late("live silent");
         return next_late(out);
     }
+    return false;
+}
+
+bool Feed::next_live(prizma::StreamEvent& out) {
     while (live_->next(out)) {
         if (is_gap(out) && !opt_.replay_host.empty()) {
             const std::int64_t now = prizma::Context::now_ns();

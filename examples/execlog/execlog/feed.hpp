@@ -79,6 +79,11 @@ struct FeedOptions {
     /// (~0.2 s) is short on a busy host whose processes wait for a CPU: an ExecLog consumer
     /// would rather wait than lose, so 255 (~2.6 s: 10 ms apart, after a 2 ms back-off).
     std::uint32_t nak_retries = 255;
+    /// Live silent this long (nothing delivered) with an archiver configured: ask it whether
+    /// the stream went on. A consumer that fell behind can lose the live tail in its socket
+    /// buffer with nothing after it to show the loss (the cores have stopped): without this it
+    /// would wait for ever. 0: never.
+    std::chrono::milliseconds silence_probe{1000};
 };
 
 struct FeedCounters {
@@ -87,7 +92,8 @@ struct FeedCounters {
     std::uint64_t late_joins = 0;  ///< times the feed went to the archiver
     std::uint64_t replayed = 0;    ///< records that came from the archiver
     std::uint64_t late_join_failures = 0;
-    std::uint64_t live_gaps = 0;  ///< live gaps the archiver filled
+    std::uint64_t live_gaps = 0;       ///< live gaps the archiver filled
+    std::uint64_t silence_probes = 0;  ///< late joins because live went silent
     /// The last late join: records replayed until it merged into live, and how long it took.
     std::uint64_t catchup_records = 0;
     std::int64_t catchup_ns = 0;
@@ -133,6 +139,7 @@ private:
     bool accept(prizma::StreamEvent& e) noexcept;
     [[nodiscard]] bool is_gap(const prizma::StreamEvent& e) const noexcept;
     bool next_late(prizma::StreamEvent& out);
+    bool next_live(prizma::StreamEvent& out);
 
     prizma::Context* ctx_;
     FeedOptions opt_;
@@ -142,6 +149,7 @@ private:
     std::optional<prizma::LateJoin> late_;
     prizma::StreamCounters live_counters_{};  // of live readers replaced so far
     std::int64_t retry_late_at_ns_ = 0;
+    std::int64_t heard_ns_ = 0;  // when the last event was delivered (or a reader started)
     std::int64_t late_started_ns_ = 0;
     std::uint64_t late_replayed_ = 0;
     FeedCounters counters_;

@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import execlog_ref as ref  # noqa: E402
 
 CASES = ["consistency", "kill_core", "kill_consumers", "sigstop", "loss", "kill_archiver",
-         "order_file", "bad_orders", "unknown_type", "divergence", "stale_epoch", "loss_netns"]
+         "order_file", "bad_orders", "unknown_type", "divergence", "stale_epoch", "loss_netns",
+         "silent_tail"]
 RATE = 10000        # orders per second of input time (~16,000 records/s)
 COUNT = 20000       # orders per trial (2 s of stream, ~32,000 records)
 FAULT_COUNT = 30000  # fault trials: 3 s of stream, faults within its first 2 s
@@ -97,11 +98,12 @@ class Session:
     """An archiver, risk, fix and monitor, and a core pair, on one channel."""
 
     def __init__(self, bindir, work, group, port, rate=RATE, count=COUNT, seed=1,
-                 consumer_keys="", ns=None):
+                 consumer_keys="", ns=None, fix_keys="", fix_args=()):
         self.bin, self.dir, self.rate, self.count, self.seed = bindir, work, rate, count, seed
         self.channel = "udp://%s:%d?iface=" % (group, port)
         self.uri = self.channel + "127.0.0.1"
         self.ck = consumer_keys
+        self.fix_keys, self.fix_args = fix_keys, tuple(fix_args)  # the FIX renderer's own
         self.ns = ns  # {role: (network namespace, its address)}, or None: all on this loopback
         self.replay_port = free_port() if ns is None else 7700
         self.procs = {}
@@ -134,8 +136,9 @@ class Session:
             time.sleep(0.02)
         self.add("risk", "execlog-risk", self.sub_uri(22, "risk"), "--state", d + "/risk.state",
                  "--replay", replay, "--exit-at-end", "--print-ms", "0").start()
-        self.add("fix", "execlog-fix", self.sub_uri(23, "fix"), "--output", d + "/fix.out",
-                 "--delimiter", "pipe", "--replay", replay, "--exit-at-end").start()
+        self.add("fix", "execlog-fix", self.sub_uri(23, "fix") + self.fix_keys, "--output",
+                 d + "/fix.out", "--delimiter", "pipe", "--replay", replay, "--exit-at-end",
+                 *self.fix_args).start()
         self.add("monitor", "execlog-monitor", self.uri_for("monitor") + self.ck, "--exit-at-end",
                  "--interval-ms", "500").start()
         for n in ("risk", "fix", "monitor"):
@@ -359,6 +362,53 @@ def plan_sigstop(s, rnd):
     return "stopped %s at %.2f s for %.2f s (flow timeout 1 s)" % (victim, t, d)
 
 
+def case_silent_tail(args, idx, rnd):
+    """The FIX renderer (a 256 KiB socket buffer) is stopped early; the stream ends and both
+    cores stop while it is stopped, so the live tail it missed (dropped by its full socket
+    buffer) has nothing after it to show the loss. Resumed, it must notice live is silent and
+    get the rest from the archiver (--silence-probe-ms), not wait for ever. The environment
+    variable EXECLOG_SILENCE_PROBE_MS overrides the probe (0 shows the hang it prevents)."""
+    def plan(s, r):
+        s.start_cores()
+        t = r.uniform(0.3, 0.8)
+        sleep_until(s, t)
+        fix = s.procs["fix"]
+        fix.signal(signal.SIGSTOP)
+        # Until the archive holds the session end (the risk engine has applied it).
+        if s.procs["risk"].wait(60) is None:
+            raise Fail("risk did not reach the session end")
+        want = int(re.findall(r"final: next (\d+)", s.procs["risk"].text())[-1])
+        dump = os.path.join(s.bin, "execlog-dump")
+        end = time.time() + 30
+        while True:
+            out = subprocess.run([dump, s.dir + "/journal", "--quiet"], capture_output=True,
+                                 text=True)
+            m = re.search(r"records \[\d+, (\d+)\)", out.stderr)
+            if m and int(m.group(1)) >= want:
+                break
+            if time.time() > end:
+                raise Fail("the archive did not reach %d" % want)
+            time.sleep(0.2)
+        for c in s.cores:
+            c.signal(signal.SIGTERM)
+        for c in s.cores:
+            if c.wait(10) is None:
+                raise Fail("%s did not stop" % c.name)
+        fix.signal(signal.SIGCONT)
+        if fix.wait(30) is None:
+            raise Fail("fix did not reach the session end after the cores stopped")
+        probed = "live silent" in fix.text()
+        return ("stopped fix at %.2f s until the cores had stopped; it %s" %
+                (t, "asked the archiver when live went silent" if probed else
+                 "did not need to ask (its buffer held the tail)"))
+    probe = os.environ.get("EXECLOG_SILENCE_PROBE_MS")
+    passed = sum(one_session(args, idx, rnd, plan, fix_keys="&rcvbuf=262144",
+                             fix_args=("--silence-probe-ms", probe) if probe else ())
+                 for _ in range(args.trials))
+    print("execlog_test silent_tail: %d of %d trials passed" % (passed, args.trials))
+    return passed == args.trials
+
+
 def plan_loss(s, rnd):
     s.start_cores()
     t = rnd.uniform(0.8, 2.0)
@@ -386,14 +436,14 @@ ORDER_FILE_RECORDS = [(1, 1, 0, 1000, 100), (1, 2, 0, 990, 60), (3, 2, 60, 1000,
                       (4, 4, 20, 1005, 0), (2, 4, 0, 0, 0), (2, 9, 0, 1000, 0), (7, 9, 0, 0, 0)]
 
 
-def one_session(args, idx, rnd, plan, count=None, verify_kw=None):
+def one_session(args, idx, rnd, plan, count=None, verify_kw=None, **kw):
     """A trial with a plan of its own; returns True when it passed."""
     def wrapped(s, r):
         if count is not None:
             s.count = count
         s.verify_kw = verify_kw or {}
         return plan(s, r)
-    return run_trial(args, idx, 0, rnd, wrapped)
+    return run_trial(args, idx, 0, rnd, wrapped, **kw)
 
 
 def case_order_file(args, idx, rnd):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Flow control between real processes over UDP multicast pinned to loopback (docs/PROTOCOL.md,
-# "Flow control"). Counts and orders only; rates are the benchmark's (bench/flow.sh).
+# "Flow control"). Counts and orders only; what flow control costs in throughput is measured
+# by prizma_bench --benchmark_filter=PublishDeliverMemory (its last argument: 0 max, 1 min).
 #   throttled N RATE  an unpaced publisher and one tagged subscriber that consumes RATE msgs/s:
 #                     every message once, no loss event, the publisher back-pressured.
 #   sigstop           the tagged subscriber is stopped (SIGSTOP) longer than the flow timeout:

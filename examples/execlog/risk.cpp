@@ -3,6 +3,7 @@
 // periodically and on exit. Its state (and the last applied sequence) is checkpointed
 // atomically to --state, so a restarted risk engine resumes exactly where its state is.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -34,10 +35,73 @@ struct Position {
     std::uint64_t sold = 0;
 };
 
+/// Positions by (account, instrument): rows in a flat vector (a checkpoint copies it in one
+/// go), found through a sorted index (iteration in key order).
+class Positions {
+public:
+    struct Row {
+        std::uint32_t account = 0;
+        std::uint16_t instrument = 0;
+        Position p;
+    };
+    /// The row, made if missing. A reference stays valid until the next new row.
+    Position& at(std::uint32_t account, std::uint16_t instrument) {
+        const auto [it, fresh] = index_.try_emplace({account, instrument}, rows_.size());
+        if (fresh) {
+            rows_.push_back({account, instrument, {}});
+        }
+        return rows_[it->second].p;
+    }
+    template <typename F>
+    void each(F&& f) const {  // in (account, instrument) order
+        for (const auto& [key, i] : index_) {
+            f(key.first, key.second, rows_[i].p);
+        }
+    }
+    [[nodiscard]] const std::vector<Row>& rows() const noexcept { return rows_; }
+
+private:
+    std::map<std::pair<std::uint32_t, std::uint16_t>, std::size_t> index_;
+    std::vector<Row> rows_;
+};
+
+/// What a checkpoint holds, copied out of the engine cheaply (flat vectors) so that it can be
+/// formatted on the checkpoint thread.
+struct Snapshot {
+    std::uint64_t next = 0;
+    std::uint64_t lost = 0;
+    std::uint64_t divergences = 0;
+    std::array<std::uint64_t, 9> types{};
+    std::vector<std::pair<std::uint16_t, std::int64_t>> last_px;  // by instrument
+    std::vector<Positions::Row> rows;                             // any order
+    [[nodiscard]] std::string text();
+};
+
+std::string Snapshot::text() {
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+        return std::pair(a.account, a.instrument) < std::pair(b.account, b.instrument);
+    });
+    std::string s = fmt::format("execlog-risk-state 1\nnext {}\nlost {}\ndivergences {}\ntypes",
+                                next, lost, divergences);
+    for (const auto t : types) {
+        s += fmt::format(" {}", t);
+    }
+    s += '\n';
+    for (const auto& [instr, px] : last_px) {
+        s += fmt::format("last {} {}\n", instr, px);
+    }
+    for (const auto& r : rows) {
+        s += fmt::format("pos {} {} {} {} {} {}\n", r.account, r.instrument, r.p.qty, r.p.cash,
+                         r.p.bought, r.p.sold);
+    }
+    return s + "end\n";
+}
+
 class Risk {
 public:
     void apply(const prizma::StreamEvent& e);
-    [[nodiscard]] std::string state_text(std::uint64_t next) const;
+    [[nodiscard]] Snapshot snapshot(std::uint64_t next) const;
+    [[nodiscard]] std::string state_text(std::uint64_t next) const { return snapshot(next).text(); }
     /// Loads a state file; returns the next sequence, or an error text.
     std::string load(const std::string& path, std::uint64_t& next);
     void print(std::FILE* out, std::uint64_t next) const;
@@ -47,7 +111,7 @@ public:
 
 private:
     void trade(const execlog::Record& r);
-    std::map<std::pair<std::uint32_t, std::uint16_t>, Position> pos_;
+    Positions pos_;
     std::map<std::uint16_t, std::int64_t> last_px_;
     std::array<std::uint64_t, 9> types_{};  // [type 1..7], [8] unknown, [0] bad size
     std::uint64_t lost_ = 0;
@@ -58,8 +122,9 @@ private:
 void Risk::trade(const execlog::Record& r) {
     const auto q = static_cast<std::int64_t>(r.last_qty);
     const std::int64_t v = q * r.price;
-    Position& taker = pos_[{r.account, r.instrument}];
-    Position& maker = pos_[{r.maker_account, r.instrument}];
+    (void)pos_.at(r.account, r.instrument);  // both rows exist before either is referenced
+    Position& maker = pos_.at(r.maker_account, r.instrument);
+    Position& taker = pos_.at(r.account, r.instrument);
     Position& buyer = r.side == execlog::Side::buy ? taker : maker;
     Position& seller = r.side == execlog::Side::buy ? maker : taker;
     buyer.qty += q;
@@ -118,21 +183,15 @@ void Risk::apply(const prizma::StreamEvent& e) {
     }
 }
 
-std::string Risk::state_text(std::uint64_t next) const {
-    std::string s = fmt::format("execlog-risk-state 1\nnext {}\nlost {}\ndivergences {}\ntypes",
-                                next, lost_, divergences_);
-    for (const auto t : types_) {
-        s += fmt::format(" {}", t);
-    }
-    s += '\n';
-    for (const auto& [instr, px] : last_px_) {
-        s += fmt::format("last {} {}\n", instr, px);
-    }
-    for (const auto& [key, p] : pos_) {
-        s += fmt::format("pos {} {} {} {} {} {}\n", key.first, key.second, p.qty, p.cash, p.bought,
-                         p.sold);
-    }
-    return s + "end\n";
+Snapshot Risk::snapshot(std::uint64_t next) const {
+    Snapshot c;
+    c.next = next;
+    c.lost = lost_;
+    c.divergences = divergences_;
+    c.types = types_;
+    c.last_px.assign(last_px_.begin(), last_px_.end());
+    c.rows = pos_.rows();
+    return c;
 }
 
 std::string Risk::load(const std::string& path, std::uint64_t& next) {
@@ -167,7 +226,7 @@ std::string Risk::load(const std::string& path, std::uint64_t& next) {
             std::uint32_t a = 0;
             std::uint16_t i = 0;
             in >> a >> i;
-            Position& p = pos_[{a, i}];
+            Position& p = pos_.at(a, i);
             in >> p.qty >> p.cash >> p.bought >> p.sold;
         } else if (word == "end") {
             complete = true;
@@ -182,13 +241,13 @@ std::string Risk::load(const std::string& path, std::uint64_t& next) {
 
 void Risk::print(std::FILE* out, std::uint64_t next) const {
     std::map<std::uint32_t, std::pair<std::int64_t, std::int64_t>> acct;  // exposure, P&L
-    for (const auto& [key, p] : pos_) {
-        const auto it = last_px_.find(key.second);
+    pos_.each([&](std::uint32_t account, std::uint16_t instrument, const Position& p) {
+        const auto it = last_px_.find(instrument);
         const std::int64_t px = it == last_px_.end() ? 0 : it->second;
-        auto& [exposure, pnl] = acct[key.first];
+        auto& [exposure, pnl] = acct[account];
         exposure += (p.qty < 0 ? -p.qty : p.qty) * px;
         pnl += p.cash + p.qty * px;
-    }
+    });
     std::int64_t gross = 0;
     std::int64_t total = 0;
     std::uint32_t worst = 0;
@@ -325,7 +384,9 @@ int run(int argc, char** argv) {
                 fmt::print(stderr, "{}: {}\n", kTool, err);
                 return 1;
             }
-            checkpoint.submit(risk.state_text(f.next_sequence()));  // written off the loop
+            // Copied here (flat vectors), formatted and written on the checkpoint thread.
+            checkpoint.submit(
+                [c = risk.snapshot(f.next_sequence())]() mutable { return c.text(); });
         }
         if (print_ms != 0 && now - printed_at > std::int64_t{print_ms} * 1'000'000) {
             printed_at = now;

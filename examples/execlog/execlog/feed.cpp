@@ -111,7 +111,7 @@ struct Checkpointer::Impl {
     std::string path;
     std::mutex m;
     std::condition_variable cv;
-    std::optional<std::string> pending;
+    std::function<std::string()> pending;
     std::string err;
     bool stop = false;
     std::thread writer;
@@ -119,14 +119,14 @@ struct Checkpointer::Impl {
     void run() {
         std::unique_lock lk(m);
         for (;;) {
-            cv.wait(lk, [&] { return stop || pending.has_value(); });
+            cv.wait(lk, [&] { return stop || static_cast<bool>(pending); });
             if (!pending) {
                 return;  // stopped, nothing left
             }
-            std::string content = std::move(*pending);
-            pending.reset();
+            auto make = std::move(pending);
+            pending = nullptr;
             lk.unlock();
-            std::string e = write_file_atomically(path, content);
+            std::string e = write_file_atomically(path, make());
             lk.lock();
             if (!e.empty() && err.empty()) {
                 err = std::move(e);
@@ -152,9 +152,13 @@ Checkpointer::~Checkpointer() {
 }
 
 void Checkpointer::submit(std::string content) {
+    submit([c = std::move(content)]() mutable { return std::move(c); });
+}
+
+void Checkpointer::submit(std::function<std::string()> make) {
     {
         const std::lock_guard lk(impl_->m);
-        impl_->pending = std::move(content);
+        impl_->pending = std::move(make);
     }
     impl_->cv.notify_one();
 }
@@ -168,7 +172,7 @@ std::string Checkpointer::finish(std::string_view content) {
     if (impl_->writer.joinable()) {
         {
             const std::lock_guard lk(impl_->m);
-            impl_->pending.reset();  // superseded by the final state
+            impl_->pending = nullptr;  // superseded by the final state
             impl_->stop = true;
         }
         impl_->cv.notify_one();

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -42,6 +43,8 @@ public:
     Checkpointer& operator=(Checkpointer&&) = delete;
     ~Checkpointer();
     void submit(std::string content);
+    /// As submit(content), with the content made on the checkpoint thread.
+    void submit(std::function<std::string()> make);
     /// The first write error, empty if none.
     std::string error();
     /// Writes `content` now (after any write in progress); returns an error text or empty.

@@ -246,6 +246,9 @@ int report(const Args& a, End end, const Tally& t, const prizma::Subscriber& sub
         fmt::print("\n");
     }
     const bool ok = t.unique == t.n && t.duplicates == 0 && t.out_of_range == 0;
+    // stdout first: with both streams in one file, a stderr line must not land inside the
+    // counters line (scripts parse it).
+    (void)std::fflush(stdout);
     if (!ok) {
         fmt::print(stderr, "prizma-recv: FAILED: {} of {} messages arrived once\n", t.unique, t.n);
         print_missing(t);

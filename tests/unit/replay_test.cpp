@@ -22,6 +22,7 @@
 #include <prizma/prizma.hpp>
 
 #include "tests/support/catch.hpp"
+#include "tests/support/counters.hpp"
 #include "tests/support/full_size.hpp"
 #include "tests/support/journal.hpp"
 
@@ -409,12 +410,7 @@ TEST_CASE("late join: a stall of the live stream at the merge point is delivered
     auto join = prizma::LateJoin::create(o).value();
     REQUIRE(join.add(*sub).has_value());
     const auto dropped = [&] {
-        for (const auto& c : pub->transport_counters()) {
-            if (c.name == "fault_dropped") {
-                return c.value;
-            }
-        }
-        return std::uint64_t{0};
+        return prizma::test::transport_counter(*pub, "fault_dropped");
     };
     std::vector<std::uint64_t> stalls;
     std::uint64_t covered = 0;  // every sequence below it came as a record or in a loss

@@ -9,6 +9,7 @@
 #include <prizma/prizma.hpp>
 
 #include "tests/support/catch.hpp"
+#include "tests/support/counters.hpp"
 #include "tests/support/full_size.hpp"
 
 namespace {
@@ -314,12 +315,7 @@ TEST_CASE("stream: a loss with nothing after it is a stall event, once", "[unit]
     auto stream = prizma::StreamSubscriber::create(o).value();
     REQUIRE(stream.add(*sub).has_value());
     const auto dropped = [&] {
-        for (const auto& c : pub->transport_counters()) {
-            if (c.name == "fault_dropped") {
-                return c.value;
-            }
-        }
-        return std::uint64_t{0};
+        return prizma::test::transport_counter(*pub, "fault_dropped");
     };
     Log log;
     const auto pump = [&](std::int64_t ns) {

@@ -133,6 +133,21 @@ struct Checkpointer::Impl {
             }
         }
     }
+    /// Stops the thread once it has written what is pending (unless `drop_pending`).
+    void join(bool drop_pending) {
+        if (!writer.joinable()) {
+            return;
+        }
+        {
+            const std::lock_guard lk(m);
+            if (drop_pending) {
+                pending = nullptr;
+            }
+            stop = true;
+        }
+        cv.notify_one();
+        writer.join();
+    }
 };
 
 Checkpointer::Checkpointer(std::string path) : impl_(std::make_unique<Impl>()) {
@@ -141,14 +156,7 @@ Checkpointer::Checkpointer(std::string path) : impl_(std::make_unique<Impl>()) {
 }
 
 Checkpointer::~Checkpointer() {
-    if (impl_->writer.joinable()) {
-        {
-            const std::lock_guard lk(impl_->m);
-            impl_->stop = true;
-        }
-        impl_->cv.notify_one();
-        impl_->writer.join();
-    }
+    impl_->join(false);
 }
 
 void Checkpointer::submit(std::string content) {
@@ -169,15 +177,7 @@ std::string Checkpointer::error() {
 }
 
 std::string Checkpointer::finish(std::string_view content) {
-    if (impl_->writer.joinable()) {
-        {
-            const std::lock_guard lk(impl_->m);
-            impl_->pending = nullptr;  // superseded by the final state
-            impl_->stop = true;
-        }
-        impl_->cv.notify_one();
-        impl_->writer.join();
-    }
+    impl_->join(true);  // what is pending is superseded by the final state
     std::string e = write_file_atomically(impl_->path, content);
     return !impl_->err.empty() ? impl_->err : e;
 }

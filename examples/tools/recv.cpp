@@ -32,6 +32,7 @@ struct Args {
     bool verbose = false;
     bool spin = false;
     double consume_rate = 0;  // messages/s the application takes; 0: as fast as they come
+    bool verify = false;      // check every byte against prizma-send's pattern
     prizma::ChannelOptions opts;
 };
 
@@ -42,7 +43,7 @@ int parse_args(int argc, char** argv, Args& a) {
         app,
         "prizma-recv URI --count N [--timeout SECONDS] [--deadline SECONDS]\n"
         "                   [--preset wan|lan|rdma] [--recover] [--spin] [--verbose]\n"
-        "                   [--consume-rate MSGS_PER_S] [--window PACKETS]",
+        "                   [--consume-rate MSGS_PER_S] [--window PACKETS] [--verify]",
         "Subscribes to URI and checks that messages 0..N-1 from prizma-send (a 64-bit\n"
         "little-endian index in the first 8 bytes) all arrive exactly once.",
         "Exits 0 only when messages 0..N-1 all arrived exactly once; 1 when a message is\n"
@@ -75,6 +76,10 @@ int parse_args(int argc, char** argv, Args& a) {
                  "Busy-poll (never sleep between polls), as a latency-critical\n"
                  "consumer does (default: sleep on the transport's wakeup)");
     app.add_flag("--verbose", a.verbose, "Print every message and source event");
+    app.add_flag("--verify", a.verify,
+                 "Check every byte of every message: byte k of message i is (i + k) & 0xff\n"
+                 "after the index (prizma-send's and OpenPGM pgm_peer's filler); a message\n"
+                 "that differs is counted corrupt and fails the run");
     app.add_option("--consume-rate", a.consume_rate,
                    "Take at most this many messages per second from the subscriber, as a slow\n"
                    "consumer does (flow control: flow=min in the URI); default 0: no limit")
@@ -85,7 +90,8 @@ int parse_args(int argc, char** argv, Args& a) {
 
 /// What arrived, checked against the indexes 0..n-1 expected.
 struct Tally {
-    Tally(std::uint64_t expected, bool print_each) : n(expected), verbose(print_each), seen(n, 0) {}
+    Tally(std::uint64_t expected, bool print_each, bool check_bytes)
+        : n(expected), verbose(print_each), verify(check_bytes), seen(n, 0) {}
 
     /// Counts one message or event delivered at `now` (loss events are printed, and with
     /// --verbose everything else too). True for a data message.
@@ -116,6 +122,10 @@ struct Tally {
             ++out_of_range;
             return true;
         }
+        if (verify && !filler_ok(m.payload, idx)) {
+            ++corrupt;
+            return true;
+        }
         if (seen[idx] != 0) {
             ++duplicates;
             return true;
@@ -132,13 +142,25 @@ struct Tally {
         return true;
     }
 
+    /// Byte k (after the 8-byte index) is (idx + k) & 0xff.
+    static bool filler_ok(std::span<const std::byte> p, std::uint64_t idx) {
+        for (std::size_t k = 8; k < p.size(); ++k) {
+            if (std::to_integer<std::uint8_t>(p[k]) != ((idx + k) & 0xffU)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
     std::uint64_t n;
     bool verbose;
+    bool verify;
     std::vector<std::uint8_t> seen;
     std::uint64_t received = 0;
     std::uint64_t unique = 0;
     std::uint64_t duplicates = 0;
     std::uint64_t out_of_range = 0;
+    std::uint64_t corrupt = 0;  // --verify: bytes that are not the message's
     std::uint64_t gaps = 0;
     std::uint64_t loss_events = 0;
     std::uint64_t bytes = 0;
@@ -233,10 +255,10 @@ int report(const Args& a, End end, const Tally& t, const prizma::Subscriber& sub
                secs > 0 ? static_cast<double>(t.received) / secs : 0.0,
                secs > 0 ? static_cast<double>(t.bytes) / secs / 1e6 : 0.0);
     fmt::print(
-        "repairs {} naks {} gaps {} duplicates {} out-of-range {} loss events {} malformed {} "
-        "window-full {}\n",
-        c.repaired, c.naks_sent, t.gaps, t.duplicates, t.out_of_range, t.loss_events, c.malformed,
-        c.window_full);
+        "repairs {} naks {} gaps {} duplicates {} out-of-range {} corrupt {} loss events {} "
+        "malformed {} window-full {}\n",
+        c.repaired, c.naks_sent, t.gaps, t.duplicates, t.out_of_range, t.corrupt, t.loss_events,
+        c.malformed, c.window_full);
     fmt::print("{}\n", prizma::tools::counters_line(c));
     if (const auto tc = sub.transport_counters(); !tc.empty()) {
         fmt::print("transport");
@@ -245,7 +267,7 @@ int report(const Args& a, End end, const Tally& t, const prizma::Subscriber& sub
         }
         fmt::print("\n");
     }
-    const bool ok = t.unique == t.n && t.duplicates == 0 && t.out_of_range == 0;
+    const bool ok = t.unique == t.n && t.duplicates == 0 && t.out_of_range == 0 && t.corrupt == 0;
     // stdout first: with both streams in one file, a stderr line must not land inside the
     // counters line (scripts parse it).
     (void)std::fflush(stdout);
@@ -275,7 +297,7 @@ int run(int argc, char** argv) {
     const std::string local = sub->local_address();
     fmt::print(stderr, "prizma-recv: listening on {}{}{}\n", a.uri, local.empty() ? "" : " at ",
                local);
-    Tally tally(a.count, a.verbose);
+    Tally tally(a.count, a.verbose, a.verify);
     const End end = receive(*ctx, *sub, a, tally);
     return report(a, end, tally, *sub);
 }

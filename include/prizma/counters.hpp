@@ -47,6 +47,10 @@ struct ChannelCounters {
     std::uint64_t packets_refused = 0;  ///< packets moving a source's state too far, or
                                         ///< from another sender than its pinned one
     std::uint64_t conflicts = 0;        ///< same sqn seen again with different bytes
+    // FEC (RFC 3208 §11.8) is not implemented: parity is never taken for data.
+    std::uint64_t parity_dropped = 0;  ///< parity ODATA/RDATA received and dropped
+    std::uint64_t parity_refused = 0;  ///< parity NAKs and NCFs refused (either role)
+    std::uint64_t fec_spms = 0;        ///< SPMs received that announce FEC (OPT_PARITY_PRM)
     // Flow control (docs/PROTOCOL.md, "Flow control"); status_sent is a subscriber's, the
     // rest a publisher's.
     std::uint64_t status_sent = 0;      ///< status messages sent to sources
@@ -67,7 +71,7 @@ struct CounterField {
 
 /// Every field of ChannelCounters, in declaration order: the one list that sums, stats files,
 /// prizma-stat and the tools use. A field added to the struct and not here fails to compile.
-inline constexpr std::array<CounterField, 40> kChannelCounterFields{{
+inline constexpr std::array<CounterField, 43> kChannelCounterFields{{
     {"packets_sent", &ChannelCounters::packets_sent},
     {"packets_received", &ChannelCounters::packets_received},
     {"bytes_sent", &ChannelCounters::bytes_sent},
@@ -101,6 +105,9 @@ inline constexpr std::array<CounterField, 40> kChannelCounterFields{{
     {"sources_evicted", &ChannelCounters::sources_evicted},
     {"packets_refused", &ChannelCounters::packets_refused},
     {"conflicts", &ChannelCounters::conflicts},
+    {"parity_dropped", &ChannelCounters::parity_dropped},
+    {"parity_refused", &ChannelCounters::parity_refused},
+    {"fec_spms", &ChannelCounters::fec_spms},
     {"status_sent", &ChannelCounters::status_sent},
     {"status_received", &ChannelCounters::status_received},
     {"status_refused", &ChannelCounters::status_refused},

@@ -117,6 +117,34 @@ ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options
                 o.has_join = true;
                 o.join_min = Sqn{load_be32(body + 4)};
                 break;
+            case OptionType::parity_prm:
+                if (len != kParityOptionBytes || o.has_parity_prm) {
+                    return ParseStatus::bad_options;
+                }
+                o.has_parity_prm = true;
+                o.parity_prm_flags = std::to_integer<std::uint8_t>(body[3]);
+                o.parity_group_size = load_be32(body + 4);
+                if ((o.parity_prm_flags & (kParityPrmProactive | kParityPrmOnDemand)) == 0
+                    || o.parity_group_size < kMinParityGroup
+                    || o.parity_group_size > kMaxParityGroup
+                    || (o.parity_group_size & (o.parity_group_size - 1)) != 0) {
+                    return ParseStatus::bad_options;  // as OpenPGM refuses such an SPM
+                }
+                break;
+            case OptionType::parity_grp:
+                if (len != kParityOptionBytes || o.has_parity_grp) {
+                    return ParseStatus::bad_options;
+                }
+                o.has_parity_grp = true;
+                o.parity_grp = load_be32(body + 4);
+                break;
+            case OptionType::curr_tgsize:
+                if (len != kParityOptionBytes || o.has_curr_tgsize) {
+                    return ParseStatus::bad_options;
+                }
+                o.has_curr_tgsize = true;
+                o.curr_tgsize = load_be32(body + 4);
+                break;
             case OptionType::syn: o.syn = true; break;
             case OptionType::fin: o.fin = true; break;
             case OptionType::auth:
@@ -293,7 +321,17 @@ ParseStatus parse(std::span<const std::byte> d, Packet& out, const ParseConfig& 
     if (out.tsdu_length != rest) {
         return ParseStatus::bad_length;
     }
-    if (out.opts.has_fragment) {
+    const bool parity = is_data && out.is_parity();
+    if (parity && (out.options_byte & kOptVarPktlen) != 0) {
+        // The encoded original length closes a variable-length parity packet (OpenPGM
+        // txw.c): it must be there, and the parity block before it is what it encodes.
+        if (rest < kVarPktlenTrailerBytes) {
+            return ParseStatus::bad_length;
+        }
+    }
+    // A parity packet's OPT_FRAGMENT is Reed-Solomon encoded (its F bit set): no offsets to
+    // check. The receiver drops parity data before it looks at the option.
+    if (out.opts.has_fragment && !parity) {
         const auto& f = out.opts.fragment;
         if (f.apdu_length == 0 || f.offset > f.apdu_length || rest > f.apdu_length - f.offset) {
             return ParseStatus::bad_options;
@@ -434,6 +472,9 @@ std::size_t options_part(const PacketSpec& s) noexcept {
     if (s.status != nullptr) {
         n += kStatusOptionBytes;
     }
+    if (s.parity_prm_flags != 0) {
+        n += kParityOptionBytes;
+    }
     return n == 0 ? 0 : n + 4;  // + OPT_LENGTH
 }
 
@@ -501,6 +542,12 @@ void write_options(std::byte* q, const PacketSpec& s, std::size_t opt_bytes) noe
         store_be32(q + 16, static_cast<std::uint32_t>(st.receiver_id));
         store_be32(q + 20, static_cast<std::uint32_t>(st.tag >> 32U));
         store_be32(q + 24, static_cast<std::uint32_t>(st.tag));
+        q += kStatusOptionBytes;
+    }
+    if (s.parity_prm_flags != 0) {
+        opt_header(q, OptionType::parity_prm, static_cast<std::uint8_t>(kParityOptionBytes), last);
+        q[3] = std::byte{s.parity_prm_flags};
+        store_be32(q + 4, s.parity_group_size);
     }
     *last |= std::byte{kOptEnd};
 }
@@ -527,9 +574,12 @@ std::size_t encode(std::span<std::byte> out, const PacketSpec& s) noexcept {
     std::uint8_t options_byte = 0;
     if (opt_bytes != 0) {
         options_byte = kOptPresent;
-        if (!s.nak_list.empty()) {
-            options_byte |= kOptNetwork;
+        if (!s.nak_list.empty() || s.parity_prm_flags != 0) {
+            options_byte |= kOptNetwork;  // as OpenPGM sets it with both
         }
+    }
+    if (s.parity) {
+        options_byte |= kOptParity;
     }
     store_be16(p, s.sport);
     store_be16(p + 2, s.dport);

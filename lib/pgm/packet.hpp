@@ -48,6 +48,12 @@ enum class OptionType : std::uint8_t {
     fragment = 0x01,
     nak_list = 0x02,
     join = 0x03,
+    /// RFC 3208 §11.8 (FEC): the source's parity parameters (SPM), a parity packet's group
+    /// number beyond the transmission group size, and a shortened group's actual size.
+    /// OpenPGM lays each out as type, length, OPX, one byte, a 32-bit value (8 bytes).
+    parity_prm = 0x08,
+    parity_grp = 0x09,
+    curr_tgsize = 0x0a,
     syn = 0x0d,
     fin = 0x0e,
     rst = 0x0f,
@@ -60,6 +66,17 @@ enum class OptionType : std::uint8_t {
     /// 00 as for auth, so OpenPGM and Wireshark skip it.
     status = 0x3e,
 };
+inline constexpr std::size_t kParityOptionBytes = 8;  ///< PRM, GRP and CURR_TGSIZE alike
+/// OPT_PARITY_PRM's flags byte (OpenPGM packet.h): the source sends pro-active parity,
+/// answers parity NAKs (on-demand parity), or both.
+inline constexpr std::uint8_t kParityPrmProactive = 0x01;
+inline constexpr std::uint8_t kParityPrmOnDemand = 0x02;
+/// OPT_PARITY_PRM's transmission group size: a power of two, 2 to 128 (OpenPGM refuses others).
+inline constexpr std::uint32_t kMinParityGroup = 2;
+inline constexpr std::uint32_t kMaxParityGroup = 128;
+/// A variable-length parity packet (options byte kOptVarPktlen) ends with the 2-byte
+/// encoded original length.
+inline constexpr std::size_t kVarPktlenTrailerBytes = 2;
 inline constexpr std::size_t kStatusOptionBytes = 28;  ///< type, length, OPX, flags, 24 bytes
 inline constexpr std::uint8_t kStatusLeaving = 0x01;   ///< flags: the receiver leaves
 /// ACK (PGMCC, as OpenPGM and Wireshark read it): RX_MAX and a receive bitmap after the header.
@@ -124,6 +141,15 @@ struct Options {
     std::uint64_t auth_time_ms = 0;  ///< the sender's clock, ms since the Unix epoch
     bool has_status = false;
     StatusInfo status{};
+    /// FEC options (RFC 3208 §11.8), validated and read; prizma sends none and never uses
+    /// parity (docs/PROTOCOL.md §2).
+    bool has_parity_prm = false;
+    std::uint8_t parity_prm_flags = 0;  ///< kParityPrmProactive | kParityPrmOnDemand
+    std::uint32_t parity_group_size = 0;
+    bool has_parity_grp = false;
+    std::uint32_t parity_grp = 0;
+    bool has_curr_tgsize = false;
+    std::uint32_t curr_tgsize = 0;
     FragmentInfo fragment{};
     Sqn join_min{};
     const std::byte* nak_list = nullptr;  ///< nak_list_count big-endian u32s
@@ -162,6 +188,10 @@ struct Packet {
     [[nodiscard]] Sqn requested(std::size_t i) const noexcept {
         return i == 0 ? sqn : opts.nak_list_at(i - 1);
     }
+    /// RFC 3208 §9 / OpenPGM: a Reed-Solomon parity packet (ODATA/RDATA: parity data, never
+    /// the source's own; NAK/NCF: a parity repair request and its confirmation, whose
+    /// sequence number is a transmission group and a count, not a packet).
+    [[nodiscard]] bool is_parity() const noexcept { return (options_byte & kOptParity) != 0; }
     [[nodiscard]] bool is_upstream() const noexcept {
         return type == PacketType::nak || type == PacketType::nnak || type == PacketType::spmr
                || type == PacketType::ack;
@@ -225,6 +255,11 @@ struct PacketSpec {
     std::uint8_t rst_code = 0;
     std::uint32_t ack_bitmap = 0;        ///< ACK (sqn is its RX_MAX)
     const StatusInfo* status = nullptr;  ///< ACK: prizma's status option
+    /// The options byte's parity bit (prizma sends no parity: tests and tools write it).
+    bool parity = false;
+    /// SPM: OPT_PARITY_PRM with these flags and group size, when the flags are not 0.
+    std::uint8_t parity_prm_flags = 0;
+    std::uint32_t parity_group_size = 0;
 };
 
 /// Where a packet's options (or, without options, its payload) start: after the common header

@@ -471,6 +471,23 @@ void Receiver::on_packet(const pgm::Packet& pkt,
         return;
     }
     const std::uint16_t sport = upstream ? pkt.dport : pkt.sport;  // the source's port
+    if (pkt.is_parity()) {
+        // FEC is not implemented: a parity packet's sequence number names a transmission
+        // group (and its bytes are a code), so it must fill no gap and move no NAK state.
+        // Dropped before it touches a window or a table; a known source's count shows it.
+        switch (pkt.type) {
+            case PacketType::odata:
+            case PacketType::rdata:
+                ++counters_.parity_dropped;
+                if (Peer* known = find(pkt.gsi, sport)) {
+                    ++known->counters.parity_dropped;
+                }
+                return;
+            case PacketType::nak:
+            case PacketType::ncf: ++counters_.parity_refused; return;
+            default: break;
+        }
+    }
     if (upstream) {
         if (Peer* p = find(pkt.gsi, sport)) {
             if (pkt.type == PacketType::nak) {
@@ -781,6 +798,12 @@ void Receiver::on_spm(Peer& p,
     p.spm_sqn = pkt.sqn;
     p.has_nla = true;
     p.nla = pkt.nla;
+    // OPT_PARITY_PRM: what FEC the source offers (shown per source; prizma uses none).
+    p.counters.fec_group_size = pkt.opts.has_parity_prm ? pkt.opts.parity_group_size : 0;
+    p.counters.fec_modes = pkt.opts.has_parity_prm ? pkt.opts.parity_prm_flags : 0;
+    if (pkt.opts.has_parity_prm) {
+        ++counters_.fec_spms;
+    }
     p.spmr_deadline = kNever;
     p.spmrs = 0;
     if (!pkt.opts.rst) {

@@ -30,6 +30,11 @@ struct PeerCounters {
     std::uint64_t loss_events = 0;
     std::uint64_t lost_sqns = 0;
     std::uint64_t apdus_delivered = 0;
+    std::uint64_t parity_dropped = 0;  ///< its parity data packets, dropped
+    /// What its latest SPM's OPT_PARITY_PRM announces (0 without one): the transmission group
+    /// size, and pgm::kParityPrmProactive | kParityPrmOnDemand.
+    std::uint64_t fec_group_size = 0;
+    std::uint64_t fec_modes = 0;
 };
 
 struct ReceiverCounters {
@@ -65,6 +70,12 @@ struct ReceiverCounters {
     std::uint64_t repair_timeouts = 0;   ///< sqns lost at their absolute repair deadline
     std::uint64_t reassembly_steps = 0;  ///< fragments checked by reassembly (work bound)
     std::uint64_t status_sent = 0;       ///< flow-control status messages (ACKs) sent
+    /// FEC (RFC 3208 §11.8), which prizma does not implement: parity ODATA/RDATA are never
+    /// delivered (their sequence numbers are the group's, their bytes a code), and parity
+    /// NAKs and NCFs never suppress, confirm or move anything.
+    std::uint64_t parity_dropped = 0;  ///< parity data packets dropped
+    std::uint64_t parity_refused = 0;  ///< parity NAKs (another receiver's) and NCFs ignored
+    std::uint64_t fec_spms = 0;        ///< SPMs announcing FEC (OPT_PARITY_PRM)
 };
 
 /// What Receiver::poll hands to the application.

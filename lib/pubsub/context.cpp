@@ -724,6 +724,7 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.auth_refused = s.auth_refused;
         c.naks_ignored = k.nak_ignored;
         c.repairs_dropped = k.repairs_dropped;
+        c.parity_refused = k.nak_parity;
         const auto& f = src->flow().counters();
         c.status_received = f.status_received;
         c.status_refused = f.status_refused;
@@ -753,6 +754,9 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.packets_refused = k.refused;
         c.conflicts = k.conflicts;
         c.status_sent = k.status_sent;
+        c.parity_dropped = k.parity_dropped;
+        c.parity_refused += k.parity_refused;
+        c.fec_spms = k.fec_spms;
     }
     return c;
 }

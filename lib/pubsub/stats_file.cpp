@@ -272,7 +272,8 @@ void Writer::sources(std::size_t index,
         o.sport = s.tsi.sport;
         const std::uint64_t v[kSourceCounters] = {
             s.odata_received, s.rdata_received, s.duplicates,  s.repaired,  s.ncf_received,
-            s.nak_sent,       s.nak_sqns_sent,  s.loss_events, s.lost_sqns, s.apdus_delivered};
+            s.nak_sent,       s.nak_sqns_sent,  s.loss_events, s.lost_sqns, s.apdus_delivered,
+            s.parity_dropped, s.fec_group_size, s.fec_modes};
         std::memcpy(o.values, v, sizeof v);
     }
     r->source_count = static_cast<std::uint32_t>(n);

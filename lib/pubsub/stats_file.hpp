@@ -31,7 +31,7 @@
 namespace prizma::stats {
 
 inline constexpr char kMagic[8] = {'P', 'R', 'Z', 'S', 'T', 'A', 'T', '1'};
-inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kVersion = 3;
 inline constexpr std::size_t kMaxChannels = 64;
 inline constexpr std::size_t kMaxCounters = 96;
 inline constexpr std::size_t kNameLen = 32;
@@ -40,7 +40,8 @@ inline constexpr std::size_t kMaxSources = 8;  ///< per subscriber channel
 /// Per-source counters, in SourceRecord::values order.
 inline constexpr std::string_view kSourceCounterNames[] = {
     "odata_received", "rdata_received", "duplicates",  "repaired",  "ncf_received",
-    "naks_sent",      "nak_sqns_sent",  "loss_events", "lost_sqns", "messages_delivered"};
+    "naks_sent",      "nak_sqns_sent",  "loss_events", "lost_sqns", "messages_delivered",
+    "parity_dropped", "fec_group_size", "fec_modes"};
 inline constexpr std::size_t kSourceCounters = std::size(kSourceCounterNames);
 /// A publisher channel's records are its flow-control receivers instead: these values.
 inline constexpr std::string_view kReceiverFieldNames[] = {

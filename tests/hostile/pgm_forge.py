@@ -42,6 +42,21 @@
       Listens for an SPM and the newest ODATA of that TSI, then sends from SPOOF_IP one SPM
       per OPTIONS word (RST, FIN: comma-separated, in that order), PAUSE s apart, each with
       the next SPM sqn, the live trail and the newest sqn heard as its lead.
+  pgm_forge.py parity-naks GROUP PORT IFACE K GROUPS SECONDS
+      Asks an on-demand FEC source (OpenPGM with PGM_USE_FEC) for parity, as an OpenPGM
+      receiver would (RFC 3208 section 11.8): listens to the group on IFACE, takes the first
+      ODATA's TSI (its NLA is taken to be IFACE: a source on this host) and, for every
+      of the first GROUPS transmission groups of K packets, once it has heard the group's
+      last sqn, sends to IFACE:PORT one
+      parity NAK (options byte 0x80, sqn = the group's first sqn | 0): OpenPGM answers with a
+      parity NCF and one parity RDATA whose sqn is the group's first (parity index 0). (A
+      second parity NAK for a group still queued fails an assertion in 5.3.128, txw.c:478.)
+      OpenPGM 5.3.128 sends its parity RDATA with ports 0 and 256 and a checksum that
+      does not verify (its parity buffer's header is never completed, txw.c/source.c); each one
+      heard is sent again to the group as a correct FEC source would: the source's ports, a
+      valid checksum, the same parity sqn and bytes. Prints the parity NAKs sent, the parity
+      NCFs and parity RDATA heard, how many of those failed their checksum, and how many
+      were sent again, over SECONDS.
 Every packet this file forges is checked before it leaves: the RFC 1071 sum over the whole
 PGM packet, checksum included, must be 0xffff (an independent check of pgm_checksum()).
 """
@@ -109,7 +124,7 @@ def spm(sport, dport, gsi, spm_sqn, trail, lead, path_nla: str, option=None) -> 
     return with_checksum(p + body + opts)
 
 
-def nak(sport, dport, gsi, sqns, source_nla: str, group: str, ptype=NAK) -> bytes:
+def nak(sport, dport, gsi, sqns, source_nla: str, group: str, ptype=NAK, parity=False) -> bytes:
     """A NAK (or NCF: ptype) for sqns[0] with OPT_NAK_LIST for the rest (a NAK is upstream:
     ports swapped by the caller)."""
     opts = b""
@@ -119,6 +134,8 @@ def nak(sport, dport, gsi, sqns, source_nla: str, group: str, ptype=NAK) -> byte
         lst += b"".join(struct.pack("!I", s & MASK) for s in sqns[1:])
         opts = struct.pack("!BBH", OPT_LENGTH, 4, 4 + len(lst)) + lst
         flags = 0x01 | 0x02  # options present, network-significant (as OpenPGM)
+    if parity:
+        flags |= 0x80  # a parity NAK: sqns name transmission groups and packet counts
     p = header(sport, dport, ptype, flags, gsi, 0)
     return with_checksum(p + struct.pack("!I", sqns[0] & MASK) + nla(source_nla) + nla(group) + opts)
 
@@ -253,6 +270,7 @@ def group_socket(group, port, iface):
     """A UDP socket hearing the group's datagrams on IFACE (PGM over UDP)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # OpenPGM binds with it alone
     s.bind((group, int(port)))
     s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
                  socket.inet_aton(group) + socket.inet_aton(iface))
@@ -450,13 +468,58 @@ def ncf_flood_behind(group, port, gsi_hex, sport, dport, source_nla, src_ip, ifa
           % (sent, src_ip, time.monotonic() - start))
 
 
+def parity_naks(group, port, iface, k, groups, seconds):
+    port, k, groups, seconds = int(port), int(k), int(groups), float(seconds)
+    sock = group_socket(group, port, iface)
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    out.bind((iface, 0))
+    out.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface))
+    out.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+    tsi = None
+    asked, naks, ncfs, parity, bad, resent = set(), 0, 0, 0, 0, 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        r, _, _ = select.select([sock], [], [], max(0.0, end - time.monotonic()))
+        if not r:
+            continue
+        pgm = sock.recv(65535)
+        if len(pgm) < 24:
+            continue
+        ptype, options = pgm[4] & 0x0F, pgm[5]
+        if ptype == NCF and options & 0x80:
+            ncfs += 1
+        elif ptype in (ODATA, 0x05) and options & 0x80:
+            parity += 1
+            if not checksum_ok(pgm) and tsi is not None:
+                bad += 1
+                fixed = struct.pack("!HH", tsi[1], tsi[2]) + pgm[4:]
+                out.sendto(with_checksum(fixed), (group, port))
+                resent += 1
+        elif ptype == ODATA:
+            if tsi is None:
+                tsi = (pgm[8:14], struct.unpack("!H", pgm[:2])[0], struct.unpack("!H", pgm[2:4])[0])
+            if not of_tsi(pgm, tsi[0], tsi[1]) or not checksum_ok(pgm):
+                continue
+            sqn = struct.unpack("!I", pgm[16:20])[0]
+            tg = sqn & ~(k - 1) & MASK
+            if sqn == tg + k - 1 and tg not in asked and len(asked) < groups:
+                asked.add(tg)
+                gsi, sport, dport = tsi
+                out.sendto(nak(dport, sport, gsi, [tg], iface, group, parity=True),
+                           (iface, port))
+                naks += 1
+    print("parity naks %d ncf %d rdata %d bad-checksum %d resent %d"
+          % (naks, ncfs, parity, bad, resent))
+    print("asked groups " + ",".join(str(g) for g in sorted(asked)))
+
+
 def main(argv):
     cmds = {"learn": (learn, 1), "downstream": (downstream, 11),
             "send-downstream": (send_downstream, 2), "naks": (naks, 11),
             "conflict": (conflict, 7), "ncf-flood": (ncf_flood, 10),
             "ncf-flood-behind": (ncf_flood_behind, 9),
             "silent-source": (silent_source, 6), "gap-sources": (gap_sources, 8),
-            "spm-options": (spm_options, 8)}
+            "spm-options": (spm_options, 8), "parity-naks": (parity_naks, 6)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         sys.exit(__doc__)
     cmds[argv[1]][0](*argv[2:])

@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* An OpenPGM (Debian libpgm 5.3.128) peer for interop tests with prizma.
  *
- *   pgm_peer send NETWORK PORT COUNT SIZE [RATE_MSGS_PER_S] [LINGER_MS]
+ *   pgm_peer send NETWORK PORT COUNT SIZE [RATE_MSGS_PER_S] [LINGER_MS] [FEC_K PROACTIVE ONDEMAND]
  *   pgm_peer recv NETWORK PORT COUNT TIMEOUT_S
  *
  * NETWORK is OpenPGM's "127.0.0.1;239.192.0.1"; PORT is the UDP encapsulation port (unicast
  * and multicast alike); the data-destination port is 7500. Message i carries i as a 64-bit
  * little-endian counter in its first 8 bytes, then (i + k) & 0xff at byte k. `recv` exits 0
- * only when 0..COUNT-1 arrived exactly once with intact payloads. */
+ * only when 0..COUNT-1 arrived exactly once with intact payloads.
+ *
+ * FEC_K (a power of two, 2 to 128) turns on OpenPGM's Reed-Solomon FEC (PGM_USE_FEC, RS(255,
+ * FEC_K)): PROACTIVE parity packets after every transmission group, and parity NAKs answered
+ * when ONDEMAND is 1. Its SPMs then carry OPT_PARITY_PRM. */
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -28,6 +32,8 @@ static void die(const char* what, pgm_error_t* err) {
     exit(3);
 }
 
+static int g_fec_k, g_fec_proactive, g_fec_ondemand;
+
 static pgm_sock_t* open_socket(const char* network, int port, int sender, int mtu, int count) {
     pgm_error_t* err = NULL;
     struct pgm_addrinfo_t* res = NULL;
@@ -44,9 +50,31 @@ static pgm_sock_t* open_socket(const char* network, int port, int sender, int mt
         const int heartbeat[] = {pgm_msecs(100), pgm_msecs(100), pgm_msecs(100), pgm_msecs(100),
                                  pgm_msecs(1300), pgm_secs(7), pgm_secs(16), pgm_secs(25), pgm_secs(30)};
         pgm_setsockopt(sock, IPPROTO_PGM, PGM_SEND_ONLY, &yes, sizeof yes);
-        pgm_setsockopt(sock, IPPROTO_PGM, PGM_TXW_SQNS, &sqns, sizeof sqns);
+        if (g_fec_k > 0) {
+            /* With PGM_TXW_SQNS, 5.3.128 sizes its parity buffer from a TPDU size of 0 and
+             * aborts at the first parity packet (txw.c, socket.c): FEC needs the window given
+             * as seconds x rate. 12.5 MB/s (a rate limit too) x 20 s / 1500 B: ~166,000 sqns. */
+            const int secs = 20, rate = 12500000;
+            pgm_setsockopt(sock, IPPROTO_PGM, PGM_TXW_SECS, &secs, sizeof secs);
+            pgm_setsockopt(sock, IPPROTO_PGM, PGM_TXW_MAX_RTE, &rate, sizeof rate);
+        } else {
+            pgm_setsockopt(sock, IPPROTO_PGM, PGM_TXW_SQNS, &sqns, sizeof sqns);
+        }
         pgm_setsockopt(sock, IPPROTO_PGM, PGM_AMBIENT_SPM, &ambient, sizeof ambient);
         pgm_setsockopt(sock, IPPROTO_PGM, PGM_HEARTBEAT_SPM, heartbeat, sizeof heartbeat);
+        if (g_fec_k > 0) {
+            struct pgm_fecinfo_t fec;
+            memset(&fec, 0, sizeof fec);
+            fec.block_size = 255;
+            fec.group_size = (uint8_t)g_fec_k;
+            fec.proactive_packets = (uint8_t)g_fec_proactive;
+            fec.ondemand_parity_enabled = g_fec_ondemand != 0;
+            fec.var_pktlen_enabled = 1;
+            if (!pgm_setsockopt(sock, IPPROTO_PGM, PGM_USE_FEC, &fec, sizeof fec)) {
+                fprintf(stderr, "pgm_peer: PGM_USE_FEC refused\n");
+                exit(3);
+            }
+        }
     } else {
         const int sqns = 65536;
         const int peer_expiry = pgm_secs(300), spmr_expiry = pgm_msecs(250);
@@ -202,6 +230,11 @@ int main(int argc, char** argv) {
     if (!pgm_init(&err)) die("pgm_init", err);
     int rc;
     if (strcmp(argv[1], "send") == 0) {
+        if (argc > 10) {
+            g_fec_k = atoi(argv[8]);
+            g_fec_proactive = atoi(argv[9]);
+            g_fec_ondemand = atoi(argv[10]);
+        }
         rc = do_send(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 10), strtoull(argv[5], NULL, 10),
                      argc > 6 ? atof(argv[6]) : 0, argc > 7 ? atoi(argv[7]) : 3000);
     } else {

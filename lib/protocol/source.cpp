@@ -116,6 +116,10 @@ Source::Source(const SourceConfig& cfg) : cfg_(cfg), flow_(cfg.flow) {
     repair_credit_.bytes = min_credit_;
     // A receiver NAKs again only nak_rdata_ivl after an NCF: a faster repeat helps nobody.
     repeat_ivl_ns_ = std::max(cfg.timers.nak_elimination_ns, cfg.timers.nak_rdata_ivl_ns / 2);
+    // Idle: no data for one NAK round of our own timers (a source sending steadily, at any
+    // rate above one packet per round, earns from its data alone).
+    idle_grace_ns_ =
+        cfg.timers.nak_bo_ivl_ns + std::max(cfg.timers.nak_rpt_ivl_ns, cfg.timers.nak_rdata_ivl_ns);
 }
 
 std::int64_t Source::quiet_ns() const noexcept {
@@ -520,14 +524,22 @@ std::size_t Source::active_requesters(std::int64_t now_ns) const noexcept {
 // The rate meter keeps two intervals of at least kMeterNs: the ODATA rate before a hold is
 // taken over the last one to two seconds. A hold's first refused send fixes that rate; held
 // time is credited at it until a send goes through again.
+double Source::recent_rate(std::int64_t end_ns) const noexcept {
+    if (meter_ns_ < 0) {
+        return 0.0;
+    }
+    // At least 1 ms: one packet sent alone is no rate.
+    const std::int64_t span = std::max<std::int64_t>(end_ns - meter_ns_ + meter_prev_ns_, kMs);
+    const std::uint64_t bytes = odata_bytes() - meter_bytes_ + meter_prev_bytes_;
+    return static_cast<double>(bytes) / static_cast<double>(span);
+}
+
 void Source::note_held(bool held, std::int64_t now_ns) noexcept {
     if (held) {
         if (!held_) {
             held_ = true;
             held_count_ns_ = now_ns;
-            const std::int64_t span = meter_ns_ < 0 ? 0 : now_ns - meter_ns_ + meter_prev_ns_;
-            const std::uint64_t bytes = odata_bytes() - meter_bytes_ + meter_prev_bytes_;
-            held_rate_ = span > 0 ? static_cast<double>(bytes) / static_cast<double>(span) : 0.0;
+            held_rate_ = recent_rate(now_ns);
         }
         return;
     }
@@ -540,6 +552,22 @@ void Source::note_held(bool held, std::int64_t now_ns) noexcept {
         meter_prev_bytes_ = meter_ns_ < 0 ? 0 : odata_bytes() - meter_bytes_;
         meter_ns_ = now_ns;
         meter_bytes_ = odata_bytes();
+    }
+}
+
+// A burst's receivers NAK after it, when the source may send nothing more: without this only
+// the saved credit (64 packets) would repair them, whatever they lost. Idle time from one NAK
+// round after the last data, up to the receivers' repair limit after it, earns at the rate the
+// source sent at before (time held back by flow control is counted by count_held instead).
+void Source::count_idle(std::int64_t now_ns) noexcept {
+    if (held_) {
+        return;
+    }
+    const std::int64_t from = std::max(last_data_ns_ + idle_grace_ns_, idle_counted_ns_);
+    const std::int64_t to = std::min(now_ns, last_data_ns_ + idle_grace_ns_ + linger_cap_ns());
+    if (to > from) {
+        idle_bytes_ += recent_rate(last_data_ns_) * static_cast<double>(to - from);
+        idle_counted_ns_ = to;
     }
 }
 
@@ -589,9 +617,18 @@ void Source::handle_nak(const pgm::Packet& p,
         ++counters_.nak_invalid;
         return;
     }
+    if (p.is_parity()) {
+        // A parity NAK asks for parity packets of a transmission group (its sqn is the group
+        // and a count): prizma has no FEC, so it is refused, not taken as a selective NAK for
+        // that sqn. The receiver NAKs again selectively (OpenPGM does, once its NAKs go
+        // unanswered) or reports the loss.
+        ++counters_.nak_parity;
+        return;
+    }
     ++counters_.nak_received;
     last_nak_ns_ = now_ns;
     count_held(now_ns);  // before a new requester's mark, and for earn()
+    count_idle(now_ns);
     Requester& rq = requester(from, now_ns);
     earn(rq, now_ns);
     // What the NCF confirms: sqns queued for an RDATA, by this NAK or before it.

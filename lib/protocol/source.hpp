@@ -48,6 +48,7 @@ struct SourceCounters {
     std::uint64_t ncf_suppressed = 0;         ///< NAKs with nothing accepted, or no budget left
     std::uint64_t requesters_replaced = 0;    ///< requester table full: the oldest was forgotten
     std::uint64_t ack_invalid = 0;            ///< ACKs with wrong ports or no status option
+    std::uint64_t nak_parity = 0;  ///< parity NAKs (FEC, not implemented): refused, no NCF
 };
 
 /// The sending half of a PGM transport session (RFC 3208 §5): transmit window, ODATA framing
@@ -108,6 +109,9 @@ public:
     [[nodiscard]] Sqn trail() const noexcept { return trail_; }
     [[nodiscard]] Sqn next_sqn() const noexcept { return next_; }
     [[nodiscard]] const SourceCounters& counters() const noexcept { return counters_; }
+    /// The bytes repair credit has been earned from so far: ODATA sent, plus the held and idle
+    /// time credited at the recent ODATA rate (docs/PROTOCOL.md §3.1).
+    [[nodiscard]] std::uint64_t credit_basis_bytes() const noexcept { return earning_bytes(); }
     /// Flow control: the receivers tracked and the limit they give (docs/PROTOCOL.md).
     [[nodiscard]] const FlowLimiter& flow() const noexcept { return flow_; }
     [[nodiscard]] const SourceConfig& config() const noexcept { return cfg_; }
@@ -215,8 +219,12 @@ private:
     /// ODATA bytes sent plus the bytes credited while flow control held the source back:
     /// what repair credit is earned from.
     [[nodiscard]] std::uint64_t earning_bytes() const noexcept {
-        return odata_bytes() + static_cast<std::uint64_t>(held_bytes_);
+        return odata_bytes() + static_cast<std::uint64_t>(held_bytes_ + idle_bytes_);
     }
+    /// The ODATA rate of the last one to two seconds, up to `end_ns` (bytes per ns).
+    [[nodiscard]] double recent_rate(std::int64_t end_ns) const noexcept;
+    /// Credits the idle time since the last count (docs/PROTOCOL.md §3.1, "Idle credit").
+    void count_idle(std::int64_t now_ns) noexcept;
     /// Flow control refused a send (`true`) or let one through (`false`).
     void note_held(bool held, std::int64_t now_ns) noexcept;
     /// Credits the time held since the last count at the rate measured before the hold.
@@ -276,6 +284,12 @@ private:
     std::int64_t held_count_ns_ = 0;  // held time credited up to here
     double held_rate_ = 0;            // ODATA bytes per ns before the hold
     double held_bytes_ = 0;
+    // Idle credit (docs/PROTOCOL.md §3.1): a source that fell quiet after its data earns at its
+    // recent ODATA rate from idle_grace_ns_ after its last data, for the receivers' repair
+    // limit, so that a receiver that lost a burst is repaired from the window.
+    std::int64_t idle_grace_ns_ = 0;
+    std::int64_t idle_counted_ns_ = 0;  // idle time credited up to here
+    double idle_bytes_ = 0;
     std::int64_t meter_ns_ = -1;  // the rate meter's current interval (-1: none yet): start, bytes
     std::uint64_t meter_bytes_ = 0;
     std::int64_t meter_prev_ns_ = 0;  // ... and the interval before it: length, bytes

@@ -34,6 +34,8 @@
 //   * the forged sources, silent longer than the peer expiry at the quiet end, have left
 //   * every packet either side sends parses with a valid checksum; RDATA repeats its ODATA
 //     byte for byte and only for sqns in the transmit window
+//   * a forged parity packet (ODATA, RDATA, NAK or NCF with the parity bit) moves no counter
+//     but its own and takes no storage: FEC is not implemented, parity is never data
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -425,9 +427,12 @@ void Harness::on_source_packet(const TxPacket& tx) {
         default: CHECK(false, "the source sent an upstream packet");
     }
     // Budget: RDATA + NCF bytes within the initial credit plus the share earned by ODATA (the
-    // source counts header + TSDU: the same bytes).
+    // source counts header + TSDU: the same bytes) and by the idle time after it, which is
+    // credited at most at the rate of the data before, for one repair limit per idle spell.
+    const auto basis = src_->credit_basis_bytes();
+    CHECK(basis >= odata_bytes_, "the credit basis lost ODATA bytes");
     CHECK(static_cast<double>(repair_bytes_)
-              <= repair_burst_ + repair_fraction_ * static_cast<double>(odata_bytes_) + 1.0,
+              <= repair_burst_ + repair_fraction_ * static_cast<double>(basis) + 1.0,
           "the source spent more on repairs than its repair budget");
     if (down_.size() == kQueueCap) {
         down_.pop_front();
@@ -565,6 +570,7 @@ void Harness::forge() {
     spec.dport = upstream ? kTsis[t].sport : dport;
     spec.fin = (fl & 1U) != 0;
     spec.rst = (fl & 2U) != 0;
+    spec.parity = (fl & 8U) != 0;  // FEC parity: never data, never a selective NAK or NCF
     spec.nla = (fl & 0x20U) != 0 ? kOtherNla : kSourceNla;
     spec.group = (fl & 0x40U) != 0 ? Nla::ipv4(239, 9, 9, 9) : kGroup;
     prizma::pgm::FragmentInfo frag{};
@@ -647,7 +653,9 @@ void Harness::forge() {
     if (spec.fragment != nullptr) {
         fragments_[t] = true;
     }
-    if (t == 0 && !upstream) {
+    const bool parity = p.is_parity() && type != PacketType::spm && type != PacketType::spmr
+                        && type != PacketType::nnak;
+    if (t == 0 && !upstream && !parity) {
         // The receiver pinned the source's address at its first SPM and hears it: packets
         // from other hosts are refused. The spoofed address cannot be told apart.
         const bool pinned_alive = real_spm_seen_ && now_ - real_spm_ns_ < rc_.timers.ambient_spm_ns;
@@ -656,10 +664,28 @@ void Harness::forge() {
         }
     }
     trace_packet(ep == 0 ? "forge ep0" : ep == 1 ? "forge ep1" : "forge ep2", p, now_);
+    const auto rx_before = rx_->counters();
+    const auto src_before = src_->counters();
+    const std::size_t storage_before = rx_->storage_used();
     if (upstream && source_tsi(p)) {
         src_->on_packet(p, kForgeEps[ep], now_, src_sink_);
     }
     rx_->on_packet(p, kForgeEps[ep], now_, rx_sink_);
+    if (parity) {
+        // A parity packet moves nothing but its own counters (and the checks before them).
+        auto rx_after = rx_->counters();
+        rx_after.parity_dropped = rx_before.parity_dropped;
+        rx_after.parity_refused = rx_before.parity_refused;
+        rx_after.foreign_dport = rx_before.foreign_dport;
+        CHECK(std::memcmp(&rx_after, &rx_before, sizeof rx_after) == 0,
+              "a parity packet moved the receiver's state");
+        CHECK(rx_->storage_used() == storage_before, "a parity packet took receiver storage");
+        auto src_after = src_->counters();
+        src_after.nak_parity = src_before.nak_parity;
+        src_after.nak_invalid = src_before.nak_invalid;
+        CHECK(std::memcmp(&src_after, &src_before, sizeof src_after) == 0,
+              "a parity NAK moved the source's state");
+    }
 }
 
 void Harness::on_event(const Event& ev) {

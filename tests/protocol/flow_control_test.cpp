@@ -588,5 +588,11 @@ TEST_CASE("flow: a source held back by flow control earns repair credit at its d
     // the share of the rate allows.
     CHECK(held >= 40);
     CHECK(held <= 50);
-    CHECK(idle == 0);  // an idle source earns nothing: there is no rate to match
+    // Idle credit (issue: a burst's receivers were never repaired): a source that is not held
+    // but sends nothing earns at the same rate from one NAK round (12 ms on lan) after its last
+    // data, for the receivers' repair limit (482 ms), and not beyond: ~0.48 s x ~101 KB/s x
+    // 50% = ~24 RDATA, although the NAKs came a second later.
+    INFO("idle " << idle);
+    CHECK(idle >= 20);
+    CHECK(idle <= 26);
 }

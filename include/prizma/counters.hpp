@@ -26,8 +26,11 @@ struct ChannelCounters {
     std::uint64_t naks_received = 0;
     std::uint64_t back_pressured = 0;
     std::uint64_t rate_limited = 0;
-    std::uint64_t naks_ignored = 0;     ///< NAKed sqns not repaired: over a limit or budget
-    std::uint64_t repairs_dropped = 0;  ///< queued repairs dropped (evicted, over budget)
+    std::uint64_t naks_ignored = 0;            ///< NAKed sqns not repaired: over a limit or budget
+    std::uint64_t naks_requester_limited = 0;  ///< ... over the NAKing host's share
+    std::uint64_t naks_budget_limited = 0;     ///< ... over the publisher's repair budget
+    std::uint64_t naks_repeat_limited = 0;     ///< ... repaired max_repairs_per_sqn times
+    std::uint64_t repairs_dropped = 0;         ///< queued repairs dropped (evicted, over budget)
     // subscriber
     std::uint64_t messages_delivered = 0;
     std::uint64_t bytes_delivered = 0;
@@ -71,7 +74,7 @@ struct CounterField {
 
 /// Every field of ChannelCounters, in declaration order: the one list that sums, stats files,
 /// prizma-stat and the tools use. A field added to the struct and not here fails to compile.
-inline constexpr std::array<CounterField, 43> kChannelCounterFields{{
+inline constexpr std::array<CounterField, 46> kChannelCounterFields{{
     {"packets_sent", &ChannelCounters::packets_sent},
     {"packets_received", &ChannelCounters::packets_received},
     {"bytes_sent", &ChannelCounters::bytes_sent},
@@ -87,6 +90,9 @@ inline constexpr std::array<CounterField, 43> kChannelCounterFields{{
     {"back_pressured", &ChannelCounters::back_pressured},
     {"rate_limited", &ChannelCounters::rate_limited},
     {"naks_ignored", &ChannelCounters::naks_ignored},
+    {"naks_requester_limited", &ChannelCounters::naks_requester_limited},
+    {"naks_budget_limited", &ChannelCounters::naks_budget_limited},
+    {"naks_repeat_limited", &ChannelCounters::naks_repeat_limited},
     {"repairs_dropped", &ChannelCounters::repairs_dropped},
     {"messages_delivered", &ChannelCounters::messages_delivered},
     {"bytes_delivered", &ChannelCounters::bytes_delivered},

@@ -116,8 +116,20 @@ struct ChannelOptions {
     /// Publisher: keep each packet repairable at least this long; a full window then returns
     /// Errc::back_pressured instead of dropping history. 0 = always advance.
     std::chrono::nanoseconds retention{0};
-    std::uint64_t rate_bytes_per_sec = 0;         ///< ODATA budget, 0 = unlimited
-    std::uint64_t repair_rate_bytes_per_sec = 0;  ///< RDATA budget, 0 = unlimited
+    std::uint64_t rate_bytes_per_sec = 0;  ///< ODATA budget, 0 = unlimited
+    /// RDATA budget (token bucket, 1 ms deep), 0 = unlimited. The default paces the repair of
+    /// a lost burst so that a receiver with a default socket buffer (an OpenPGM one, or any
+    /// non-root process: 208 KiB) takes it in rather than losing it again (docs/PROTOCOL.md
+    /// §3.1): 64 MB/s, ~200,000 RDATA of 300 bytes a second.
+    std::uint64_t repair_rate_bytes_per_sec = kDefaultRepairRate;
+    static constexpr std::uint64_t kDefaultRepairRate = 64'000'000;
+    /// Publisher: Publisher::quiet() waits this long after the later of its last message and
+    /// the last NAK (serving repairs) before it says the publisher can close. Negative: the
+    /// default, the preset's own quiet period (lan 27 ms), and on udp://, where OpenPGM
+    /// receivers may listen, at least 700 ms (the wan preset's: a heartbeat SPM reveals the
+    /// tail, OpenPGM's usual NAK back-off is 50 ms and its repeat 200 ms). An application
+    /// that knows its receivers may shorten it (docs/PROTOCOL.md §3.2). At most 1 h.
+    std::chrono::nanoseconds close_quiet{-1};
     /// Publisher: every data byte sent earns this many percent of a byte of repair (RDATA +
     /// NCF) for all NAKs together, and requester_budget_percent for the NAKs of any one host:
     /// no NAK traffic makes the publisher send more than that on top of its data (see

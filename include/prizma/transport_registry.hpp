@@ -75,6 +75,10 @@ struct TransportChannel {
     /// The channel's data-destination port named by the URI (0 = the default, 7500): two
     /// channels on one transport address with different ports do not hear each other.
     std::uint16_t port = 0;
+    /// Other RFC 3208 implementations (OpenPGM, over UDP) may be on the channel: a closing
+    /// publisher then serves repairs long enough for their usual NAK timers by default
+    /// (ChannelOptions::close_quiet).
+    bool openpgm_peers = false;
 };
 
 /// Makes a transport for one channel. Errors carry a detail naming the bad value.

@@ -122,6 +122,11 @@ std::int64_t repair_limit_ns(const Timers& t) noexcept {
     return t.nak_bo_ivl_ns + tries * per_try;
 }
 
+std::int64_t quiet_ns(const Timers& t) noexcept {
+    return 2 * (t.nak_bo_ivl_ns + std::max(t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns))
+           + t.heartbeat_spm_ns[0] + t.heartbeat_spm_ns[1];
+}
+
 Result<void, Error> validate(const Timers& t) {
     struct Interval {
         const Bound& bound;
@@ -202,6 +207,10 @@ Result<void, Error> validate(const SourceConfig& c) {
     }
     if (!kRetention.holds_ns(c.txw_retention_ns)) {
         return refuse(kRetention);
+    }
+    if ((c.close_quiet_ns != -1 && !kCloseQuiet.holds_ns(c.close_quiet_ns))
+        || (c.close_cap_ns != -1 && !kCloseQuiet.holds_ns(c.close_cap_ns))) {
+        return refuse(kCloseQuiet);
     }
     const std::pair<const Bound&, std::uint64_t> repair_limits[] = {
         {kRepairBudget, c.repair_budget_percent},

@@ -54,6 +54,10 @@ Result<void, Error> validate(const Timers& t);
 /// retry with a back-off each. A receiver repairs or reports a missing sqn within it; a
 /// closing source lingers at most this long (docs/PROTOCOL.md §3.2, §4.1).
 std::int64_t repair_limit_ns(const Timers& t) noexcept;
+/// A closing source's quiet period from its timers: no NAK for two NAK rounds (2 × (NAK_BO_IVL
+/// + max(NAK_RPT_IVL, NAK_RDATA_IVL))) plus the first two heartbeat intervals
+/// (docs/PROTOCOL.md §3.2).
+std::int64_t quiet_ns(const Timers& t) noexcept;
 
 /// Late-join policy of a receiver (RFC 3208 §6.1, §9.4).
 enum class JoinPolicy : std::uint8_t {
@@ -87,6 +91,15 @@ struct SourceConfig {
     /// RDATA for one sqn at most this many times (and at most once per max(nak_elimination,
     /// nak_rdata_ivl / 2)).
     std::uint32_t max_repairs_per_sqn = 16;
+    /// quiet() waits this long after the later of the last data and the last NAK; -1 = the
+    /// timers' own quiet period (quiet_ns(timers)). A channel on UDP, where OpenPGM receivers
+    /// may listen, gets at least the wan preset's (docs/PROTOCOL.md §3.2).
+    std::int64_t close_quiet_ns = -1;
+    /// quiet() is true at the latest this long after the last data, whatever NAKs come: the
+    /// receivers' repair limit. -1 = that of our own timers (repair_limit_ns(timers)); on UDP
+    /// at least the wan preset's (25 s), OpenPGM receivers' usual retry chain. Never less
+    /// than the quiet period.
+    std::int64_t close_cap_ns = -1;
     bool checksum = true;  ///< may be false only on verbs (ICRC)
     /// Receiver-driven flow control (docs/PROTOCOL.md, "Flow control"); max = off.
     FlowConfig flow{};

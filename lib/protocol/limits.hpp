@@ -49,6 +49,9 @@ inline constexpr Bound kRepairBurst{"repair_burst_bytes", Bound::Kind::count, 0,
 inline constexpr Bound kMaxRepairsPerSqn{"max_repairs_per_sqn", Bound::Kind::count, 1, 255,
                                          "RDATA"};
 
+/// A closing publisher's quiet period (docs/PROTOCOL.md §3.2); negative: the default.
+inline constexpr Bound kCloseQuiet{"close_quiet", Bound::Kind::duration_ns, 0, kHourNs, ""};
+
 /// Flow control (docs/PROTOCOL.md, "Flow control").
 inline constexpr Bound kFlowReceivers{"flow.max_receivers", Bound::Kind::count, 1, 4096, ""};
 inline constexpr Bound kFlowTimeout{"flow.timeout", Bound::Kind::duration_ns, 1'000'000, kHourNs,

@@ -123,13 +123,13 @@ Source::Source(const SourceConfig& cfg) : cfg_(cfg), flow_(cfg.flow) {
 }
 
 std::int64_t Source::quiet_ns() const noexcept {
-    const auto& t = cfg_.timers;
-    return 2 * (t.nak_bo_ivl_ns + std::max(t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns))
-           + t.heartbeat_spm_ns[0] + t.heartbeat_spm_ns[1];
+    return cfg_.close_quiet_ns >= 0 ? cfg_.close_quiet_ns : protocol::quiet_ns(cfg_.timers);
 }
 
 std::int64_t Source::linger_cap_ns() const noexcept {
-    return protocol::repair_limit_ns(cfg_.timers);
+    const std::int64_t cap =
+        cfg_.close_cap_ns >= 0 ? cfg_.close_cap_ns : protocol::repair_limit_ns(cfg_.timers);
+    return std::max(cap, quiet_ns());
 }
 
 bool Source::quiet(std::int64_t now_ns) const noexcept {
@@ -508,6 +508,11 @@ Source::Requester& Source::requester(const Endpoint& from, std::int64_t now_ns) 
             std::min(min_credit_, std::max(repair_credit_.bytes, 0.0)
                                       / static_cast<double>(active_requesters(now_ns)));
         r->credit.mark = earning_bytes();
+        if (idle_spell_ns_ == last_data_ns_) {
+            // A requester heard during an idle spell earns its share of the spell from its
+            // start: a burst's receivers NAK after the spell has earned what they need.
+            r->credit.mark -= static_cast<std::uint64_t>(idle_spell_bytes_);
+        }
     }
     r->last_ns = now_ns;
     return *r;
@@ -565,8 +570,18 @@ void Source::count_idle(std::int64_t now_ns) noexcept {
     }
     const std::int64_t from = std::max(last_data_ns_ + idle_grace_ns_, idle_counted_ns_);
     const std::int64_t to = std::min(now_ns, last_data_ns_ + idle_grace_ns_ + linger_cap_ns());
+    if (idle_spell_ns_ != last_data_ns_) {
+        idle_spell_ns_ = last_data_ns_;
+        idle_spell_bytes_ = 0;
+    }
     if (to > from) {
-        idle_bytes_ += recent_rate(last_data_ns_) * static_cast<double>(to - from);
+        const double room = kIdleWindows * static_cast<double>(window_bytes()) - idle_spell_bytes_;
+        const double add =
+            std::min(recent_rate(last_data_ns_) * static_cast<double>(to - from), room);
+        if (add > 0) {
+            idle_bytes_ += add;
+            idle_spell_bytes_ += add;
+        }
         idle_counted_ns_ = to;
     }
 }
@@ -585,7 +600,11 @@ void Source::count_held(std::int64_t now_ns) noexcept {
 // kActiveNs, at most requester_budget_percent. So many spoofed addresses together earn no
 // more than the budget, and an honest requester among them keeps its share of it.
 void Source::earn(Requester& rq, std::int64_t now_ns) noexcept {
-    const auto window = static_cast<double>(window_bytes());
+    // In an idle spell the credit it earned may be saved whole (at most kIdleWindows windows),
+    // so that a receiver that NAKs late in the spell still finds it.
+    const double spell =
+        idle_spell_ns_ == last_data_ns_ && idle_spell_bytes_ > 0 ? kIdleWindows : 1.0;
+    const auto window = spell * static_cast<double>(window_bytes());
     const std::uint64_t sent = earning_bytes();  // held time counted by handle_nak
     repair_credit_.earn(sent, repair_fraction_, std::max(min_credit_, repair_fraction_ * window));
     const double share = std::min(

@@ -125,6 +125,9 @@ public:
     static constexpr std::int64_t kActiveNs = 1'000'000'000;
     /// The ODATA rate meter's interval (held credit).
     static constexpr std::int64_t kMeterNs = 1'000'000'000;
+    /// One idle spell earns at most this many times the bytes in the transmit window: every
+    /// packet repaired four times (a receiver that lost a burst, and the repairs it lost again).
+    static constexpr double kIdleWindows = 8.0;
     /// The rate limit or the retention compares the times given to send()/claim()/commit():
     /// they must be exact. Otherwise those times only schedule heartbeat SPMs.
     [[nodiscard]] bool needs_exact_time() const noexcept {
@@ -290,6 +293,8 @@ private:
     std::int64_t idle_grace_ns_ = 0;
     std::int64_t idle_counted_ns_ = 0;  // idle time credited up to here
     double idle_bytes_ = 0;
+    std::int64_t idle_spell_ns_ = -1;  // the last data of the idle spell being credited
+    double idle_spell_bytes_ = 0;      // credited in it (at most kIdleWindows windows)
     std::int64_t meter_ns_ = -1;  // the rate meter's current interval (-1: none yet): start, bytes
     std::uint64_t meter_bytes_ = 0;
     std::int64_t meter_prev_ns_ = 0;  // ... and the interval before it: length, bytes

@@ -349,6 +349,15 @@ protocol::SourceConfig Context::Impl::source_config(const TransportChannel& tc,
     c.repair_budget_percent = o.repair_budget_percent;
     c.requester_budget_percent = o.requester_budget_percent;
     c.max_repairs_per_sqn = o.max_repairs_per_sqn;
+    if (o.close_quiet.count() >= 0) {
+        c.close_quiet_ns = o.close_quiet.count();
+    } else if (tc.openpgm_peers) {
+        // OpenPGM receivers may listen: serve repairs as long as their usual timers need.
+        const auto wan = protocol::preset(protocol::Preset::wan);
+        c.close_quiet_ns = std::max(protocol::quiet_ns(timers), protocol::quiet_ns(wan));
+        c.close_cap_ns =
+            std::max(protocol::repair_limit_ns(timers), protocol::repair_limit_ns(wan));
+    }
     c.flow.strategy = o.flow.strategy == FlowControl::min      ? protocol::FlowStrategy::min
                       : o.flow.strategy == FlowControl::tagged ? protocol::FlowStrategy::tagged
                                                                : protocol::FlowStrategy::max;
@@ -723,6 +732,9 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.rate_limited = k.rate_limited;
         c.auth_refused = s.auth_refused;
         c.naks_ignored = k.nak_ignored;
+        c.naks_requester_limited = k.nak_requester_limited;
+        c.naks_budget_limited = k.nak_budget_limited;
+        c.naks_repeat_limited = k.nak_repeat_limited;
         c.repairs_dropped = k.repairs_dropped;
         c.parity_refused = k.nak_parity;
         const auto& f = src->flow().counters();

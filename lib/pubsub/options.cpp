@@ -79,6 +79,7 @@ struct Row {
 
 // The rows in ChannelOptions order, in two parts (a function fits on a screen).
 std::vector<Row> first_rows() {
+    using protocol::kCloseQuiet;
     using protocol::kMaxRepairsPerSqn;
     using protocol::kRepairBudget;
     using protocol::kRequesterBudget;
@@ -129,6 +130,11 @@ std::vector<Row> first_rows() {
               return text(o.max_repairs_per_sqn);
           }},
          kMaxRepairsPerSqn.field},
+        {{"close_quiet", "publisher", "negative (the default) or " + kCloseQuiet.text(),
+          [](O o) {
+              return text(o.close_quiet.count()) + " ns";
+          }},
+         kCloseQuiet.field},
     };
     return rows;
 }

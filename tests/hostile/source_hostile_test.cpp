@@ -586,3 +586,76 @@ TEST_CASE("honest loss: five receivers on one host at 5% loss each get every mes
     INFO("RDATA " << c.rdata_sent << ", NCF " << c.ncf_sent << ", ignored " << c.nak_ignored);
     CHECK(ratio(net.out.repair_bytes(), net.out.b(PacketType::odata)) < 0.4);
 }
+
+// docs/PROTOCOL.md §3.1, idle credit. A burst's receivers NAK after it, when the source may
+// send nothing more; credit earned only by data sent after a requester appeared repaired 64
+// packets of it and no more, and the rest was reported lost although it was all in the window.
+TEST_CASE(
+    "honest burst: a receiver that loses 70% of a burst is repaired after the source "
+    "falls quiet",
+    "[hostile][source]") {
+    const auto sc = testing::source_config();
+    Net net(sc);
+    auto& r = net.add_receiver(host(20), 0.0, 21);
+    const std::uint64_t n = 4'000;  // within the 4096-packet windows
+    net.publish(0, 300);            // the receiver joins at its first packet
+    net.step(100 * kUs);
+    r.loss = 0.7;  // then its socket buffer overflows
+    for (std::uint64_t i = 1; i < n; ++i) {
+        net.publish(i, 300);  // unpaced: the whole burst at one instant
+    }
+    net.step(10 * kUs);
+    r.loss = 0.05;  // then an ordinary lossy link, both ways
+    net.run_for(2 * kSec, 50 * kUs);
+    CHECK(r.delivered == n);
+    CHECK(r.in_order);
+    CHECK(r.loss_events == 0);
+    const auto& c = net.src->counters();
+    INFO("RDATA " << c.rdata_sent << ", ignored " << c.nak_ignored);
+    CHECK(c.rdata_sent >= 2'700);  // ~70% of the burst, and its own losses again
+}
+
+TEST_CASE(
+    "after a burst, a NAK flood gets at most its share of the burst's rate for the "
+    "receivers' repair limit",
+    "[hostile][source]") {
+    const auto sc = testing::source_config();
+    Net net(sc);
+    const std::uint64_t n = 4'000;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        net.publish(i, 1000);  // 4 MB at one instant: the rate of a 1 ms span (the least)
+    }
+    net.step(10 * kUs);
+    net.out = {};
+    const double odata_rate = 4'000.0 * 1024.0 / 1e-3;
+    std::uint64_t k = 0;
+    std::uint64_t nak_bytes = 0;
+    while (net.now < 2 * kSec) {  // a full NAK every 100 us from one address
+        auto b = full_nak(net, sc, k++);
+        nak_bytes += b.size();
+        net.inject(host(66), std::move(b));
+        net.step(100 * kUs);
+    }
+    const double cap_s = static_cast<double>(net.src->linger_cap_ns()) / 1e9;
+    const double share = sc.requester_budget_percent / 100.0;
+    const auto burst = static_cast<double>(64 * sc.max_tpdu);
+    const auto repair = static_cast<double>(net.out.repair_bytes());
+    INFO("repair " << repair << " B for " << nak_bytes << " B of NAKs in " << k
+                   << " NAKs; rate bound " << burst + share * odata_rate * cap_s);
+    // At most the share of the burst's rate over the receivers' repair limit, and of
+    // Source::kIdleWindows windows: here the window binds (the whole burst, 4 MB, once).
+    const double window = 4'000.0 * 1024.0;
+    CHECK(repair <= burst + share * odata_rate * cap_s);
+    CHECK(repair <= burst + share * protocol::Source::kIdleWindows * window);
+    CHECK(repair >= share * window);  // and the flood was served up to about that
+    // Past the repair limit nothing more is earned: once the saved credit is spent, the flood
+    // gets nothing.
+    const auto before = net.out.repair_bytes();
+    for (int i = 0; i < 10'000; ++i) {
+        net.inject(host(66), full_nak(net, sc, k++));
+        net.step(100 * kUs);
+    }
+    INFO("after the horizon: " << net.out.repair_bytes() - before << " B");
+    CHECK(net.out.repair_bytes() == before);
+    CHECK(net.src->counters().nak_ignored > 500'000);
+}

@@ -141,7 +141,7 @@ TEST_CASE("codec: the parity bit, OPT_PARITY_PRM, OPT_PARITY_GRP and OPT_CURR_TG
     }
 }
 
-TEST_CASE("a parity RDATA in a gap is dropped; the real repair fills it", "[protocol][parity]") {
+TEST_CASE("a parity RDATA in a gap is dropped, the real repair fills it", "[protocol][parity]") {
     Rx rx;
     Stream st;
     st.open(rx);

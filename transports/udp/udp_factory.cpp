@@ -27,6 +27,7 @@ void register_transport(TransportRegistry& registry) {
             ch.group = IpAddress::parse(cfg->group);
             ch.local = cfg->iface.empty() ? ch.group : IpAddress::parse(cfg->iface);
             ch.port = cfg->dport;
+            ch.openpgm_peers = true;
             ch.transport = std::move(*t);
             return ch;
         });

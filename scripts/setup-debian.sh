@@ -3,7 +3,7 @@
 # Idempotent; works as root or through sudo.
 set -euo pipefail
 packages=(
-    cmake g++ ninja-build pkg-config git
+    cmake g++ ninja-build pkg-config git ccache util-linux
     libibverbs-dev libibumad-dev ibverbs-providers
     libpgm-dev libbenchmark-dev catch2 libfmt-dev libcli11-dev libsodium-dev
     clang libclang-rt-14-dev clang-format tshark iproute2 iptables

@@ -1,23 +1,42 @@
 #!/usr/bin/env bash
-# Builds prizma and runs the whole test suite, as CI does:
-#   1. clang-format check
-#   2. gcc build, warnings as errors, ASan + UBSan: every ctest (unit, protocol, headers,
-#      transports, interop, tools, examples)
-#   3. clang-tidy (.clang-tidy, function-size check included) on lib/, transports/, include/
-#      and the tools, from the ASan build's compile database
-#   4. ThreadSanitizer build of the cross-thread tests
-#   5. clang libFuzzer build of the packet parser + state machines, and of packet sequences
-#      against a Source and a Receiver (stateful), each run for FUZZ_SECONDS
-#   6. Release build: every ctest again (what sanitizers must skip runs here, the installed
-#      package builds examples/hello, benchmark smoke runs) and the README's demo
-#   7. verbs tests on real libibverbs: Soft-RoCE (rdma_rxe) in a qemu VM (tests/verbs/vm/run.sh)
-# Installs its own dependencies from Debian packages first (scripts/setup-debian.sh).
-# Each stage prints its time; the total is printed at the end.
+# Builds prizma and runs its tests, in three tiers (each stage prints its time):
+#
+#   scripts/test.sh quick   before every commit: the unit, protocol, hostile and header tests
+#                           in the ASan + UBSan build (no child processes, no network but
+#                           the in-memory one), a few minutes after the build
+#   scripts/test.sh         CI (.ci/run, the README's test command): every test once
+#     1. clang-format check
+#     2. gcc build, warnings as errors, ASan + UBSan: every ctest but the `long` label
+#     3. clang-tidy (.clang-tidy, function-size check included) on lib/, transports/,
+#        include/ and the tools, from the ASan build's compile database
+#     4. ThreadSanitizer build of the cross-thread tests
+#     5. clang libFuzzer build: the fuzz corpora replayed, then FUZZ_SECONDS of exploration
+#        each for the packet parser and the stateful Source/Receiver fuzzer
+#     6. Release build: only the tests the sanitizer build skipped or does not have (the
+#        install test, the benchmark smoke runs; scripts/ctest_subset.py), then the demos
+#     7. verbs tests on real libibverbs: Soft-RoCE (rdma_rxe) in a qemu VM (tests/verbs/vm/run.sh)
+#   scripts/test.sh full    CI, then the `long` label in the Release build, long fuzzing
+#                           (FUZZ_SECONDS=600) and the mutation run (scripts/mutate.sh)
+#
+# Installs its own dependencies from Debian packages first (scripts/setup-debian.sh). Builds
+# go through ccache (paths relative to the checkout, so a second clone hits the same cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+tier=${1:-ci}
+case "$tier" in
+    quick | ci | full) ;;
+    *) echo "usage: scripts/test.sh [quick|ci|full]" >&2; exit 2 ;;
+esac
+if [ "$tier" = full ]; then
+    FUZZ_SECONDS=${FUZZ_SECONDS:-600}
+fi
+FUZZ_SECONDS=${FUZZ_SECONDS:-45}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export CCACHE_BASEDIR=$PWD
+export CCACHE_NOHASHDIR=1
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 
 t_all=$(date +%s)
 t_stage=$t_all
@@ -33,56 +52,91 @@ stage() {  # stage NAME: ends the previous stage (printing its time) and starts 
     [ -n "$stage_name" ] && echo "== $stage_name"
     return 0
 }
+launcher=()
+if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
 
 stage "setup (Debian packages)"
 scripts/setup-debian.sh
 
+asan_configure() {
+    cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+          -DPRIZMA_WARNINGS_AS_ERRORS=ON -DPRIZMA_SANITIZE=address,undefined -DPRIZMA_OWNER_CHECKS=ON \
+          -DPRIZMA_BUILD_BENCHMARKS=OFF "${launcher[@]}" >/dev/null
+}
+
+if [ "$tier" = quick ]; then
+    stage "ASan/UBSan build of the in-process tests"
+    asan_configure
+    cmake --build build/asan -j 2 --target prizma_unit_tests prizma_protocol_tests \
+          prizma_hostile_tests prizma_header_check
+    stage "unit, protocol, hostile, header tests"
+    ctest --test-dir build/asan -j 2 --output-on-failure --timeout 300 \
+          -L '^(unit|protocol|hostile|headers)$' -LE '^(long|integration)$'
+    stage ""
+    echo "== quick tier passed in $(($(date +%s) - t_all)) s"
+    exit 0
+fi
+
 stage "clang-format"
 git ls-files '*.cpp' '*.hpp' | xargs clang-format --dry-run -Werror
 
-stage "ASan/UBSan build + tests"
-cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DPRIZMA_WARNINGS_AS_ERRORS=ON -DPRIZMA_SANITIZE=address,undefined -DPRIZMA_OWNER_CHECKS=ON \
-      -DPRIZMA_BUILD_BENCHMARKS=OFF >/dev/null
+stage "ASan/UBSan build + every test (long: scripts/test.sh full)"
+asan_configure
 cmake --build build/asan -j 2
-ctest --test-dir build/asan -j 2 --output-on-failure --timeout 900 -LE long  # long: scripts/mutate.sh
+ctest --test-dir build/asan -j 2 --output-on-failure --timeout 900 -LE long 2>&1 | tee "$logs/asan.log"
+test "${PIPESTATUS[0]}" -eq 0
 
 stage "clang-tidy"
 scripts/tidy.sh build/asan
 
 stage "ThreadSanitizer: the cross-thread pieces (AgentRunner, PublishQueue, Recorder)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIZMA_SANITIZE=thread \
-      -DPRIZMA_WARNINGS_AS_ERRORS=ON -DPRIZMA_BUILD_BENCHMARKS=OFF -DPRIZMA_BUILD_EXAMPLES=OFF >/dev/null
+      -DPRIZMA_WARNINGS_AS_ERRORS=ON -DPRIZMA_BUILD_BENCHMARKS=OFF -DPRIZMA_BUILD_EXAMPLES=OFF \
+      "${launcher[@]}" >/dev/null
 cmake --build build/tsan -j 2 --target prizma_unit_tests
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[runner]"
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[recorder]"
 
-stage "fuzz (2 x ${FUZZ_SECONDS}s)"
+stage "fuzz: corpora replayed, then 2 x ${FUZZ_SECONDS}s of exploration"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
       -DPRIZMA_BUILD_FUZZERS=ON -DPRIZMA_BUILD_TESTS=OFF -DPRIZMA_BUILD_BENCHMARKS=OFF \
-      -DPRIZMA_BUILD_EXAMPLES=OFF -DPRIZMA_WARNINGS_AS_ERRORS=ON >/dev/null
+      -DPRIZMA_BUILD_EXAMPLES=OFF -DPRIZMA_WARNINGS_AS_ERRORS=ON "${launcher[@]}" >/dev/null
 cmake --build build/fuzz -j 2
-mkdir -p build/fuzz/corpus
+mkdir -p build/fuzz/corpus build/fuzz/corpus_stateful
 cp -n tests/fuzz/corpus/* build/fuzz/corpus/
+cp -n tests/fuzz/corpus_stateful/* build/fuzz/corpus_stateful/
+# Every input of the checked-in corpora once (the bugs found before, as regression tests).
+build/fuzz/tests/fuzz/prizma_packet_fuzz -runs=0 -max_len=2048 tests/fuzz/corpus 2>&1 | tail -n 2
+build/fuzz/tests/fuzz/prizma_stateful_fuzz -runs=0 -max_len=4096 tests/fuzz/corpus_stateful \
+      2>&1 | tail -n 2
 build/fuzz/tests/fuzz/prizma_packet_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=2048 \
       -print_final_stats=1 build/fuzz/corpus 2>&1 | tail -n 12
 # Packet sequences against a Source and a Receiver, invariants checked after every step
 # (tests/fuzz/stateful_fuzz.cpp; its known_* inputs are the bugs it found, now fixed). Entropic
 # scheduling off: its per-feature bookkeeping took two thirds of the time of these long runs.
-mkdir -p build/fuzz/corpus_stateful
-cp -n tests/fuzz/corpus_stateful/* build/fuzz/corpus_stateful/
 build/fuzz/tests/fuzz/prizma_stateful_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=4096 \
       -entropic=0 -print_final_stats=1 build/fuzz/corpus_stateful 2>&1 | tail -n 12
 
-stage "Release build + every test + the demos"
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRIZMA_WARNINGS_AS_ERRORS=ON >/dev/null
+stage "Release build + what the sanitizer build could not run + the demos"
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRIZMA_WARNINGS_AS_ERRORS=ON \
+      "${launcher[@]}" >/dev/null
 cmake --build build/release -j 2
-ctest --test-dir build/release -j 2 --output-on-failure --timeout 900 -LE long
+subset=$(scripts/ctest_subset.py "$logs/asan.log" build/asan build/release long)
+if [ -n "$subset" ]; then
+    ctest --test-dir build/release -j 2 --output-on-failure --timeout 900 -I "$subset"
+fi
 scripts/demo.sh 5000
 build/release/examples/prizma-demo --messages 5000
+
+if [ "$tier" = full ]; then
+    stage "long tests (Release), the mutation run"
+    ctest --test-dir build/release --output-on-failure --timeout 3600 -L long
+fi
 
 stage "verbs UD on Soft-RoCE (qemu VM, rdma_rxe)"
 PRIZMA_VM_BUILD=build/release tests/verbs/vm/run.sh
 
 stage ""
-echo "== all stages passed in $(($(date +%s) - t_all)) s"
+echo "== all stages of the $tier tier passed in $(($(date +%s) - t_all)) s"

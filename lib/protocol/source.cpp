@@ -639,8 +639,7 @@ void Source::handle_nak(const pgm::Packet& p,
     if (p.is_parity()) {
         // A parity NAK asks for parity packets of a transmission group (its sqn is the group
         // and a count): prizma has no FEC, so it is refused, not taken as a selective NAK for
-        // that sqn. The receiver NAKs again selectively (OpenPGM does, once its NAKs go
-        // unanswered) or reports the loss.
+        // that sqn. (prizma's SPMs announce no FEC, so an RFC 3208 receiver sends it none.)
         ++counters_.nak_parity;
         return;
     }

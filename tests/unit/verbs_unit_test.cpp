@@ -135,6 +135,23 @@ TEST_CASE("SA response decode: MLID and SL from the SA's answer, junk refused", 
     CHECK_FALSE(sa::decode_response(m, out));
 }
 
+TEST_CASE("SA replies match on the low 32 bits of the transaction id, as the kernel leaves them",
+          "[unit][verbs][sa]") {
+    // ib_umad_write puts the agent's id in the top 32 bits of the TID we send; the SA's reply
+    // carries that TID. Matched on all 64 bits, every join timed out (and leaked the membership).
+    const std::uint64_t sent = 0x1122334455667788ULL;
+    sa::McMemberRecord r;
+    r.mlid = 0xc001;
+    const std::uint64_t rewritten = (std::uint64_t{0x00000007} << 32U) | 0x55667788U;
+    auto m = sa::encode_request(sa::kMethodGetResp, rewritten, 0, r);
+    sa::Response out;
+    REQUIRE(sa::decode_response(m, out));
+    CHECK(out.tid == rewritten);
+    CHECK(sa::same_transaction(sent, out.tid));
+    CHECK_FALSE(sa::same_transaction(sent, rewritten + 1));          // another request's reply
+    CHECK_FALSE(sa::same_transaction(sent, 0x1122334400000000ULL));  // same top half only
+}
+
 #if PRIZMA_HAVE_VERBS
 TEST_CASE("verbs:// URIs: device or address, group, dport, keys, errors name the value",
           "[verbs][uri]") {

@@ -132,10 +132,11 @@ Result<sa::Response, Error> SaMembership::transact(std::uint8_t method,
                                                    const sa::McMemberRecord& rec) {
     const std::uint64_t tid = ++tid_;
     sa::Response resp;
-    auto r = exchange(ca_, port_, fd_, agent_, sa::encode_request(method, tid, mask, rec),
-                      [&](std::span<const std::byte> mad) {
-                          return sa::decode_response(mad, resp) && resp.tid == tid;
-                      });
+    auto r =
+        exchange(ca_, port_, fd_, agent_, sa::encode_request(method, tid, mask, rec),
+                 [&](std::span<const std::byte> mad) {
+                     return sa::decode_response(mad, resp) && sa::same_transaction(tid, resp.tid);
+                 });
     if (!r) {
         return r.error();
     }
@@ -159,7 +160,8 @@ Result<sa::PathRecord, Error> query_path(const std::string& ca,
     auto r = exchange(ca, port, fd, agent, sa::encode_path_query(tid, sgid, dgid, pkey),
                       [&](std::span<const std::byte> mad) {
                           std::uint64_t got = 0;
-                          return sa::decode_path_response(mad, got, status, rec) && got == tid;
+                          return sa::decode_path_response(mad, got, status, rec)
+                                 && sa::same_transaction(tid, got);
                       });
     (void)umad_unregister(fd, agent);
     (void)umad_close_port(fd);

@@ -85,6 +85,14 @@ struct Response {
 /// Parses an SA response; false when it is too short or not an SA MCMemberRecord MAD.
 bool decode_response(std::span<const std::byte> mad, Response& out) noexcept;
 
+/// Whether a reply's transaction id answers the request sent with `sent`. The kernel's
+/// ib_umad_write (drivers/infiniband/core/user_mad.c) replaces the top 32 bits of a sent
+/// MAD's TID with the agent's own, and the SA answers with that TID: only the low 32 bits
+/// are the sender's, and they are all that libibmad and perftest compare.
+constexpr bool same_transaction(std::uint64_t sent, std::uint64_t reply) noexcept {
+    return static_cast<std::uint32_t>(sent) == static_cast<std::uint32_t>(reply);
+}
+
 // -------------------------------------------------------------------------------------------
 // PathRecord (IBA vol. 1 §15.2.5.16): the LID, SL and MTU of the path to a unicast peer, for a
 // one-to-one publisher on InfiniBand that was given no `dlid=`.

@@ -5,6 +5,8 @@ set -euo pipefail
 packages=(
     cmake g++ ninja-build pkg-config git ccache util-linux
     libibverbs-dev libibumad-dev ibverbs-providers
+    # the SA join against a real OpenSM on a simulated fabric (tests/verbs/sa)
+    ibsim-utils opensm infiniband-diags
     libpgm-dev libbenchmark-dev catch2 libfmt-dev libcli11-dev libsodium-dev
     clang libclang-rt-14-dev clang-format tshark iproute2 iptables
     # examples/marketdata (md-gateway and its tests)

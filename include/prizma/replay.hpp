@@ -105,7 +105,9 @@ public:
     /// The next entry (record span valid until the next call); false: none yet, or done().
     /// Errors: the server's error (its code: Errc::invalid_argument for a bad request or range,
     /// Errc::unsupported for an unknown stream; error_text() says what), or
-    /// std::errc::connection_reset when the server went away before the end.
+    /// std::errc::connection_reset when the server went away before the end, or
+    /// Errc::malformed_packet for a frame that cannot be one (a length past 16 MiB, a bad
+    /// header): nothing is allocated from a length before it is checked.
     Result<bool> next(JournalEntry& out) noexcept;
     /// The end frame came: the range is complete.
     [[nodiscard]] bool done() const noexcept;

@@ -61,6 +61,100 @@ ParseStatus read_opt_length(std::span<const std::byte> d,
     return ParseStatus::ok;
 }
 
+// One option TLV (not OPT_LENGTH) of `len` bytes at `body`, read into `o`.
+// The OPX/U byte (body[2]) is ignored on known options: OpenPGM leaves it uninitialised on
+// OPT_FRAGMENT (docs/PROTOCOL.md §6).
+ParseStatus read_option(const std::byte* body,
+                        std::size_t len,
+                        std::size_t at,
+                        Options& o) noexcept {
+    const auto type = static_cast<OptionType>(std::to_integer<std::uint8_t>(body[0]) & 0x7fU);
+    // OPT_PARITY_GRP and OPT_CURR_TGSIZE: 8 bytes, a 32-bit value; once each.
+    const auto read_u32 = [&](bool& has, std::uint32_t& value) {
+        if (len != kParityOptionBytes || has) {
+            return ParseStatus::bad_options;
+        }
+        has = true;
+        value = load_be32(body + 4);
+        return ParseStatus::ok;
+    };
+    switch (type) {
+        case OptionType::length: return ParseStatus::bad_options;  // only once, first
+        case OptionType::fragment:
+            if (len != 16 || o.has_fragment) {
+                return ParseStatus::bad_options;
+            }
+            o.has_fragment = true;
+            o.fragment.first_sqn = Sqn{load_be32(body + 4)};
+            o.fragment.offset = load_be32(body + 8);
+            o.fragment.apdu_length = load_be32(body + 12);
+            break;
+        case OptionType::nak_list: {
+            const std::size_t n = (len - 4) / 4;
+            if ((len - 4) % 4 != 0 || n == 0 || n > kMaxNakList || o.nak_list != nullptr) {
+                return ParseStatus::bad_options;
+            }
+            o.nak_list = body + 4;
+            o.nak_list_count = static_cast<std::uint8_t>(n);
+            break;
+        }
+        case OptionType::join:
+            if (len != 8) {
+                return ParseStatus::bad_options;
+            }
+            o.has_join = true;
+            o.join_min = Sqn{load_be32(body + 4)};
+            break;
+        case OptionType::parity_prm:
+            if (len != kParityOptionBytes || o.has_parity_prm) {
+                return ParseStatus::bad_options;
+            }
+            o.has_parity_prm = true;
+            o.parity_prm_flags = std::to_integer<std::uint8_t>(body[3]);
+            o.parity_group_size = load_be32(body + 4);
+            if ((o.parity_prm_flags & (kParityPrmProactive | kParityPrmOnDemand)) == 0
+                || o.parity_group_size < kMinParityGroup || o.parity_group_size > kMaxParityGroup
+                || (o.parity_group_size & (o.parity_group_size - 1)) != 0) {
+                return ParseStatus::bad_options;  // as OpenPGM refuses such an SPM
+            }
+            break;
+        case OptionType::parity_grp: return read_u32(o.has_parity_grp, o.parity_grp);
+        case OptionType::curr_tgsize: return read_u32(o.has_curr_tgsize, o.curr_tgsize);
+        case OptionType::syn: o.syn = true; break;
+        case OptionType::fin: o.fin = true; break;
+        case OptionType::auth:
+            if (len != kAuthOptionBytes || o.has_auth) {
+                return ParseStatus::bad_options;
+            }
+            o.has_auth = true;
+            o.auth_offset = static_cast<std::uint16_t>(at);
+            o.auth_key_id = load_be32(body + 4);
+            o.auth_time_ms = (std::uint64_t{load_be32(body + 8)} << 32U) | load_be32(body + 12);
+            break;
+        case OptionType::status:
+            if (len != kStatusOptionBytes || o.has_status) {
+                return ParseStatus::bad_options;
+            }
+            o.has_status = true;
+            o.status.leaving = (std::to_integer<std::uint8_t>(body[3]) & kStatusLeaving) != 0;
+            o.status.consumed = Sqn{load_be32(body + 4)};
+            o.status.window = load_be32(body + 8);
+            o.status.receiver_id =
+                (std::uint64_t{load_be32(body + 12)} << 32U) | load_be32(body + 16);
+            o.status.tag = (std::uint64_t{load_be32(body + 20)} << 32U) | load_be32(body + 24);
+            break;
+        case OptionType::rst: {
+            o.rst = true;
+            const auto b = std::to_integer<std::uint8_t>(body[3]);
+            o.rst_n = (b & 0x80U) != 0;
+            o.rst_code = static_cast<std::uint8_t>(b & 0x3fU);
+            break;
+        }
+        default: ++o.unknown_count; break;
+    }
+    return ParseStatus::ok;
+}
+
 // OPT_LENGTH first, then TLVs, the last one with OPT_END. Every length is checked against the
 // bytes that are really there.
 ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options& o) noexcept {
@@ -87,95 +181,8 @@ ParseStatus read_options(std::span<const std::byte> d, std::size_t& off, Options
             return ParseStatus::bad_options;  // zero/short lengths would loop or overrun
         }
         saw_end = (type_byte & kOptEnd) != 0;
-        const std::byte* body = d.data() + p;
-        // The OPX/U byte (body[2]) is ignored on known options: OpenPGM leaves it
-        // uninitialised on OPT_FRAGMENT (docs/PROTOCOL.md §6).
-        switch (static_cast<OptionType>(type_byte & 0x7fU)) {
-            case OptionType::length: return ParseStatus::bad_options;  // only once, first
-            case OptionType::fragment:
-                if (len != 16 || o.has_fragment) {
-                    return ParseStatus::bad_options;
-                }
-                o.has_fragment = true;
-                o.fragment.first_sqn = Sqn{load_be32(body + 4)};
-                o.fragment.offset = load_be32(body + 8);
-                o.fragment.apdu_length = load_be32(body + 12);
-                break;
-            case OptionType::nak_list: {
-                const std::size_t n = (len - 4) / 4;
-                if ((len - 4) % 4 != 0 || n == 0 || n > kMaxNakList || o.nak_list != nullptr) {
-                    return ParseStatus::bad_options;
-                }
-                o.nak_list = body + 4;
-                o.nak_list_count = static_cast<std::uint8_t>(n);
-                break;
-            }
-            case OptionType::join:
-                if (len != 8) {
-                    return ParseStatus::bad_options;
-                }
-                o.has_join = true;
-                o.join_min = Sqn{load_be32(body + 4)};
-                break;
-            case OptionType::parity_prm:
-                if (len != kParityOptionBytes || o.has_parity_prm) {
-                    return ParseStatus::bad_options;
-                }
-                o.has_parity_prm = true;
-                o.parity_prm_flags = std::to_integer<std::uint8_t>(body[3]);
-                o.parity_group_size = load_be32(body + 4);
-                if ((o.parity_prm_flags & (kParityPrmProactive | kParityPrmOnDemand)) == 0
-                    || o.parity_group_size < kMinParityGroup
-                    || o.parity_group_size > kMaxParityGroup
-                    || (o.parity_group_size & (o.parity_group_size - 1)) != 0) {
-                    return ParseStatus::bad_options;  // as OpenPGM refuses such an SPM
-                }
-                break;
-            case OptionType::parity_grp:
-                if (len != kParityOptionBytes || o.has_parity_grp) {
-                    return ParseStatus::bad_options;
-                }
-                o.has_parity_grp = true;
-                o.parity_grp = load_be32(body + 4);
-                break;
-            case OptionType::curr_tgsize:
-                if (len != kParityOptionBytes || o.has_curr_tgsize) {
-                    return ParseStatus::bad_options;
-                }
-                o.has_curr_tgsize = true;
-                o.curr_tgsize = load_be32(body + 4);
-                break;
-            case OptionType::syn: o.syn = true; break;
-            case OptionType::fin: o.fin = true; break;
-            case OptionType::auth:
-                if (len != kAuthOptionBytes || o.has_auth) {
-                    return ParseStatus::bad_options;
-                }
-                o.has_auth = true;
-                o.auth_offset = static_cast<std::uint16_t>(p);
-                o.auth_key_id = load_be32(body + 4);
-                o.auth_time_ms = (std::uint64_t{load_be32(body + 8)} << 32U) | load_be32(body + 12);
-                break;
-            case OptionType::status:
-                if (len != kStatusOptionBytes || o.has_status) {
-                    return ParseStatus::bad_options;
-                }
-                o.has_status = true;
-                o.status.leaving = (std::to_integer<std::uint8_t>(body[3]) & kStatusLeaving) != 0;
-                o.status.consumed = Sqn{load_be32(body + 4)};
-                o.status.window = load_be32(body + 8);
-                o.status.receiver_id =
-                    (std::uint64_t{load_be32(body + 12)} << 32U) | load_be32(body + 16);
-                o.status.tag = (std::uint64_t{load_be32(body + 20)} << 32U) | load_be32(body + 24);
-                break;
-            case OptionType::rst: {
-                o.rst = true;
-                const auto b = std::to_integer<std::uint8_t>(body[3]);
-                o.rst_n = (b & 0x80U) != 0;
-                o.rst_code = static_cast<std::uint8_t>(b & 0x3fU);
-                break;
-            }
-            default: ++o.unknown_count; break;
+        if (const ParseStatus st = read_option(d.data() + p, len, p, o); st != ParseStatus::ok) {
+            return st;
         }
         p += len;
     }

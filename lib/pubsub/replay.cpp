@@ -504,9 +504,17 @@ Result<bool> ReplayClient::next(JournalEntry& out) noexcept {
         m.len -= m.begin;
         m.begin = 0;
         if (m.len >= 4) {
-            const std::size_t need = journal::kFrameHeader + pgm::load_be32(m.buf.data());
-            if (need > m.buf.size()) {
-                m.buf.resize(need);
+            // The length is the server's word: refused past the largest frame before any
+            // memory is sized from it (a length of 2^32 - 1 asked for 4 GiB).
+            const std::size_t body = pgm::load_be32(m.buf.data());
+            if (body > journal::kMaxBody) {
+                m.failed = true;
+                m.error = "replay: the server announced a frame of " + std::to_string(body)
+                          + " bytes (at most " + std::to_string(journal::kMaxBody) + ")";
+                return Errc::malformed_packet;
+            }
+            if (journal::kFrameHeader + body > m.buf.size()) {
+                m.buf.resize(journal::kFrameHeader + body);
             }
         }
         const ssize_t n = ::recv(m.fd.get(), m.buf.data() + m.len, m.buf.size() - m.len, 0);

@@ -592,3 +592,45 @@ TEST_CASE("late join: a service that drops every connection without progress fai
     CHECK(j->error_text().find("no progress") != std::string::npos);
     CHECK(accepted.load() >= 2);  // it did connect, again and again, before it gave up
 }
+
+TEST_CASE("replay client: a frame length past the largest frame is an error, not 4 GiB",
+          "[unit][replay]") {
+    // A fake server: takes the request, then announces a frame of 2^32 - 1 bytes (only the
+    // length: the client used to size its buffer from it before checking).
+    const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(ls >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(ls, 1) == 0);
+    socklen_t alen = sizeof a;
+    REQUIRE(::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &alen) == 0);
+    std::thread server([ls] {
+        const int c = ::accept(ls, nullptr, nullptr);
+        char req[256];
+        (void)::recv(c, req, sizeof req, 0);
+        const unsigned char len[4] = {0xff, 0xff, 0xff, 0xff};
+        (void)::send(c, len, sizeof len, MSG_NOSIGNAL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        ::close(c);
+    });
+    auto client = prizma::ReplayClient::connect("127.0.0.1", ntohs(a.sin_port), {});
+    REQUIRE(client.has_value());
+    prizma::JournalEntry e;
+    std::optional<std::error_code> err;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!err && std::chrono::steady_clock::now() < until) {
+        auto r = client->next(e);
+        if (!r) {
+            err = r.error();
+        } else {
+            client->wait(std::chrono::milliseconds(10));
+        }
+    }
+    server.join();
+    ::close(ls);
+    REQUIRE(err.has_value());
+    CHECK(*err == prizma::Errc::malformed_packet);
+    CHECK(client->error_text().find("4294967295") != std::string::npos);
+}

@@ -21,6 +21,9 @@ namespace {
 
 // Sets the options byte's parity bit (and `extra` bits) and re-sums the packet.
 std::vector<std::byte> as_parity(std::vector<std::byte> b, std::uint8_t extra = 0) {
+    if (b.size() < pgm::kHeaderBytes) {
+        return b;  // (no packet: parse() refuses it)
+    }
     b[5] |= std::byte{static_cast<std::uint8_t>(pgm::kOptParity | extra)};
     pgm::store_be16(b.data() + 6, 0);
     pgm::store_be16(b.data() + 6, pgm::csum_finish(pgm::csum_partial(b)));
@@ -124,6 +127,10 @@ TEST_CASE("codec: the parity bit, OPT_PARITY_PRM, OPT_PARITY_GRP and OPT_CURR_TG
         CHECK(pgm::parse(shrt, p) == ParseStatus::bad_length);
         // The FEC options have a fixed length of 8.
         auto bad = b;
+        if (bad.size() <= pgm::kDataHeaderBytes + 8) {
+            FAIL("the packet is shorter than its options");
+            return;
+        }
         bad[pgm::kDataHeaderBytes + 5] = std::byte{12};
         pgm::store_be16(bad.data() + 6, 0);
         pgm::store_be16(bad.data() + 6, pgm::csum_finish(pgm::csum_partial(bad)));

@@ -507,12 +507,9 @@ Source::Requester& Source::requester(const Endpoint& from, std::int64_t now_ns) 
         r->credit.bytes =
             std::min(min_credit_, std::max(repair_credit_.bytes, 0.0)
                                       / static_cast<double>(active_requesters(now_ns)));
-        r->credit.mark = earning_bytes();
-        if (idle_spell_ns_ == last_data_ns_) {
-            // A requester heard during an idle spell earns its share of the spell from its
-            // start: a burst's receivers NAK after the spell has earned what they need.
-            r->credit.mark -= static_cast<std::uint64_t>(idle_spell_bytes_);
-        }
+        // A requester heard during an idle spell earns its share of the spell from its start:
+        // a burst's receivers NAK after the spell has earned what they need.
+        r->credit.mark = earning_bytes() - static_cast<std::uint64_t>(idle_spell_credit());
     }
     r->last_ns = now_ns;
     return *r;
@@ -602,8 +599,7 @@ void Source::count_held(std::int64_t now_ns) noexcept {
 void Source::earn(Requester& rq, std::int64_t now_ns) noexcept {
     // In an idle spell the credit it earned may be saved whole (at most kIdleWindows windows),
     // so that a receiver that NAKs late in the spell still finds it.
-    const double spell =
-        idle_spell_ns_ == last_data_ns_ && idle_spell_bytes_ > 0 ? kIdleWindows : 1.0;
+    const double spell = idle_spell_credit() > 0 ? kIdleWindows : 1.0;
     const auto window = spell * static_cast<double>(window_bytes());
     const std::uint64_t sent = earning_bytes();  // held time counted by handle_nak
     repair_credit_.earn(sent, repair_fraction_, std::max(min_credit_, repair_fraction_ * window));

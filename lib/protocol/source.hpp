@@ -228,6 +228,10 @@ private:
     [[nodiscard]] double recent_rate(std::int64_t end_ns) const noexcept;
     /// Credits the idle time since the last count (docs/PROTOCOL.md §3.1, "Idle credit").
     void count_idle(std::int64_t now_ns) noexcept;
+    /// What the current idle spell has earned so far (0 outside one).
+    [[nodiscard]] double idle_spell_credit() const noexcept {
+        return idle_spell_ns_ == last_data_ns_ ? idle_spell_bytes_ : 0.0;
+    }
     /// Flow control refused a send (`true`) or let one through (`false`).
     void note_held(bool held, std::int64_t now_ns) noexcept;
     /// Credits the time held since the last count at the rate measured before the hold.

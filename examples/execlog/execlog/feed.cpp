@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <system_error>
@@ -77,13 +79,23 @@ std::string strip_flow_keys(std::string_view uri) {
     return out;
 }
 
-std::string write_file_atomically(const std::string& path, std::string_view content) {
-    const std::string tmp = path + ".tmp";
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        return fmt::format("cannot write '{}': {}", tmp,
-                           std::error_code(errno, std::system_category()).message());
+namespace {
+
+std::string errno_text(int e) {
+    return std::error_code(e, std::system_category()).message();
+}
+
+/// The directory `path` names a file in ("." for a bare name).
+std::string parent_of(const std::string& path) {
+    const auto slash = path.rfind('/');
+    if (slash == std::string::npos) {
+        return ".";
     }
+    return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+/// Writes all of `content` to `fd`, makes it durable and closes `fd`; an error text or empty.
+std::string write_sync_close(int fd, const std::string& name, std::string_view content) {
     std::size_t done = 0;
     while (done < content.size()) {
         const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
@@ -91,20 +103,63 @@ std::string write_file_atomically(const std::string& path, std::string_view cont
             continue;
         }
         if (n <= 0) {
-            const int e = errno;
-            (void)::close(fd);
-            return fmt::format("cannot write '{}': {}", tmp,
-                               std::error_code(e, std::system_category()).message());
+            const int e = n < 0 ? errno : EIO;
+            (void)::close(fd);  // the write failed already: that is the error to report
+            return fmt::format("cannot write '{}': {}", name, errno_text(e));
         }
         done += static_cast<std::size_t>(n);
     }
-    (void)::fdatasync(fd);
-    (void)::close(fd);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        return fmt::format("cannot rename '{}': {}", tmp,
-                           std::error_code(errno, std::system_category()).message());
+    if (::fdatasync(fd) != 0) {
+        const int e = errno;
+        (void)::close(fd);  // as above
+        return fmt::format("cannot fdatasync '{}': {}", name, errno_text(e));
+    }
+    // close() can report a write error too (NFS reports them there).
+    if (::close(fd) != 0) {
+        return fmt::format("cannot close '{}': {}", name, errno_text(errno));
     }
     return {};
+}
+
+}  // namespace
+
+std::string sync_directory_of(const std::string& path) {
+    const std::string dir = parent_of(path);
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        return fmt::format("cannot open directory '{}': {}", dir, errno_text(errno));
+    }
+    const int rc = ::fsync(fd);
+    const int e = errno;
+    (void)::close(fd);  // opened read-only: its close loses nothing
+    if (rc != 0) {
+        return fmt::format("cannot fsync directory '{}': {}", dir, errno_text(e));
+    }
+    return {};
+}
+
+std::string write_file_atomically(const std::string& path, std::string_view content) {
+    // A temporary name of its own beside `path` (the rename must not cross file systems),
+    // created by mkostemp with O_CREAT|O_EXCL and mode 0600: an existing name (a file of
+    // another writer, a symlink planted at a predictable name) is never opened, let alone
+    // truncated, and two writers of one path never share a temporary file.
+    std::string tmp = path + ".tmp.XXXXXX";
+    const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+    if (fd < 0) {
+        return fmt::format("cannot write '{}': cannot create a temporary file beside it: {}", path,
+                           errno_text(errno));
+    }
+    std::string err = write_sync_close(fd, tmp, content);
+    if (err.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+        err = fmt::format("cannot rename '{}' to '{}': {}", tmp, path, errno_text(errno));
+    }
+    if (!err.empty()) {
+        (void)::unlink(tmp.c_str());  // best effort: the error reported is the one above
+        return err;
+    }
+    // The rename is durable only once the directory is: until then a crash may bring back
+    // the previous checkpoint.
+    return sync_directory_of(path);
 }
 
 struct Checkpointer::Impl {

@@ -26,9 +26,15 @@ void install_stop_signals();
 /// as a flow-control receiver).
 std::string strip_flow_keys(std::string_view uri);
 
-/// Writes `content` to `path` atomically (a temporary file, fdatasync, rename). Returns an
-/// error text, empty on success.
+/// Writes `content` to `path` atomically and durably: a temporary file of its own beside it
+/// (`path.tmp.XXXXXX`, created exclusively, mode 0600), fdatasync, rename over `path`, fsync
+/// of the directory. Every step is checked; on failure the temporary file is removed and
+/// `path` keeps its previous content. Returns an error text, empty on success.
 std::string write_file_atomically(const std::string& path, std::string_view content);
+
+/// fsyncs the directory holding `path` (so that a file created or renamed there survives a
+/// crash). Returns an error text, empty on success.
+std::string sync_directory_of(const std::string& path);
 
 /// Checkpoints a state file (write_file_atomically) on a thread of its own, so its fdatasync
 /// (milliseconds when the disk is busy) never blocks the event loop. submit() replaces a

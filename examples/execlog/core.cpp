@@ -349,9 +349,10 @@ int Core::finish() {
     }
     fmt::print(
         "{}: published records [{}, {}) of stream {} epoch {}: {} inputs, {} resting orders, "
-        "back-pressured {} times{}\n",
+        "{} rejected ({} past the price or quantity limit), back-pressured {} times{}\n",
         kTool, first_published_, produced_, a_.stream_id, a_.epoch, inputs_,
-        engine_.resting_orders(), back_pressured_, stopped ? " (stopped)" : "");
+        engine_.resting_orders(), engine_.counters().rejected, engine_.counters().out_of_range,
+        back_pressured_, stopped ? " (stopped)" : "");
     const auto c = pub_.counters();
     fmt::print(
         "{}: pgm: odata {}, rdata {}, naks received {}, naks ignored {}, repairs dropped {}, "
@@ -385,7 +386,11 @@ int Core::run() {
     const std::int64_t anchor = unix_now - (prizma::Context::now_ns() - t0_ns_);
     fmt::print("{}: anchor_unix_ns {}\n", kTool, anchor);
     if (!a_.anchor_file.empty()) {
-        (void)execlog::write_file_atomically(a_.anchor_file, fmt::format("{}\n", anchor));
+        if (const auto err =
+                execlog::write_file_atomically(a_.anchor_file, fmt::format("{}\n", anchor));
+            !err.empty()) {
+            fmt::print(stderr, "{}: warning: --anchor-file: {}\n", kTool, err);
+        }
     }
     // Printed once the first record is out (flow control may hold it until the archiver is
     // there): a standby started after this line hears this core.

@@ -97,9 +97,15 @@ std::string Snapshot::text() {
     return s + "end\n";
 }
 
+// Exposure and P&L sums: an account's sum of |position| x price does not fit an int64 once
+// its positions are large (a price may be up to execlog::kMaxPrice).
+__extension__ using Wide = __int128;
+
 class Risk {
 public:
-    void apply(const prizma::StreamEvent& e);
+    /// false: `e` is a trade that would take a position past the int64 range; nothing of it
+    /// is applied (reported).
+    bool apply(const prizma::StreamEvent& e);
     [[nodiscard]] Snapshot snapshot(std::uint64_t next) const;
     [[nodiscard]] std::string state_text(std::uint64_t next) const { return snapshot(next).text(); }
     /// Loads a state file; returns the next sequence, or an error text.
@@ -110,7 +116,7 @@ public:
     [[nodiscard]] std::uint64_t divergences() const noexcept { return divergences_; }
 
 private:
-    void trade(const execlog::Record& r);
+    bool trade(std::uint64_t sequence, const execlog::Record& r);
     Positions pos_;
     std::map<std::uint16_t, std::int64_t> last_px_;
     std::array<std::uint64_t, 9> types_{};  // [type 1..7], [8] unknown, [0] bad size
@@ -119,44 +125,59 @@ private:
     bool ended_ = false;
 };
 
-void Risk::trade(const execlog::Record& r) {
+bool Risk::trade(std::uint64_t sequence, const execlog::Record& r) {
     const auto q = static_cast<std::int64_t>(r.last_qty);
-    const std::int64_t v = q * r.price;
     (void)pos_.at(r.account, r.instrument);  // both rows exist before either is referenced
     Position& maker = pos_.at(r.maker_account, r.instrument);
     Position& taker = pos_.at(r.account, r.instrument);
     Position& buyer = r.side == execlog::Side::buy ? taker : maker;
     Position& seller = r.side == execlog::Side::buy ? maker : taker;
-    buyer.qty += q;
-    buyer.cash -= v;
-    buyer.bought += r.last_qty;
-    seller.qty -= q;
-    seller.cash += v;
-    seller.sold += r.last_qty;
+    // Computed on copies, checked, then stored: a trade that does not fit changes nothing.
+    // (Buyer and seller are one row when an account trades with itself.)
+    std::int64_t v = 0;
+    Position b = buyer;
+    bool overflow = __builtin_mul_overflow(q, r.price, &v)
+                    || __builtin_add_overflow(b.qty, q, &b.qty)
+                    || __builtin_sub_overflow(b.cash, v, &b.cash)
+                    || __builtin_add_overflow(b.bought, r.last_qty, &b.bought);
+    Position s = &seller == &buyer ? b : seller;
+    overflow = overflow || __builtin_sub_overflow(s.qty, q, &s.qty)
+               || __builtin_add_overflow(s.cash, v, &s.cash)
+               || __builtin_add_overflow(s.sold, r.last_qty, &s.sold);
+    if (overflow) {
+        fmt::print(stderr,
+                   "{}: record {}: a trade of {} at {} takes a position of account {} or {} in "
+                   "instrument {} past the int64 range\n",
+                   kTool, sequence, r.last_qty, r.price, r.account, r.maker_account, r.instrument);
+        return false;
+    }
+    buyer = b;
+    seller = s;
     last_px_[r.instrument] = r.price;
+    return true;
 }
 
-void Risk::apply(const prizma::StreamEvent& e) {
+bool Risk::apply(const prizma::StreamEvent& e) {
     switch (e.kind) {
         case prizma::StreamEventKind::loss:
             lost_ += e.count;
             fmt::print(stderr, "{}: LOSS: records [{}, {}) are lost for good\n", kTool, e.sequence,
                        e.sequence + e.count);
-            return;
+            return true;
         case prizma::StreamEventKind::stall:
             fmt::print(stderr, "{}: STALL: records from {} on may be lost (no archiver to ask)\n",
                        kTool, e.sequence);
-            return;
+            return true;
         case prizma::StreamEventKind::divergence:
             ++divergences_;
             fmt::print(
                 stderr,
                 "{}: DIVERGENCE: a copy of record {} from source {} differs from the one applied\n",
                 kTool, e.sequence, execlog::tsi_text(e.source));
-            return;
+            return true;
         case prizma::StreamEventKind::reset:
             fmt::print(stderr, "{}: new epoch {} at sequence {}\n", kTool, e.epoch, e.sequence);
-            return;
+            return true;
         case prizma::StreamEventKind::record: break;
     }
     execlog::Record r;
@@ -166,21 +187,21 @@ void Risk::apply(const prizma::StreamEvent& e) {
                 fmt::print(stderr, "{}: record {}: {} bytes, not an ExecLog record (skipped)\n",
                            kTool, e.sequence, e.payload.size());
             }
-            return;
+            return true;
         case execlog::DecodeStatus::unknown_type:
             if (types_[8]++ < 10) {
                 fmt::print(stderr, "{}: record {}: unknown record type {} (skipped)\n", kTool,
                            e.sequence, execlog::type_byte(e.payload));
             }
-            return;
+            return true;
         case execlog::DecodeStatus::ok: break;
     }
-    ++types_[static_cast<std::size_t>(r.type)];
-    if (r.type == execlog::RecordType::trade) {
-        trade(r);
-    } else if (r.type == execlog::RecordType::session_end) {
-        ended_ = true;
+    if (r.type == execlog::RecordType::trade && !trade(e.sequence, r)) {
+        return false;
     }
+    ++types_[static_cast<std::size_t>(r.type)];
+    ended_ = ended_ || r.type == execlog::RecordType::session_end;
+    return true;
 }
 
 Snapshot Risk::snapshot(std::uint64_t next) const {
@@ -240,18 +261,19 @@ std::string Risk::load(const std::string& path, std::uint64_t& next) {
 }
 
 void Risk::print(std::FILE* out, std::uint64_t next) const {
-    std::map<std::uint32_t, std::pair<std::int64_t, std::int64_t>> acct;  // exposure, P&L
+    std::map<std::uint32_t, std::pair<Wide, Wide>> acct;  // exposure, P&L
     pos_.each([&](std::uint32_t account, std::uint16_t instrument, const Position& p) {
         const auto it = last_px_.find(instrument);
-        const std::int64_t px = it == last_px_.end() ? 0 : it->second;
+        const Wide px = it == last_px_.end() ? 0 : it->second;
+        const Wide qty = p.qty;
         auto& [exposure, pnl] = acct[account];
-        exposure += (p.qty < 0 ? -p.qty : p.qty) * px;
-        pnl += p.cash + p.qty * px;
+        exposure += (qty < 0 ? -qty : qty) * px;
+        pnl += p.cash + qty * px;
     });
-    std::int64_t gross = 0;
-    std::int64_t total = 0;
+    Wide gross = 0;
+    Wide total = 0;
     std::uint32_t worst = 0;
-    std::int64_t worst_pnl = 0;
+    Wide worst_pnl = 0;
     for (const auto& [a, v] : acct) {
         gross += v.first;
         total += v.second;
@@ -321,6 +343,24 @@ struct Timing {
     }
 };
 
+void print_final(const Risk& risk, const execlog::Feed& f, Timing& timing) {
+    const auto& c = f.counters();
+    const auto s = f.stream_counters();
+    risk.print(stdout, f.next_sequence());
+    timing.print();
+    if (c.catchup_ns > 0) {
+        fmt::print(
+            "{}: caught up {} records from the archiver in {:.3f} s: {:.0f} records/s\n", kTool,
+            c.catchup_records, static_cast<double>(c.catchup_ns) / 1e9,
+            static_cast<double>(c.catchup_records) * 1e9 / static_cast<double>(c.catchup_ns));
+    }
+    fmt::print(
+        "{}: final: next {}, applied {}, skipped {}, late joins {}, replayed {}, lost {}, "
+        "divergences {}, stale-epoch {}\n",
+        kTool, f.next_sequence(), c.delivered, c.skipped, c.late_joins, c.replayed, risk.lost(),
+        risk.divergences(), s.stale_epoch);
+}
+
 int run(int argc, char** argv) {
     CLI::App app{"", kTool};
     prizma::tools::init(app, "execlog-risk URI [--state FILE] [--replay HOST:PORT] [options]",
@@ -371,7 +411,14 @@ int run(int argc, char** argv) {
         const int work = ctx->poll();
         int n = 0;
         while (n < 1024 && f.next(e)) {
-            risk.apply(e);
+            if (!risk.apply(e)) {
+                // Stop rather than go on with wrong positions: the state saved is the one
+                // before this record, so a restart stops here again, as loudly.
+                const auto err = checkpoint.finish(risk.state_text(e.sequence));
+                fmt::print(stderr, "{}: stopped at record {}{}{}\n", kTool, e.sequence,
+                           err.empty() ? "" : ": ", err);
+                return 1;
+            }
             if (e.kind == prizma::StreamEventKind::record) {
                 timing.on_record(e.payload);
             }
@@ -400,21 +447,7 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "{}: {}\n", kTool, err);
         return 1;
     }
-    const auto& c = f.counters();
-    const auto s = f.stream_counters();
-    risk.print(stdout, f.next_sequence());
-    timing.print();
-    if (c.catchup_ns > 0) {
-        fmt::print(
-            "{}: caught up {} records from the archiver in {:.3f} s: {:.0f} records/s\n", kTool,
-            c.catchup_records, static_cast<double>(c.catchup_ns) / 1e9,
-            static_cast<double>(c.catchup_records) * 1e9 / static_cast<double>(c.catchup_ns));
-    }
-    fmt::print(
-        "{}: final: next {}, applied {}, skipped {}, late joins {}, replayed {}, lost {}, "
-        "divergences {}, stale-epoch {}\n",
-        kTool, f.next_sequence(), c.delivered, c.skipped, c.late_joins, c.replayed, risk.lost(),
-        risk.divergences(), s.stale_epoch);
+    print_final(risk, f, timing);
     return 0;
 }
 

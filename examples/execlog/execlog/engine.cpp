@@ -6,6 +6,7 @@
 namespace execlog {
 
 Record Engine::reject(const Input& in, Reject why) {
+    ++counters_.rejected;
     Record r;
     r.type = RecordType::rejected;
     r.side = in.side;
@@ -58,18 +59,33 @@ void Engine::process(const Input& in, std::vector<Record>& out) {
     }
 }
 
+Reject Engine::check_limits(const Input& in, bool market, std::uint32_t cum) {
+    if (in.qty == 0) {
+        return Reject::bad_quantity;
+    }
+    // cum <= kMaxQty always holds (the invariant this keeps): no wrap.
+    if (in.qty > kMaxQty - cum) {
+        ++counters_.out_of_range;
+        return Reject::bad_quantity;
+    }
+    if (market ? in.price != 0 : in.price <= 0) {
+        return Reject::bad_price;
+    }
+    if (in.price > kMaxPrice) {
+        ++counters_.out_of_range;
+        return Reject::bad_price;
+    }
+    return Reject::none;
+}
+
 void Engine::new_order(const Input& in, std::vector<Record>& out) {
     if (in.instrument >= books_.size()) {
         out.push_back(reject(in, Reject::unknown_instrument));
         return;
     }
-    if (in.qty == 0 || in.qty > kMaxQty) {
-        out.push_back(reject(in, Reject::bad_quantity));
-        return;
-    }
     const bool market = in.ord_type == OrdType::market;
-    if ((market && in.price != 0) || (!market && in.price <= 0)) {
-        out.push_back(reject(in, Reject::bad_price));
+    if (const Reject why = check_limits(in, market, 0); why != Reject::none) {
+        out.push_back(reject(in, why));
         return;
     }
     if (orders_.contains(in.request_id)) {
@@ -136,12 +152,8 @@ void Engine::replace(const Input& in, std::vector<Record>& out) {
         out.push_back(reject(in, Reject::not_owner));
         return;
     }
-    if (in.qty == 0 || in.qty > kMaxQty) {
-        out.push_back(reject(in, Reject::bad_quantity));
-        return;
-    }
-    if (in.price <= 0) {
-        out.push_back(reject(in, Reject::bad_price));
+    if (const Reject why = check_limits(in, false, o.cum); why != Reject::none) {
+        out.push_back(reject(in, why));
         return;
     }
     unrest(o);
@@ -205,12 +217,15 @@ void Engine::match_side(Side_& levels, Order& taker, OrdType type, std::vector<R
         const auto maker_it = orders_.find(level->second.front());
         Order& maker = maker_it->second;
         const std::uint32_t qty = std::min(taker.leaves, maker.leaves);
+        // px <= kMaxPrice (a resting limit price) and each order's cum + leaves <= kMaxQty
+        // (check_limits): value and both notionals stay within kMaxPrice x kMaxQty.
+        const std::int64_t value = px * std::int64_t{qty};
         taker.leaves -= qty;
         taker.cum += qty;
-        taker.notional += px * qty;
+        taker.notional += value;
         maker.leaves -= qty;
         maker.cum += qty;
-        maker.notional += px * qty;
+        maker.notional += value;
         Record t = base(taker, RecordType::trade, time_ns_);
         t.price = px;
         t.last_qty = qty;

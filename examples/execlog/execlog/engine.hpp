@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <list>
 #include <map>
 #include <unordered_map>
@@ -30,7 +31,21 @@ struct Input {
     std::uint64_t target_order = 0;  ///< cancel, replace
 };
 
+/// The largest quantity of an order, in lots: of a new order, and of a replaced order's filled
+/// plus new leaves quantity (an order's quantity never grows past it).
 inline constexpr std::uint32_t kMaxQty = 1'000'000;
+/// The highest limit price, in ticks (92,233,720,368.54 units). Every trade is at a resting
+/// limit price, so with an order's quantity within kMaxQty its notional (the sum of price x
+/// quantity of its fills) is at most kMaxPrice x kMaxQty, which fits an int64: an order past
+/// either limit is rejected (bad price, bad quantity), never computed with.
+inline constexpr std::int64_t kMaxPrice = std::numeric_limits<std::int64_t>::max() / kMaxQty;
+static_assert(kMaxPrice * std::int64_t{kMaxQty} > 0);  // a constant: an overflow would not compile
+
+/// What the engine refused.
+struct EngineCounters {
+    std::uint64_t rejected = 0;      ///< rejected records made (every reason)
+    std::uint64_t out_of_range = 0;  ///< of them: a price or quantity past kMaxPrice, kMaxQty
+};
 
 class Engine {
 public:
@@ -40,6 +55,7 @@ public:
     /// The record that closes the session (after `inputs` inputs, at `time_ns`).
     static Record session_end(std::uint64_t inputs, std::uint64_t time_ns);
     [[nodiscard]] std::size_t resting_orders() const noexcept { return orders_.size(); }
+    [[nodiscard]] const EngineCounters& counters() const noexcept { return counters_; }
 
 private:
     struct Order {
@@ -71,12 +87,17 @@ private:
     void match_side(Side_& levels, Order& taker, OrdType type, std::vector<Record>& out);
     void rest(Order& o);
     void unrest(Order& o);
-    static Record reject(const Input& in, Reject why);
+    /// The rejection of `in` (counted).
+    Record reject(const Input& in, Reject why);
+    /// A price or quantity check of a new order or a replace: Reject::none if it passes (the
+    /// replaced order's filled quantity `cum` counts against kMaxQty).
+    Reject check_limits(const Input& in, bool market, std::uint32_t cum);
     static Record base(const Order& o, RecordType type, std::uint64_t time_ns);
 
     std::vector<Book> books_;
     std::unordered_map<std::uint64_t, Order> orders_;  // resting orders only; never iterated
     std::uint64_t time_ns_ = 0;
+    EngineCounters counters_;
 };
 
 }  // namespace execlog

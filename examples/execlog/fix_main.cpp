@@ -4,8 +4,10 @@
 // file back to its last complete record (whole messages, checksums verified), resumes at the
 // next sequence, and so never writes a record twice.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -24,6 +26,10 @@ namespace {
 
 constexpr const char* kTool = "execlog-fix";
 
+std::string errno_text(int e) {
+    return std::error_code(e, std::system_category()).message();
+}
+
 bool write_all(int fd, std::string& buf) {
     std::size_t done = 0;
     while (done < buf.size()) {
@@ -32,8 +38,7 @@ bool write_all(int fd, std::string& buf) {
             continue;
         }
         if (n <= 0) {
-            fmt::print(stderr, "{}: write: {}\n", kTool,
-                       std::error_code(errno, std::system_category()).message());
+            fmt::print(stderr, "{}: write: {}\n", kTool, errno_text(n < 0 ? errno : EIO));
             return false;
         }
         done += static_cast<std::size_t>(n);
@@ -42,39 +47,70 @@ bool write_all(int fd, std::string& buf) {
     return true;
 }
 
-/// Opens the output, cut back to its last complete record; fills `rec`. -1 on error.
+/// The whole of `fd` from its current offset into `out`; false (reported) on a read error:
+/// a file read in part must not be cut back to what was read.
+bool read_all(int fd, const std::string& path, std::string& out) {
+    std::array<char, 65536> chunk{};
+    for (;;) {
+        const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            fmt::print(stderr, "{}: cannot read '{}': {}\n", kTool, path, errno_text(errno));
+            return false;
+        }
+        if (n == 0) {
+            return true;
+        }
+        out.append(chunk.data(), static_cast<std::size_t>(n));
+    }
+}
+
+/// Opens the output, cut back to its last complete record; fills `rec`. -1 on error (reported).
 int open_output(const std::string& path, char delim, execlog::FixRecovery& rec) {
     if (path == "-") {
         return STDOUT_FILENO;
     }
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // O_NOFOLLOW: a symlink planted at the output's name is refused, not written through;
+    // 0600: executions are nobody else's business.
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        fmt::print(stderr, "{}: cannot open '{}': {}\n", kTool, path,
-                   std::error_code(errno, std::system_category()).message());
+        fmt::print(stderr, "{}: cannot open '{}': {}\n", kTool, path, errno_text(errno));
         return -1;
     }
+    struct stat st {};
     std::string content;
-    char chunk[65536];
-    for (;;) {
-        const ssize_t n = ::read(fd, chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            break;
-        }
-        content.append(chunk, static_cast<std::size_t>(n));
+    const bool stat_ok = ::fstat(fd, &st) == 0;
+    if (!stat_ok || !S_ISREG(st.st_mode)) {
+        fmt::print(stderr, "{}: '{}': {}\n", kTool, path,
+                   stat_ok ? "not a regular file" : errno_text(errno));
+        (void)::close(fd);  // nothing written: nothing to lose
+        return -1;
+    }
+    if (!read_all(fd, path, content)) {
+        (void)::close(fd);  // as above
+        return -1;
     }
     rec = execlog::recover_fix(content, delim);
     if (rec.keep_bytes != content.size()) {
-        fmt::print(stderr, "{}: '{}': cut {} bytes after the last complete record\n", kTool, path,
-                   content.size() - rec.keep_bytes);
+        fmt::print(stderr,
+                   "{}: '{}': {} at byte {}: keeping {} messages ({} bytes, records before {}), "
+                   "discarding the {} bytes after them\n",
+                   kTool, path, rec.problem, rec.problem_at, rec.messages, rec.keep_bytes,
+                   rec.next_sequence, content.size() - rec.keep_bytes);
     }
+    // The cut, and the file's name if it was just made, durable before anything is appended.
+    std::string err;
     if (::ftruncate(fd, static_cast<off_t>(rec.keep_bytes)) != 0 || ::lseek(fd, 0, SEEK_END) < 0
         || ::fsync(fd) != 0) {
-        fmt::print(stderr, "{}: '{}': {}\n", kTool, path,
-                   std::error_code(errno, std::system_category()).message());
-        (void)::close(fd);
+        err = errno_text(errno);
+    } else {
+        err = execlog::sync_directory_of(path);
+    }
+    if (!err.empty()) {
+        fmt::print(stderr, "{}: '{}': {}\n", kTool, path, err);
+        (void)::close(fd);  // the error is reported above; the file is cut at most
         return -1;
     }
     return fd;
@@ -175,9 +211,9 @@ int run(int argc, char** argv) {
             execlog::idle(*ctx, f, a.spin);
         }
     }
-    if (fd != STDOUT_FILENO) {
-        (void)::fsync(fd);
-        (void)::close(fd);
+    if (fd != STDOUT_FILENO && (::fsync(fd) != 0 || ::close(fd) != 0)) {
+        fmt::print(stderr, "{}: '{}': {}\n", kTool, output, errno_text(errno));
+        return 1;
     }
     fmt::print(stderr,
                "{}: final: next {}, messages {} (+{} kept), applied {}, skipped {}, late joins {}, "

@@ -2,6 +2,7 @@
 #include "execlog/fix.hpp"
 
 #include <charconv>
+#include <limits>
 
 #include <fmt/core.h>
 
@@ -21,19 +22,27 @@ void civil(std::int64_t days, int& y, unsigned& m, unsigned& d) {
     y = static_cast<int>(static_cast<std::int64_t>(yoe) + era * 400 + (m <= 2 ? 1 : 0));
 }
 
-std::string price_text(std::int64_t ticks) {
-    const char* sign = ticks < 0 ? "-" : "";
-    const std::uint64_t a =
-        ticks < 0 ? static_cast<std::uint64_t>(-ticks) : static_cast<std::uint64_t>(ticks);
-    return fmt::format("{}{}.{:02}", sign, a / 100, a % 100);
+// |v| without overflow (-INT64_MIN does not fit an int64): record fields come off the wire.
+std::uint64_t magnitude(std::int64_t v) {
+    return v < 0 ? 0 - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
 }
 
+std::string price_text(std::int64_t ticks) {
+    const std::uint64_t a = magnitude(ticks);
+    return fmt::format("{}{}.{:02}", ticks < 0 ? "-" : "", a / 100, a % 100);
+}
+
+// notional / cum in units (100 ticks) to 4 decimals, truncated: floor(|notional| x 100 / cum)
+// / 10^4, computed without the product (notional may be near the int64 limit).
 std::string avg_text(std::int64_t notional, std::uint32_t cum) {
     if (cum == 0) {
         return "0";
     }
-    const std::int64_t avg = notional * 100 / cum;  // price x 10^4
-    return fmt::format("{}.{:04}", avg / 10000, avg % 10000);
+    const std::uint64_t n = magnitude(notional);
+    const std::uint64_t ticks = n / cum;
+    const std::uint64_t hundredths = n % cum * 100 / cum;  // n % cum < 2^32: no overflow
+    return fmt::format("{}{}.{:04}", notional < 0 ? "-" : "", ticks / 100,
+                       ticks % 100 * 100 + hundredths);
 }
 
 char side_char(Side s) {
@@ -219,20 +228,36 @@ bool number(std::string_view s, T& v) {
     return ec == std::errc{} && end == s.data() + s.size() && !s.empty();
 }
 
-/// The length of the whole valid message at the start of `s`, or 0.
-std::size_t valid_message(std::string_view s, char d) {
+/// The length of the whole valid message at the start of `s`, or 0 with `why` set. Every
+/// length read from the file is checked against what is left of it before it is used.
+std::size_t valid_message(std::string_view s, char d, std::string& why) {
     const std::string head = fmt::format("8=FIX.4.4{}9=", d);
     if (s.substr(0, head.size()) != head) {
+        why = head.substr(0, s.size()) == s ? "a message cut short in its header"
+                                            : "no message header (8=FIX.4.4, 9=)";
         return 0;
     }
     const auto len_end = s.find(d, head.size());
-    std::size_t body = 0;
-    if (len_end == std::string_view::npos
-        || !number(s.substr(head.size(), len_end - head.size()), body)) {
+    if (len_end == std::string_view::npos) {
+        why = "a message cut short in its BodyLength(9)";
         return 0;
     }
-    const std::size_t sum_at = len_end + 1 + body;
-    if (s.size() < sum_at + 7 || s.substr(sum_at, 3) != "10=" || s[sum_at + 6] != d) {
+    const std::string_view len_text = s.substr(head.size(), len_end - head.size());
+    std::uint64_t body = 0;
+    if (!number(len_text, body)) {
+        why = fmt::format("BodyLength(9) '{}' is not a number", len_text.substr(0, 24));
+        return 0;
+    }
+    constexpr std::size_t kTrailer = 7;  // "10=NNN" and the delimiter
+    const std::size_t body_at = len_end + 1;
+    if (body > s.size() - body_at || s.size() - body_at - body < kTrailer) {
+        why = fmt::format("BodyLength(9) {} runs past the end of the file ({} bytes left)", body,
+                          s.size() - body_at);
+        return 0;
+    }
+    const std::size_t sum_at = body_at + body;
+    if (s.substr(sum_at, 3) != "10=" || s[sum_at + kTrailer - 1] != d) {
+        why = fmt::format("no CheckSum(10) where BodyLength(9) {} ends", body);
         return 0;
     }
     unsigned sum = 0;
@@ -241,9 +266,10 @@ std::size_t valid_message(std::string_view s, char d) {
     }
     unsigned want = 0;
     if (!number(s.substr(sum_at + 3, 3), want) || want != sum % 256) {
+        why = fmt::format("CheckSum(10) '{}' is not {:03}", s.substr(sum_at + 3, 3), sum % 256);
         return 0;
     }
-    return sum_at + 7;
+    return sum_at + kTrailer;
 }
 
 }  // namespace
@@ -253,22 +279,27 @@ FixRecovery recover_fix(std::string_view content, char d) {
     std::size_t at = 0;
     std::uint64_t messages = 0;
     while (at < content.size()) {
-        const std::size_t n = valid_message(content.substr(at), d);
+        const std::size_t n = valid_message(content.substr(at), d, r.problem);
         if (n == 0) {
-            break;
+            r.problem_at = at;
+            return r;
         }
         const std::string_view msg = content.substr(at, n);
-        at += n;
-        ++messages;
         const std::string_view exec_id = field(msg, "17", d);
         const auto dash = exec_id.find('-');
         std::uint64_t seq = 0;
         int leg = 0;
         std::uint64_t msg_seq = 0;
         if (dash == std::string_view::npos || !number(exec_id.substr(0, dash), seq)
-            || !number(exec_id.substr(dash + 1), leg) || !number(field(msg, "34", d), msg_seq)) {
-            break;
+            || !number(exec_id.substr(dash + 1), leg) || !number(field(msg, "34", d), msg_seq)
+            || seq == std::numeric_limits<std::uint64_t>::max()
+            || msg_seq == std::numeric_limits<std::uint64_t>::max()) {
+            r.problem = "a message without a valid ExecID(17) or MsgSeqNum(34)";
+            r.problem_at = at;
+            return r;
         }
+        at += n;
+        ++messages;
         const int legs = field(msg, "150", d) == "F" ? 2 : 1;
         if (leg == legs) {  // the record's last message: complete
             r.keep_bytes = at;
@@ -276,6 +307,10 @@ FixRecovery recover_fix(std::string_view content, char d) {
             r.next_msg_seq = msg_seq + 1;
             r.messages = messages;
         }
+    }
+    if (r.keep_bytes != content.size()) {
+        r.problem = "the last record's messages are incomplete";
+        r.problem_at = r.keep_bytes;
     }
     return r;
 }

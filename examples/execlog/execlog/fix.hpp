@@ -29,15 +29,19 @@ private:
 };
 
 /// What a renderer's output file holds: the prefix to keep (whole messages, the last of them
-/// completing its record), the record to resume from, the next MsgSeqNum.
+/// completing its record), the record to resume from, the next MsgSeqNum; and, when the file
+/// holds more than that prefix, why the rest is not kept.
 struct FixRecovery {
     std::uint64_t keep_bytes = 0;
     std::uint64_t next_sequence = 0;
     std::uint64_t next_msg_seq = 1;
-    std::uint64_t messages = 0;  ///< kept
+    std::uint64_t messages = 0;    ///< kept
+    std::string problem;           ///< why the scan stopped short of the end; empty: it did not
+    std::uint64_t problem_at = 0;  ///< the byte where the first message not kept starts
 };
-/// Scans `content` (a renderer's output). Messages are checked (BodyLength, CheckSum); the
-/// scan stops at the first incomplete or bad one.
+/// Scans `content` (a renderer's output). Messages are checked (BodyLength against the bytes
+/// left, CheckSum, ExecID, MsgSeqNum); the scan stops at the first incomplete or bad one. Never
+/// throws on any content.
 FixRecovery recover_fix(std::string_view content, char delimiter);
 
 /// "YYYYMMDD-HH:MM:SS.mmm" (UTC) of a time in ns since the Unix epoch.

@@ -29,7 +29,7 @@ import execlog_ref as ref  # noqa: E402
 
 CASES = ["consistency", "kill_core", "kill_consumers", "sigstop", "loss", "kill_archiver",
          "order_file", "bad_orders", "unknown_type", "divergence", "stale_epoch", "loss_netns",
-         "silent_tail"]
+         "silent_tail", "order_limits", "fix_bad_tail"]
 RATE = 10000        # orders per second of input time (~16,000 records/s)
 COUNT = 20000       # orders per trial (2 s of stream, ~32,000 records)
 FAULT_COUNT = 30000  # fault trials: 3 s of stream, faults within its first 2 s
@@ -212,7 +212,7 @@ class Session:
                 p.p.wait()
 
     def verify(self, late=(), expect_divergence=False, expect_unknown=0, expect_logs=None,
-               epoch=1):
+               epoch=1, records=None):
         """Everything agrees: returns the summary line, raises Fail otherwise."""
         entries = ref.read_journal(os.path.join(self.bin, "execlog-dump"), self.dir + "/journal")
         for name, pattern in (expect_logs or {}).items():
@@ -221,8 +221,8 @@ class Session:
         epochs = set(e.epoch for e in entries if e.kind in "RU")
         if epochs != {epoch}:
             raise Fail("archive: epochs %s, expected only %d" % (epochs, epoch))
-        if self.count == 9:
-            check_order_file_records(entries)
+        if records is not None:
+            check_records(entries, *records)
         first, end, problems = ref.contiguous(entries)
         if first != 0 or problems:
             raise Fail("archive: from %d, %s" % (first, problems[:3]))
@@ -248,6 +248,11 @@ class Session:
                 nxt = int(re.search(r"^next (\d+)", f.read(), re.M).group(1))
             if nxt != end:
                 raise Fail("risk: next %d, archive end %d" % (nxt, end))
+        # State and FIX output are nobody else's business: written 0600 (umask or not).
+        for name in ("risk.state", "fix.out"):
+            mode = os.stat(os.path.join(self.dir, name)).st_mode & 0o777
+            if mode != 0o600:
+                raise Fail("%s: mode %o, expected 600" % (name, mode))
         try:
             fix_problems, msgs = ref.check_fix(self.dir + "/fix.out", entries, '|')
         except AssertionError as e:
@@ -457,16 +462,97 @@ def case_order_file(args, idx, rnd):
         s.cores = [a]
         return "the order file of %d orders" % s.count
 
-    ok = one_session(args, idx, rnd, plan, count=9)
+    ok = one_session(args, idx, rnd, plan, count=9,
+                     verify_kw={"records": (ORDER_FILE_RECORDS, ORDER_FILE_FIELDS)})
     os.unlink(path)
     return ok
 
 
-def check_order_file_records(entries):
-    got = [(e.rec["type"], e.rec["order_id"], e.rec["last_qty"], e.rec["price"], e.rec["leaves"])
-           for e in entries if e.kind == "R"]
-    if got != ORDER_FILE_RECORDS:
-        raise Fail("order file: records %s, expected %s" % (got, ORDER_FILE_RECORDS))
+ORDER_FILE_FIELDS = ("type", "order_id", "last_qty", "price", "leaves")
+
+
+def check_records(entries, want, fields):
+    got = [tuple(e.rec[f] for f in fields) for e in entries if e.kind == "R"]
+    if got != want:
+        raise Fail("order file: records %s, expected %s (%s)" % (got, want, ", ".join(fields)))
+
+
+MAX_PRICE, MAX_QTY = 9223372036854, 1000000  # execlog::kMaxPrice (INT64_MAX / kMaxQty), kMaxQty
+LIMITS_FILE = """# Prices and quantities at and past the engine's limits (docs/EXECLOG.md)
+1767605400000001000 NEW 1 0 SELL LIMIT DAY 10 9223372036854775807
+1767605400000002000 NEW 2 0 SELL LIMIT DAY 1 %(p1)d
+1767605400000003000 NEW 3 0 SELL LIMIT DAY %(q)d %(p)d
+1767605400000004000 NEW 4 0 BUY MARKET IOC %(q)d 0
+1767605400000005000 NEW 5 1 BUY LIMIT DAY 10 1000
+1767605400000006000 NEW 6 1 SELL LIMIT DAY 4 1000
+1767605400000007000 REPLACE 5 5 %(q3)d 1000
+1767605400000008000 REPLACE 5 5 %(q4)d 1000
+1767605400000009000 NEW 7 1 SELL LIMIT DAY %(q1)d 1000
+""" % {"p": MAX_PRICE, "p1": MAX_PRICE + 1, "q": MAX_QTY, "q1": MAX_QTY + 1, "q3": MAX_QTY - 3,
+       "q4": MAX_QTY - 4}
+LIMITS_FIELDS = ("type", "order_id", "last_qty", "price", "leaves", "reason", "notional")
+# A price near 2^63 and one past the limit: bad price; the largest honest trade there is (its
+# notional MAX_PRICE x MAX_QTY); a replace that would take an order past MAX_QTY lots (4 filled
+# + MAX_QTY - 3) and one that reaches it; a quantity past it: bad quantity.
+LIMITS_RECORDS = [(2, 1, 0, 2**63 - 1, 0, 3, 0), (2, 2, 0, MAX_PRICE + 1, 0, 3, 0),
+                  (1, 3, 0, MAX_PRICE, MAX_QTY, 0, 0), (1, 4, 0, 0, MAX_QTY, 0, 0),
+                  (3, 4, MAX_QTY, MAX_PRICE, 0, 0, MAX_PRICE * MAX_QTY),
+                  (1, 5, 0, 1000, 10, 0, 0), (1, 6, 0, 1000, 4, 0, 0), (3, 6, 4, 1000, 0, 0, 4000),
+                  (2, 5, 0, 1000, 0, 2, 0), (5, 5, 0, 1000, MAX_QTY - 4, 0, 4000),
+                  (2, 9, 0, 1000, 0, 2, 0), (7, 9, 0, 0, 0, 0, 0)]
+
+
+def case_order_limits(args, idx, rnd):
+    """Orders past the price and quantity limits are rejected and counted; the core goes on,
+    and orders at the limits trade: risk and FIX agree with the reference model (Python's
+    integers do not overflow) on a notional of 9.2 x 10^18 ticks x lots."""
+    path = tempfile.mktemp(prefix="execlog-limits-")
+    with open(path, "w") as f:
+        f.write(LIMITS_FILE)
+
+    def plan(s, r):
+        a = s.core("core-a", "--orders", path, role="core_a").start()
+        a.wait_for("published records", 15)
+        s.cores = [a]
+        return "an order file of %d orders at and past the limits" % s.count
+
+    ok = one_session(args, idx, rnd, plan, count=9, verify_kw={
+        "records": (LIMITS_RECORDS, LIMITS_FIELDS),
+        "expect_logs": {"core-a": r"4 rejected \(4 past the price or quantity limit\)"}})
+    os.unlink(path)
+    return ok
+
+
+def case_fix_bad_tail(args, idx, rnd):
+    """execlog-fix is stopped mid-stream and a tail whose BodyLength(9) is 999999999 is added
+    to its output (what a corrupt write could leave). Restarted, it must say what it discards
+    and why, keep every whole record before it, and resume there: its output must again be
+    exactly the archive's reports, each once."""
+    tail = b"8=FIX.4.4|9=999999999|35=8|49=PRIZMA|56=A1|34=77|"
+
+    def plan(s, r):
+        s.start_cores()
+        t = r.uniform(0.6, 1.2)
+        sleep_until(s, t)
+        fix = s.procs["fix"]
+        fix.signal(signal.SIGTERM)
+        if fix.wait(10) != 0:
+            raise Fail("fix did not stop cleanly on SIGTERM")
+        path = s.dir + "/fix.out"
+        kept = os.path.getsize(path)
+        with open(path, "ab") as f:
+            f.write(tail)
+        fix.start()
+        fix.wait_for(r"from sequence [1-9]", 10)
+        want = (r"BodyLength\(9\) 999999999 runs past the end of the file \(\d+ bytes left\) at "
+                r"byte %d: keeping \d+ messages \(%d bytes, records before \d+\), discarding the "
+                r"%d bytes after them" % (kept, kept, len(tail)))
+        if not re.search(want, fix.text()):
+            raise Fail("fix: no '%s' in its log" % want)
+        return ("stopped fix at %.2f s; appended a %d-byte tail with BodyLength 999999999 to its "
+                "%d bytes" % (t, len(tail), kept))
+
+    return one_session(args, idx, rnd, plan)
 
 
 def case_bad_orders(args, idx, rnd):

@@ -63,6 +63,9 @@ struct ChannelCounters {
     std::uint64_t flow_blocked = 0;     ///< offers refused: a receiver's window was full
     std::uint64_t flow_evicted = 0;     ///< receivers dropped: silent or stalled for the timeout
     std::uint64_t flow_left = 0;        ///< receivers that said they leave
+    std::uint64_t flow_address_refused = 0;  ///< new receivers refused: their address had
+                                             ///< max_receivers_per_address (in status_refused)
+    std::uint64_t flow_laggards = 0;  ///< receivers evicted by the laggard rule (in flow_evicted)
 };
 
 /// One field of ChannelCounters: its name (as prizma-stat, stats files and JSON show it) and
@@ -74,7 +77,7 @@ struct CounterField {
 
 /// Every field of ChannelCounters, in declaration order: the one list that sums, stats files,
 /// prizma-stat and the tools use. A field added to the struct and not here fails to compile.
-inline constexpr std::array<CounterField, 46> kChannelCounterFields{{
+inline constexpr std::array<CounterField, 48> kChannelCounterFields{{
     {"packets_sent", &ChannelCounters::packets_sent},
     {"packets_received", &ChannelCounters::packets_received},
     {"bytes_sent", &ChannelCounters::bytes_sent},
@@ -121,6 +124,8 @@ inline constexpr std::array<CounterField, 46> kChannelCounterFields{{
     {"flow_blocked", &ChannelCounters::flow_blocked},
     {"flow_evicted", &ChannelCounters::flow_evicted},
     {"flow_left", &ChannelCounters::flow_left},
+    {"flow_address_refused", &ChannelCounters::flow_address_refused},
+    {"flow_laggards", &ChannelCounters::flow_laggards},
 }};
 static_assert(sizeof(ChannelCounters) == kChannelCounterFields.size() * sizeof(std::uint64_t),
               "every ChannelCounters field must be listed in kChannelCounterFields");

@@ -97,9 +97,16 @@ struct FlowOptions {
     /// are counted.
     std::uint32_t min_group = 0;
     /// Publisher: a receiver silent this long, or holding the publisher back this long without
-    /// consuming anything, is dropped from the group (counted `flow_evicted`).
+    /// consuming anything, is dropped from the group (counted `flow_evicted`). Also the
+    /// laggard rule's measure: a receiver that alone holds the publisher back more than half
+    /// of the time, by an excess of `timeout`, is evicted and its address benched for
+    /// `timeout` (doubling with each repeat; counted `flow_laggards`).
     std::chrono::milliseconds timeout{5000};
     std::uint32_t max_receivers = 64;  ///< publisher: receivers tracked at once
+    /// Publisher: receivers tracked at once from one IP address; more are refused (counted
+    /// `flow_address_refused`). Without a key_file, anyone on the group can send status
+    /// messages: this keeps one host from filling the table with made-up receiver ids.
+    std::uint32_t max_receivers_per_address = 4;
     /// Subscriber: a status at least this often (and after each quarter window consumed).
     std::chrono::milliseconds status_interval{200};
 };

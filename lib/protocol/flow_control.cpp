@@ -15,11 +15,68 @@ std::int64_t gap(Sqn a, Sqn b) noexcept {
 /// Status windows beyond this are taken as this (more than any receive window can be).
 constexpr std::uint32_t kMaxWindow = 1U << 24U;
 
+/// Longest bench: timeout_ns × 2^kMaxStrikes.
+constexpr std::uint32_t kMaxStrikes = 6;
+
 }  // namespace
+
+const FlowLimiter::Bench* FlowLimiter::benched(std::uint16_t family,
+                                               const std::array<std::uint8_t, 16>& addr,
+                                               std::int64_t now_ns) const noexcept {
+    for (const Bench& b : benches_) {
+        if (b.strikes > 0 && b.family == family && b.addr == addr) {
+            return now_ns < b.until_ns ? &b : nullptr;
+        }
+    }
+    return nullptr;
+}
+
+void FlowLimiter::bench(const Entry& e, std::int64_t now_ns) noexcept {
+    // Its own slot (strikes remembered), else a free one, else the one whose bench ends first.
+    Bench* slot = nullptr;
+    for (Bench& b : benches_) {
+        if (b.strikes > 0 && b.family == e.family && b.addr == e.addr) {
+            slot = &b;
+            break;
+        }
+    }
+    if (slot == nullptr) {
+        for (Bench& b : benches_) {
+            if (slot == nullptr
+                || (slot->strikes > 0 && (b.strikes == 0 || b.until_ns < slot->until_ns))) {
+                slot = &b;
+            }
+        }
+        if (slot == nullptr) {
+            return;
+        }
+        *slot = Bench{e.addr, e.family, 0, 0};
+    }
+    slot->strikes = std::min(slot->strikes + 1, kMaxStrikes + 1);
+    slot->until_ns = now_ns + (cfg_.timeout_ns << (slot->strikes - 1));
+}
+
+void FlowLimiter::account(std::int64_t now_ns) noexcept {
+    const std::int64_t from = accounted_ns_ < 0 ? now_ns : accounted_ns_;
+    accounted_ns_ = now_ns;
+    const std::int64_t dt = std::max<std::int64_t>(now_ns - from, 0);
+    // Held: a send was refused in [from, now) (statuses come every status_interval; a limit
+    // that creeps on by a few packets each time still leaves the publisher waiting).
+    const std::int64_t held = blocked_in_interval_ || blocked_since_ns_ >= 0 ? dt : 0;
+    blocked_in_interval_ = false;
+    for (Entry& e : table_) {
+        if (!e.used) {
+            continue;
+        }
+        e.held_ns = &e == holder_ ? e.held_ns + held - (dt - held) : e.held_ns - dt;
+        e.held_ns = std::max<std::int64_t>(e.held_ns, 0);
+    }
+}
 
 FlowLimiter::FlowLimiter(const FlowConfig& cfg) : cfg_(cfg) {
     if (active()) {
         table_.resize(std::max<std::uint32_t>(cfg.max_receivers, 1));
+        benches_.resize(table_.size());
     }
     gate_closed_ = cfg.strategy == FlowStrategy::tagged && cfg.min_group > 0;
 }
@@ -61,9 +118,14 @@ void FlowLimiter::on_status(const pgm::StatusInfo& st,
         }
         return;
     }
+    account(now_ns);
     if (e == nullptr) {
-        if (free_entry == nullptr) {
-            ++counters_.status_refused;  // table full
+        const auto same = std::count_if(table_.begin(), table_.end(), [&](const Entry& x) {
+            return x.used && same_address(x, from);
+        });
+        if (free_entry == nullptr || static_cast<std::uint32_t>(same) >= cfg_.max_per_address) {
+            ++counters_.status_refused;  // table full, or this address's share of it
+            counters_.address_refused += free_entry != nullptr ? 1U : 0U;
             return;
         }
         e = free_entry;
@@ -88,8 +150,8 @@ void FlowLimiter::on_status(const pgm::StatusInfo& st,
     }
     if (!e->r.admitted) {
         // Counted only once its window reaches what the source sends now: a late joiner far
-        // behind would stop everyone else until it caught up.
-        if (gap(next, reach(*e, txw)) >= 0) {
+        // behind would stop everyone else until it caught up. A benched address waits.
+        if (gap(next, reach(*e, txw)) >= 0 && benched(e->family, e->addr, now_ns) == nullptr) {
             e->r.admitted = true;
             ++admitted_;
         } else {
@@ -110,15 +172,23 @@ void FlowLimiter::recompute(Sqn next, std::uint32_t txw) noexcept {
     bool any = false;
     std::int64_t room = 0;
     std::size_t group = 0;
+    std::size_t at_min = 0;
+    const Entry* slowest = nullptr;
     for (const Entry& e : table_) {
         if (!e.used || !e.r.admitted || !counts(e)) {
             continue;
         }
         const std::int64_t d = gap(next, reach(e, txw));
-        room = any ? std::min(room, d) : d;
+        if (!any || d < room) {
+            room = d;
+            slowest = &e;
+            at_min = 0;
+        }
+        at_min += d == room ? 1U : 0U;
         any = true;
         ++group;
     }
+    holder_ = group >= 2 && at_min == 1 ? slowest : nullptr;
     const Sqn limit = next + static_cast<std::uint32_t>(room);
     if (!any || !limited_ || gap(limit_, limit) > 0) {
         blocked_since_ns_ = -1;  // the limit moved on: whoever held it is moving
@@ -131,6 +201,7 @@ void FlowLimiter::recompute(Sqn next, std::uint32_t txw) noexcept {
 
 void FlowLimiter::note_blocked(std::int64_t now_ns) noexcept {
     ++counters_.blocked;
+    blocked_in_interval_ = true;
     if (blocked_since_ns_ < 0) {
         blocked_since_ns_ = now_ns;
     }
@@ -140,6 +211,7 @@ std::int64_t FlowLimiter::on_timer(Sqn next, std::uint32_t txw, std::int64_t now
     if (now_ns < next_sweep_ns_) {
         return next_sweep_ns_;
     }
+    account(now_ns);
     bool any = false;
     bool changed = false;
     const bool stalled_publisher =
@@ -154,8 +226,15 @@ std::int64_t FlowLimiter::on_timer(Sqn next, std::uint32_t txw, std::int64_t now
         const bool stalled = stalled_publisher && e.r.admitted && counts(e) && limited_
                              && reach(e, txw) == limit_
                              && now_ns - e.progress_ns >= cfg_.timeout_ns;
-        if (silent || stalled) {
+        // The laggard rule: it alone held the publisher back more than half of the time, for an
+        // excess of timeout_ns.
+        const bool laggard = e.held_ns >= cfg_.timeout_ns;
+        if (silent || stalled || laggard) {
             ++counters_.evicted;
+            if (laggard && !silent && !stalled) {
+                ++counters_.laggards;
+                bench(e, now_ns);
+            }
             drop(e);
             changed = true;
         } else {

@@ -29,6 +29,7 @@ struct FlowConfig {
     std::uint32_t min_group = 0;  ///< tagged: offers wait until this many tagged receivers
     std::int64_t timeout_ns = 5'000'000'000;  ///< silent (or stalled) receivers are dropped
     std::uint32_t max_receivers = 64;         ///< receivers tracked at once
+    std::uint32_t max_per_address = 4;        ///< receivers tracked at once from one address
 };
 
 struct FlowCounters {
@@ -38,6 +39,10 @@ struct FlowCounters {
     std::uint64_t evicted = 0;          ///< receivers dropped: silent or stalled for the timeout
     std::uint64_t left = 0;             ///< receivers that said they leave
     std::uint64_t not_admitted = 0;     ///< status of a receiver too far behind to be counted
+    std::uint64_t address_refused = 0;  ///< new receivers from an address at max_per_address
+                                        ///< (also in status_refused)
+    std::uint64_t laggards = 0;         ///< evictions of a receiver that alone held the
+                                        ///< publisher back (also in evicted)
 };
 
 /// One tracked receiver, as Publisher::flow_receivers() reports it.
@@ -52,9 +57,17 @@ struct FlowReceiver {
 
 /// The source's table of flow-controlled receivers and the send limit it gives. Sans-I/O, one
 /// owner thread; no allocation after construction. A receiver id is bound to the address (not
-/// the port) of its first status message; the table is bounded; a receiver that is silent,
-/// or that holds the publisher back without moving, for `timeout_ns` is dropped; a receiver
-/// whose window does not reach the source's next sequence number is not counted until it does.
+/// the port) of its first status message; the table is bounded, and so is each address's share
+/// of it; a receiver that is silent, or that holds the publisher back without moving, for
+/// `timeout_ns` is dropped; a receiver whose window does not reach the source's next sequence
+/// number is not counted until it does.
+///
+/// The laggard rule (docs/PROTOCOL.md, "Flow control"): while the publisher is blocked and one
+/// receiver alone holds it (every other counted receiver has room), that receiver's score grows
+/// with the time; at any other time it shrinks as fast. At `timeout_ns` it is evicted and its
+/// address is benched: no receiver from it is counted for timeout_ns, doubling with each
+/// repeat (up to 64 times). A receiver slower than the rest more than half of the time cannot
+/// hold the group to its pace; one that is slowest now and then, or alone, is never touched.
 class FlowLimiter {
 public:
     explicit FlowLimiter(const FlowConfig& cfg);  // throws std::bad_alloc (the table)
@@ -105,7 +118,25 @@ private:
         std::uint16_t family = 0;
         bool used = false;
         std::int64_t progress_ns = 0;  // when `consumed` last moved
+        std::int64_t held_ns = 0;      // the laggard score
     };
+    /// An address whose receiver was evicted as a laggard: not counted until `until_ns`.
+    struct Bench {
+        std::array<std::uint8_t, 16> addr{};
+        std::uint16_t family = 0;
+        std::uint32_t strikes = 0;
+        std::int64_t until_ns = 0;
+    };
+    [[nodiscard]] static bool same_address(const Entry& e, const Endpoint& from) noexcept {
+        return e.family == from.family && e.addr == from.addr;
+    }
+    [[nodiscard]] const Bench* benched(std::uint16_t family,
+                                       const std::array<std::uint8_t, 16>& addr,
+                                       std::int64_t now_ns) const noexcept;
+    void bench(const Entry& e, std::int64_t now_ns) noexcept;
+    /// Moves the laggard scores on to `now_ns`.
+    void account(std::int64_t now_ns) noexcept;
+    Entry* admit_new(const pgm::StatusInfo& st, const Endpoint& from, std::int64_t now_ns) noexcept;
     [[nodiscard]] bool counts(const Entry& e) const noexcept {
         return cfg_.strategy == FlowStrategy::min || e.r.tag == cfg_.tag;
     }
@@ -124,6 +155,10 @@ private:
     Sqn limit_{};
     std::int64_t blocked_since_ns_ = -1;  // first refused send since the limit last moved
     std::int64_t next_sweep_ns_ = INT64_MAX;
+    std::vector<Bench> benches_;
+    const Entry* holder_ = nullptr;  // the one receiver holding the limit, others having room
+    std::int64_t accounted_ns_ = -1;
+    bool blocked_in_interval_ = false;  // a send refused since the last account()
     FlowCounters counters_;
 };
 

@@ -235,6 +235,9 @@ Result<FlowOptions, Error> flow_options(const ChannelOptions& o,
     if (f.min_group > f.max_receivers) {
         return refuse("flow.min_group: at most flow.max_receivers");
     }
+    if (f.max_receivers_per_address == 0 || f.max_receivers_per_address > f.max_receivers) {
+        return refuse("flow.max_receivers_per_address: 1 to flow.max_receivers");
+    }
     if (!protocol::kFlowTimeout.holds_ns(ns(f.timeout))) {
         return refuse(protocol::kFlowTimeout.refusal());
     }
@@ -366,6 +369,7 @@ protocol::SourceConfig Context::Impl::source_config(const TransportChannel& tc,
     c.flow.timeout_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(o.flow.timeout).count();
     c.flow.max_receivers = o.flow.max_receivers;
+    c.flow.max_per_address = o.flow.max_receivers_per_address;
     c.timers = timers;
     return c;
 }
@@ -744,6 +748,8 @@ ChannelCounters snapshot(const detail::Channel& ch) {
         c.flow_blocked = f.blocked;
         c.flow_evicted = f.evicted;
         c.flow_left = f.left;
+        c.flow_address_refused = f.address_refused;
+        c.flow_laggards = f.laggards;
     }
     if (const auto* rcv = ch.session->receiver()) {
         const auto& k = rcv->counters();

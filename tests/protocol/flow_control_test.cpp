@@ -326,6 +326,115 @@ TEST_CASE("flow hostile: ids are bound to their address, the table is bounded, l
     }
 }
 
+TEST_CASE("flow hostile: one address cannot fill the table with made-up receiver ids",
+          "[protocol][flow][hostile]") {
+    FlowConfig cfg = config(FlowStrategy::tagged, 7, 3);
+    cfg.max_receivers = 8;
+    cfg.max_per_address = 2;
+    FlowLimiter fc(cfg);
+    const Sqn next{100};
+    for (std::uint64_t id = 1000; id < 1040; ++id) {  // one host, forty made-up ids
+        fc.on_status(status(id, 100, 5, 7), host(66), next, 4096, kT0);
+    }
+    CHECK(fc.counters().address_refused == 38);
+    CHECK(fc.counters().status_refused == 38);
+    CHECK(fc.gate_closed());  // two of the three tagged receivers the gate waits for
+    // Honest receivers on other hosts still find room, and open the gate.
+    fc.on_status(status(1, 100, 500, 7), host(1), next, 4096, kT0 + 1);
+    fc.on_status(status(2, 100, 500, 7), host(2), next, 4096, kT0 + 1);
+    CHECK(fc.admitted() == 4);
+    CHECK_FALSE(fc.gate_closed());
+    CHECK(fc.counters().address_refused == 38);
+}
+
+TEST_CASE(
+    "flow hostile laggard: a receiver that alone holds a min publisher back is evicted and benched",
+    "[protocol][flow][hostile]") {
+    // Receiver 1 consumes everything at once; receiver 2 advances, but only 2 packets per
+    // 100 ms with a 10-packet window: never silent, never stalled, always the limit.
+    FlowLimiter fc(config(FlowStrategy::min));
+    Sqn sent{0};
+    std::uint32_t slow = 0;
+    fc.on_status(status(1, 0, 500), host(1), sent, 4096, kT0);
+    fc.on_status(status(2, 0, 10), host(2), sent, 4096, kT0);
+    std::int64_t t = kT0;
+    std::int64_t first_eviction = 0;
+    std::int64_t second_eviction = 0;
+    int ticks = 0;
+    for (int i = 0; i < 400 && second_eviction == 0; ++i, ++ticks) {
+        t += 100'000'000;
+        for (int k = 0; k < 500; ++k) {  // the publisher offers as fast as it is let
+            if (fc.allows(sent, 1)) {
+                sent = sent + 1;
+            } else {
+                fc.note_blocked(t);
+                break;
+            }
+        }
+        slow = std::min(slow + 2, sent.value);
+        if (fc.counters().laggards == 1 && slow + 10 < sent.value) {
+            slow = sent.value;  // after its bench it catches up, to hold the pace again
+        }
+        fc.on_status(status(2, slow, 10), host(2), sent, 4096, t);
+        fc.on_status(status(1, sent.value, 500), host(1), sent, 4096, t);
+        (void)fc.on_timer(sent, 4096, t);
+        first_eviction = first_eviction == 0 && fc.counters().laggards == 1 ? t : first_eviction;
+        second_eviction = fc.counters().laggards == 2 ? t : 0;
+    }
+    REQUIRE(first_eviction > 0);
+    // Held alone from the start: evicted within the timeout plus a sweep.
+    CHECK(first_eviction - kT0 <= 1'300'000'000);
+    CHECK(fc.counters().evicted == fc.counters().laggards);
+    // Back after its bench, caught up, it held the pace again: benched for twice as long.
+    REQUIRE(second_eviction > 0);
+    CHECK(second_eviction - first_eviction >= 2'000'000'000);
+    // Meanwhile receiver 1's pace ruled: far more was sent than receiver 2 would have allowed
+    // (2 a tick, plus its window and its one catch-up).
+    CHECK(sent.value > 5 * (2 * static_cast<std::uint32_t>(ticks) + 10) + 1000);
+}
+
+TEST_CASE("flow laggard: a receiver slowest now and then, or alone, is never evicted",
+          "[protocol][flow]") {
+    FlowLimiter fc(config(FlowStrategy::min));
+    Sqn sent{0};
+    fc.on_status(status(1, 0, 100), host(1), sent, 4096, kT0);
+    fc.on_status(status(2, 0, 100), host(2), sent, 4096, kT0);
+    std::int64_t t = kT0;
+    std::uint32_t two = 0;
+    // The same windows (as one channel configuration gives them): receiver 2 lags 4 ticks of
+    // every 10, for 30 s.
+    for (int i = 0; i < 300; ++i) {
+        t += 100'000'000;
+        for (int k = 0; k < 200 && fc.allows(sent, 1); ++k) {
+            sent = sent + 1;
+        }
+        if (!fc.allows(sent, 1)) {
+            fc.note_blocked(t);
+        }
+        two = i % 10 < 4 ? two : sent.value;
+        fc.on_status(status(2, two, 100), host(2), sent, 4096, t);
+        fc.on_status(status(1, sent.value, 100), host(1), sent, 4096, t);
+        (void)fc.on_timer(sent, 4096, t);
+    }
+    CHECK(fc.counters().laggards == 0);
+    CHECK(fc.counters().evicted == 0);
+    CHECK(fc.admitted() == 2);
+    // Alone, a slow receiver is the group's pace by design (min), however long.
+    FlowLimiter one(config(FlowStrategy::min));
+    Sqn s2{0};
+    one.on_status(status(1, 0, 10), host(1), s2, 4096, kT0);
+    for (int i = 0; i < 100; ++i) {
+        t += 100'000'000;
+        while (one.allows(s2, 1)) {
+            s2 = s2 + 1;
+        }
+        one.note_blocked(t);
+        one.on_status(status(1, s2.value - 8, 10), host(1), s2, 4096, t);
+        (void)one.on_timer(s2, 4096, t);
+    }
+    CHECK(one.counters().evicted == 0);
+}
+
 TEST_CASE("flow: a silent receiver is dropped after the timeout, a slow but moving one is not",
           "[protocol][flow]") {
     FlowLimiter fc(config(FlowStrategy::min));

@@ -179,6 +179,8 @@ int parse_args(int argc, char** argv, Args& a) {
                         "Journals the ExecLog (prizma::Recorder) and serves replays of it "
                         "(prizma::ReplayServer) to consumers catching up.");
     execlog::add_consumer_options(app, a.c);
+    app.add_option("--replay-allow", a.c.replay_security.allow,
+                   "Replay clients allowed (CIDR, repeatable; default any)");
     app.add_option("--journal", a.journal, "Journal directory (default execlog-journal)");
     app.add_option("--listen", a.listen, "Replay service address (default 127.0.0.1:0, any port)");
     app.add_option("--port-file", a.port_file, "Write the replay port there once listening");
@@ -229,11 +231,15 @@ int run(int argc, char** argv) {
     so.address = listen->first;
     so.port = listen->second;
     so.streams = {{a.c.feed.stream_id, a.journal}};
+    so.security = a.c.feed.replay_security;
+    so.allow = a.c.replay_security.allow;
     auto server = prizma::ReplayServer::start(so);
     if (!server) {
         fmt::print(stderr, "{}: replay service: {}\n", kTool, server.error().message());
         return 1;
     }
+    fmt::print("{}: replay service on {} port {}: {}\n", kTool, listen->first, server->port(),
+               server->protection());
     if (!a.port_file.empty()) {
         if (const auto err =
                 execlog::write_file_atomically(a.port_file, fmt::format("{}\n", server->port()));

@@ -102,6 +102,7 @@ bool FeedPump::start_late_join(std::string& error) {
     lo.stream.stream_id = s_.cfg.stream_id;
     lo.replay_address = s_.cfg.recorder.substr(0, colon);
     lo.replay_port = static_cast<std::uint16_t>(port);
+    lo.client.security = s_.cfg.recorder_security;
     lo.from = position_ ? position_->next : 0;
     auto lj = prizma::LateJoin::create(lo);
     if (!lj) {  // live alone; what the recorder would have brought is a gap, marked

@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <prizma/replay.hpp>
+
 #include "md/bars.hpp"
 #include "md/lmdb_store.hpp"
 
@@ -22,7 +24,8 @@ namespace md::gw {
 struct Config {
     std::vector<std::string> feeds;  // copies of the feed's stream (A, B, ...)
     std::uint32_t stream_id = 1;
-    std::string recorder;  // HOST:PORT of md-recorder's replay service
+    std::string recorder;                      // HOST:PORT of md-recorder's replay service
+    prizma::ReplaySecurity recorder_security;  // how it is reached (keys, certificates)
 
     std::string http = "127.0.0.1:8080";
     std::string store_dir;

@@ -14,6 +14,7 @@
 #include <fmt/core.h>
 
 #include "../tools/cli.hpp"
+#include "../tools/replay_cli.hpp"
 #include "feed_pump.hpp"
 #include "http_server.hpp"
 
@@ -75,10 +76,18 @@ int parse_args(int argc, char** argv, Config& c) {
     app.add_option("--max-connections", c.max_connections, "Open connections (default 20000)")
         ->type_name("N")
         ->check(prizma::tools::whole(1, 1'000'000));
+    prizma::tools::ReplaySecurityArgs security;
+    prizma::tools::add_replay_security_options(app, security, false);
     const int rc = prizma::tools::parse(app, argc, argv);
     if (rc >= 0) {
         return rc;
     }
+    auto sec = prizma::tools::replay_security(security);
+    if (!sec) {
+        fmt::print(stderr, "md-gateway: {}\n", sec.error().message());
+        return 2;
+    }
+    c.recorder_security = std::move(*sec);
     if (!uri.empty()) {
         c.feeds.push_back(uri);
     }

@@ -22,6 +22,7 @@
 #include <prizma/stream.hpp>
 
 #include "../tools/cli.hpp"
+#include "../tools/replay_cli.hpp"
 #include "md/codec.hpp"
 
 namespace {
@@ -31,6 +32,7 @@ struct Args {
     std::string journal;
     std::string listen = "127.0.0.1:0";
     std::uint32_t stream_id = md::kDefaultStreamId;
+    prizma::tools::ReplaySecurityArgs security;
 };
 
 int parse_args(int argc, char** argv, Args& a) {
@@ -58,6 +60,7 @@ int parse_args(int argc, char** argv, Args& a) {
     app.add_option("--stream-id", a.stream_id, "The feed's stream id (default 1)")
         ->type_name("N")
         ->check(prizma::tools::whole(1, 0xffffffff));
+    prizma::tools::add_replay_security_options(app, a.security, true);
     const int rc = prizma::tools::parse(app, argc, argv);
     if (rc >= 0) {
         return rc;
@@ -111,6 +114,13 @@ std::optional<prizma::ReplayServer> start_server(const Args& a, std::string& err
     so.address = a.listen.substr(0, colon);
     so.port = static_cast<std::uint16_t>(port);
     so.streams = {{a.stream_id, a.journal}};
+    auto sec = prizma::tools::replay_security(a.security);
+    if (!sec) {
+        error = sec.error().message();
+        return std::nullopt;
+    }
+    so.security = std::move(*sec);
+    so.allow = a.security.allow;
     auto server = prizma::ReplayServer::start(so);
     if (!server) {
         error = "replay service on " + a.listen + ": " + server.error().message();
@@ -191,6 +201,7 @@ int run(int argc, char** argv) {
     (void)std::signal(SIGTERM, on_signal);
     fmt::print("md-recorder: serving {} on {}:{}\n", a.journal,
                a.listen.substr(0, a.listen.rfind(':')), server->port());
+    fmt::print("md-recorder: replay protection: {}\n", server->protection());
     (void)std::fflush(stdout);
     record(*ctx, *in, *rec);
     server->stop();

@@ -11,6 +11,7 @@
 #include <prizma/prizma.hpp>
 
 #include "../../tools/cli.hpp"
+#include "../../tools/replay_cli.hpp"
 #include "execlog/feed.hpp"
 
 namespace execlog {
@@ -18,6 +19,7 @@ namespace execlog {
 struct ConsumerArgs {
     FeedOptions feed;
     std::string replay;  ///< HOST:PORT of the archiver, or empty
+    prizma::tools::ReplaySecurityArgs replay_security;
     bool spin = false;
     bool exit_at_end = false;
     std::uint32_t silence_probe_ms = 1000;
@@ -37,12 +39,19 @@ inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
                    "Live silent this long: ask the archiver whether the stream went on "
                    "(default 1000; 0: never)")
         ->check(prizma::tools::whole(0, 3'600'000));
+    prizma::tools::add_replay_security_options(app, a.replay_security, false);
 }
 
 /// Checks what add_consumer_options() took; prints the error and returns false.
 inline bool finish_consumer_args(const char* tool, ConsumerArgs& a) {
     a.feed.name = tool;
     a.feed.silence_probe = std::chrono::milliseconds(a.silence_probe_ms);
+    auto sec = prizma::tools::replay_security(a.replay_security);
+    if (!sec) {
+        fmt::print(stderr, "{}: {}\n", tool, sec.error().message());
+        return false;
+    }
+    a.feed.replay_security = std::move(*sec);
     if (!a.replay.empty()) {
         const auto hp = parse_host_port(a.replay);
         if (!hp || hp->second == 0) {

@@ -350,6 +350,7 @@ bool Feed::start_late(const char* why) {
     lo.stream.gap_timeout = opt_.gap_timeout;
     lo.replay_address = opt_.replay_host;
     lo.replay_port = opt_.replay_port;
+    lo.client.security = opt_.replay_security;
     lo.from = next_;
     lo.recorder_timeout = std::chrono::seconds(2);
     auto j = prizma::LateJoin::create(lo);

@@ -72,9 +72,10 @@ struct FeedOptions {
     std::uint32_t stream_id = 21;
     std::string replay_host;  ///< the archiver's replay service; empty: none
     std::uint16_t replay_port = 0;
-    std::uint32_t window = 65536;  ///< receive window, packets
-    bool passive = false;          ///< never NAK (the monitor)
-    std::string name;              ///< for messages
+    prizma::ReplaySecurity replay_security;  ///< how the replay service is reached
+    std::uint32_t window = 65536;            ///< receive window, packets
+    bool passive = false;                    ///< never NAK (the monitor)
+    std::string name;                        ///< for messages
     /// How long a live gap may wait for PGM repair before the archiver is asked (or, with no
     /// archiver to ask, before it counts as lost); 0: 500 ms with an archiver, else as long as
     /// PGM keeps asking (nak_retries). The archiver itself waits longer.

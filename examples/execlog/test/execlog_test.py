@@ -127,18 +127,26 @@ class Session:
         d = self.dir
         replay = "%s:%d" % ("127.0.0.1" if self.ns is None else self.ns["archiver"][1],
                             self.replay_port)
+        # Off loopback the replay carries the order flow over a network: TLS with a key.
+        sec = []
+        if self.ns is not None:
+            key = d + "/replay.key"
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, ("1 %s\n" % os.urandom(16).hex()).encode())
+            os.close(fd)
+            sec = ["--replay-key-file", key]
         self.add("archiver", "execlog-archiver", self.sub_uri(21, "archiver"), "--journal",
                  d + "/journal",
                  "--listen", "%s:%d" % ("127.0.0.1" if self.ns is None else "0.0.0.0", self.replay_port),
-                 "--port-file", d + "/port").start()
+                 "--port-file", d + "/port", *sec).start()
         deadline = time.time() + 10
         while not os.path.exists(d + "/port") and time.time() < deadline:
             time.sleep(0.02)
         self.add("risk", "execlog-risk", self.sub_uri(22, "risk"), "--state", d + "/risk.state",
-                 "--replay", replay, "--exit-at-end", "--print-ms", "0").start()
+                 "--replay", replay, "--exit-at-end", "--print-ms", "0", *sec).start()
         self.add("fix", "execlog-fix", self.sub_uri(23, "fix") + self.fix_keys, "--output",
                  d + "/fix.out", "--delimiter", "pipe", "--replay", replay, "--exit-at-end",
-                 *self.fix_args).start()
+                 *sec, *self.fix_args).start()
         self.add("monitor", "execlog-monitor", self.uri_for("monitor") + self.ck, "--exit-at-end",
                  "--interval-ms", "500").start()
         for n in ("risk", "fix", "monitor"):

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The replay service (one epoll thread, non-blocking sockets, a bounded buffer per client), its
-// client, and the late joiner that merges a replay into live (docs/STREAMS.md, "Recording and
-// late join").
+// The replay service: one epoll thread, non-blocking sockets, a bounded buffer per client, a
+// deadline in every state, TLS or loopback-only plaintext (docs/STREAMS.md, "Recording and
+// late join" and "Protecting the replay service").
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <optional>
 #include <thread>
 
@@ -21,51 +22,15 @@
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/pubsub/recorder_format.hpp"
+#include "lib/replay/tls.hpp"
+#include "lib/replay/wire.hpp"
 
 namespace prizma {
+using replay::kRequestBytes;
 namespace {
-
-constexpr std::size_t kRequestBytes = 32;
-constexpr std::uint32_t kMagic = 0x50525A52;  // "PRZR"
-constexpr std::uint8_t kProtocolVersion = 1;
 
 Error os_error(const std::string& what, int err = errno) {
     return {posix::errno_code(err), what + ": " + posix::errno_text(err)};
-}
-
-void encode_request(std::byte* out, const ReplayRequest& r) noexcept {
-    pgm::store_be32(out, kMagic);
-    out[4] = std::byte{kProtocolVersion};
-    out[5] = std::byte{r.follow ? std::uint8_t{1} : std::uint8_t{0}};
-    out[6] = out[7] = std::byte{0};
-    pgm::store_be32(out + 8, r.stream_id);
-    pgm::store_be32(out + 12, 0);
-    pgm::store_be64(out + 16, r.from);
-    pgm::store_be64(out + 24, r.to);
-}
-
-bool decode_request(const std::byte* in, ReplayRequest& r) noexcept {
-    if (pgm::load_be32(in) != kMagic || in[4] != std::byte{kProtocolVersion}
-        || (std::to_integer<unsigned>(in[5]) & ~1U) != 0 || in[6] != std::byte{0}
-        || in[7] != std::byte{0} || pgm::load_be32(in + 12) != 0) {
-        return false;
-    }
-    r.follow = in[5] == std::byte{1};
-    r.stream_id = pgm::load_be32(in + 8);
-    r.from = pgm::load_be64(in + 16);
-    r.to = pgm::load_be64(in + 24);
-    return true;
-}
-
-Result<sockaddr_in, Error> ipv4(std::string_view address, std::uint16_t port) {
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    const std::string a(address);
-    if (::inet_pton(AF_INET, a.c_str(), &sa.sin_addr) != 1) {
-        return Error(Errc::invalid_argument, "replay: not an IPv4 address: '" + a + "'");
-    }
-    return sa;
 }
 
 }  // namespace
@@ -80,14 +45,18 @@ std::int64_t to_ns(std::chrono::milliseconds d) noexcept {
 
 struct Client {
     posix::UniqueFd fd;
+    replay::Link link;
+    replay::PeerAddress peer;
     std::byte request[kRequestBytes]{};
     std::size_t request_len = 0;
     ReplayRequest req;
     std::optional<JournalReader> reader;
     std::vector<std::byte> out;  // frames to send: [sent, out.size())
     std::size_t sent = 0;
-    bool closing = false;  // end or error queued: close once sent
-    bool blocked = false;  // the socket is full (EPOLLOUT armed)
+    bool handshaken = false;  // TLS done (at once for plaintext)
+    bool closing = false;     // end or error queued: close once sent
+    bool gone = false;        // reset, failed or closed by the peer: drop now
+    bool blocked = false;     // the socket is full (EPOLLOUT armed)
     double tokens = 0;
     std::int64_t refill_ns = 0;
     std::int64_t accepted_ns = 0;  // when it connected (request_timeout)
@@ -98,6 +67,8 @@ struct Client {
 
 struct ReplayServer::Impl {
     ReplayServerOptions opt;
+    std::shared_ptr<replay::TlsConfig> tls;
+    std::vector<replay::Prefix> allow;
     posix::UniqueFd listener;
     posix::UniqueFd ep;
     std::uint16_t port = 0;
@@ -107,6 +78,8 @@ struct ReplayServer::Impl {
     std::atomic<std::uint64_t> c_errors{0};
     std::atomic<std::uint64_t> c_records{0};
     std::atomic<std::uint64_t> c_timeouts{0};
+    std::atomic<std::uint64_t> c_refused{0};
+    std::atomic<std::uint64_t> c_handshake_failures{0};
     std::jthread thread;
 
     static void queue_frame(Client& c,
@@ -128,26 +101,51 @@ struct ReplayServer::Impl {
         c.closing = true;
         c_errors.fetch_add(1, std::memory_order_relaxed);
     }
+    [[nodiscard]] bool admit(const replay::PeerAddress& a) const noexcept;
     void accept_clients();
+    void on_event(Client& c);
     void read_request(Client& c);
     void start_replay(Client& c);
     bool fill(Client& c, std::int64_t now);
     bool send_out(Client& c) const;
+    void watch(Client& c, bool out) const;
     bool expired(Client& c, std::int64_t now);
     void run(const std::stop_token& st);
 };
 
+// Allowed by the allow-list and under the per-address cap.
+bool ReplayServer::Impl::admit(const replay::PeerAddress& a) const noexcept {
+    if (!allow.empty()
+        && std::none_of(allow.begin(), allow.end(), [&](const auto& p) { return p.contains(a); })) {
+        return false;
+    }
+    const auto same =
+        std::count_if(clients.begin(), clients.end(), [&](const auto& c) { return c->peer == a; });
+    return static_cast<std::size_t>(same) < opt.max_clients_per_address
+           && clients.size() < opt.max_clients;
+}
+
 void ReplayServer::Impl::accept_clients() {
     for (;;) {
-        const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        sockaddr_storage from{};
+        socklen_t fl = sizeof from;
+        const int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &fl,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             return;
         }
         auto c = std::make_unique<Client>();
         c->fd.reset(fd);
-        if (clients.size() >= opt.max_clients) {
+        c->peer = replay::peer_address(from);
+        if (!admit(c->peer)) {
+            c_refused.fetch_add(1, std::memory_order_relaxed);
             continue;  // closed at once: the client sees the connection reset
         }
+        auto link = replay::Link::make(*tls, fd, true, {});
+        if (!link) {
+            continue;
+        }
+        c->link = std::move(*link);
         const int one = 1;
         (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         epoll_event ev{};
@@ -162,12 +160,13 @@ void ReplayServer::Impl::accept_clients() {
         c->moved_ns = c->refill_ns;
         clients.push_back(std::move(c));
         c_clients.fetch_add(1, std::memory_order_relaxed);
+        on_event(*clients.back());  // a TLS hello may be there already
     }
 }
 
 void ReplayServer::Impl::start_replay(Client& c) {
     ReplayRequest& r = c.req;
-    if (!decode_request(c.request, r)) {
+    if (!replay::decode_request(c.request, r)) {
         fail(c, Errc::invalid_argument, "replay: malformed request (not a prizma replay request)");
         return;
     }
@@ -200,21 +199,39 @@ void ReplayServer::Impl::start_replay(Client& c) {
     c_requests.fetch_add(1, std::memory_order_relaxed);
 }
 
+// Readable or writable: the handshake first, then the request.
+void ReplayServer::Impl::on_event(Client& c) {
+    if (c.gone) {
+        return;
+    }
+    if (!c.handshaken) {
+        switch (c.link.handshake()) {
+            case replay::Link::Io::done: c.handshaken = true; break;
+            case replay::Link::Io::want_read: watch(c, false); return;
+            case replay::Link::Io::want_write: watch(c, true); return;
+            default:
+                c_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+                c.gone = true;
+                return;
+        }
+        watch(c, false);
+    }
+    read_request(c);
+}
+
 void ReplayServer::Impl::read_request(Client& c) {
     std::byte buf[4096];
     for (;;) {
-        const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-            c.closing = true;  // gone (or reset): drop it
-            c.out.clear();
-            c.sent = 0;
+        std::size_t n = 0;
+        const auto io = c.link.read(buf, sizeof buf, n);
+        if (io == replay::Link::Io::want_read || io == replay::Link::Io::want_write) {
             return;
         }
-        if (n < 0) {
+        if (io != replay::Link::Io::done) {
+            c.gone = true;  // gone (or reset): drop it
             return;
         }
-        const std::size_t take =
-            std::min(kRequestBytes - c.request_len, static_cast<std::size_t>(n));
+        const std::size_t take = std::min(kRequestBytes - c.request_len, n);
         std::memcpy(c.request + c.request_len, buf, take);
         const bool was_complete = c.request_len == kRequestBytes;
         c.request_len += take;
@@ -228,7 +245,7 @@ void ReplayServer::Impl::read_request(Client& c) {
 // Moves journal entries into the client's buffer, up to its bound and its throttle. Returns
 // true when it queued something.
 bool ReplayServer::Impl::fill(Client& c, std::int64_t now) {
-    if (!c.reader || c.closing || c.out.size() - c.sent >= opt.client_buffer_bytes) {
+    if (!c.reader || c.closing || c.gone || c.out.size() - c.sent >= opt.client_buffer_bytes) {
         return false;
     }
     if (opt.max_records_per_second > 0) {
@@ -271,18 +288,36 @@ bool ReplayServer::Impl::fill(Client& c, std::int64_t now) {
     return any;
 }
 
+void ReplayServer::Impl::watch(Client& c, bool out) const {
+    if (out != c.blocked) {
+        epoll_event ev{};
+        ev.events = out ? EPOLLIN | EPOLLOUT : EPOLLIN;
+        ev.data.ptr = &c;
+        (void)::epoll_ctl(ep.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+        c.blocked = out;
+    }
+}
+
 // Sends what is queued; false when the client is finished or gone.
 bool ReplayServer::Impl::send_out(Client& c) const {
+    if (c.gone) {
+        return false;
+    }
+    if (!c.handshaken) {
+        return true;
+    }
+    bool full = false;
     while (c.sent < c.out.size()) {
-        const ssize_t n =
-            ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EINTR) {
-                break;
-            }
+        std::size_t n = 0;
+        const auto io = c.link.write(c.out.data() + c.sent, c.out.size() - c.sent, n);
+        if (io == replay::Link::Io::want_write || io == replay::Link::Io::want_read) {
+            full = true;
+            break;
+        }
+        if (io != replay::Link::Io::done) {
             return false;
         }
-        c.sent += static_cast<std::size_t>(n);
+        c.sent += n;
         c.moved_ns = Context::now_ns();
     }
     if (c.sent == c.out.size()) {
@@ -292,28 +327,29 @@ bool ReplayServer::Impl::send_out(Client& c) const {
         c.out.erase(c.out.begin(), c.out.begin() + static_cast<std::ptrdiff_t>(c.sent));
         c.sent = 0;
     }
-    const bool full = !c.out.empty();
-    if (full != c.blocked) {
-        epoll_event ev{};
-        ev.events = full ? EPOLLIN | EPOLLOUT : EPOLLIN;
-        ev.data.ptr = &c;
-        (void)::epoll_ctl(ep.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
-        c.blocked = full;
-    }
+    watch(c, full);
     return !(c.closing && c.out.empty());
 }
 
-// The timeouts: true when the client is to be dropped at once (it stopped reading); a client
-// without a whole request gets an error frame and closes once it is sent.
+// The deadlines, in every state: true when the client is to be dropped at once. A client that
+// has not finished its handshake within request_timeout is dropped; one without a whole
+// request gets an error frame, which must then be read within stall_timeout like any frame.
 bool ReplayServer::Impl::expired(Client& c, std::int64_t now) {
-    if (c.closing) {
-        return false;
+    if (c.gone) {
+        return true;
     }
-    if (c.request_len < kRequestBytes && now - c.accepted_ns > to_ns(opt.request_timeout)) {
+    const bool late = now - c.accepted_ns > to_ns(opt.request_timeout);
+    if (!c.handshaken && late) {
+        c_timeouts.fetch_add(1, std::memory_order_relaxed);
+        c_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+    if (!c.closing && c.request_len < kRequestBytes && late) {
         fail(c, Errc::invalid_argument,
              "replay: no whole request within " + std::to_string(opt.request_timeout.count())
                  + " ms of connecting");
         c_timeouts.fetch_add(1, std::memory_order_relaxed);
+        c.moved_ns = now;  // the error frame gets its own stall_timeout
         return false;
     }
     if (opt.stall_timeout.count() > 0 && c.blocked && now - c.moved_ns > to_ns(opt.stall_timeout)) {
@@ -331,8 +367,8 @@ void ReplayServer::Impl::run(const std::stop_token& st) {
         for (int i = 0; i < n; ++i) {
             if (events[i].data.ptr == nullptr) {
                 accept_clients();
-            } else if ((events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0) {
-                read_request(*static_cast<Client*>(events[i].data.ptr));
+            } else if ((events[i].events & (EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0) {
+                on_event(*static_cast<Client*>(events[i].data.ptr));
             }
         }
         // One round over every client: each gets at most one buffer's worth per round, so a
@@ -352,38 +388,56 @@ void ReplayServer::Impl::run(const std::stop_token& st) {
             waiting = waiting || (c.reader && !c.blocked);
             ++k;
         }
-        // Idle: block; following a journal's end or throttled: look again in a millisecond.
+        // Idle: block (the deadlines are looked at every 50 ms); following a journal's end or
+        // throttled: look again in a millisecond.
         timeout_ms = progress ? 0 : waiting ? 1 : 50;
     }
 }
 
 Result<ReplayServer, Error> ReplayServer::start(const ReplayServerOptions& options) {
-    auto sa = ipv4(options.address, options.port);
+    auto sa = replay::socket_address(options.address, options.port);
     if (!sa) {
         return sa.error();
     }
-    if (options.client_buffer_bytes < 4096 || options.max_clients == 0) {
+    if (options.client_buffer_bytes < 4096 || options.max_clients == 0
+        || options.max_clients_per_address == 0) {
         return Error(Errc::invalid_argument,
-                     "replay: client_buffer_bytes must be >= 4096 and max_clients > 0");
+                     "replay: client_buffer_bytes must be >= 4096, max_clients and "
+                     "max_clients_per_address > 0");
     }
     if (options.request_timeout.count() <= 0 || options.stall_timeout.count() < 0) {
         return Error(Errc::invalid_argument,
                      "replay: request_timeout must be > 0 and stall_timeout >= 0 (0: never)");
     }
+    auto allow = replay::parse_allow_list(options.allow);
+    if (!allow) {
+        return allow.error();
+    }
+    auto tls =
+        replay::TlsConfig::make(options.security, true, replay::is_loopback(options.address));
+    if (!tls) {
+        return tls.error();
+    }
     auto impl = std::make_unique<Impl>();
     impl->opt = options;
-    impl->listener.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    impl->allow = std::move(*allow);
+    impl->tls = std::move(*tls);
+    impl->listener.reset(
+        ::socket(sa->first.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     const int one = 1;
     if (!impl->listener.valid()
         || ::setsockopt(impl->listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0
-        || ::bind(impl->listener.get(), reinterpret_cast<const sockaddr*>(&*sa), sizeof *sa) != 0
+        || ::bind(impl->listener.get(), reinterpret_cast<const sockaddr*>(&sa->first), sa->second)
+               != 0
         || ::listen(impl->listener.get(), 64) != 0) {
         return os_error("replay: listen on " + options.address);
     }
-    sockaddr_in bound{};
+    sockaddr_storage bound{};
     socklen_t bl = sizeof bound;
     (void)::getsockname(impl->listener.get(), reinterpret_cast<sockaddr*>(&bound), &bl);
-    impl->port = ntohs(bound.sin_port);
+    impl->port =
+        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
     impl->ep.reset(::epoll_create1(EPOLL_CLOEXEC));
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -391,6 +445,12 @@ Result<ReplayServer, Error> ReplayServer::start(const ReplayServerOptions& optio
     if (!impl->ep.valid()
         || ::epoll_ctl(impl->ep.get(), EPOLL_CTL_ADD, impl->listener.get(), &ev) != 0) {
         return os_error("replay: epoll");
+    }
+    if (impl->tls->protection() == replay::Protection::plaintext
+        && !replay::is_loopback(options.address)) {
+        (void)std::fprintf(stderr, "prizma: replay service on %s port %u: %s\n",
+                           options.address.c_str(), static_cast<unsigned>(impl->port),
+                           impl->tls->describe().c_str());
     }
     Impl* p = impl.get();
     impl->thread = std::jthread([p](const std::stop_token& st) { p->run(st); });
@@ -406,6 +466,10 @@ ReplayServer::~ReplayServer() {
 
 std::uint16_t ReplayServer::port() const noexcept {
     return impl_->port;
+}
+
+const std::string& ReplayServer::protection() const noexcept {
+    return impl_->tls->describe();
 }
 
 void ReplayServer::stop() noexcept {
@@ -424,130 +488,9 @@ ReplayServerCounters ReplayServer::counters() const noexcept {
     c.errors = impl_->c_errors.load(std::memory_order_relaxed);
     c.records = impl_->c_records.load(std::memory_order_relaxed);
     c.timeouts = impl_->c_timeouts.load(std::memory_order_relaxed);
+    c.refused = impl_->c_refused.load(std::memory_order_relaxed);
+    c.handshake_failures = impl_->c_handshake_failures.load(std::memory_order_relaxed);
     return c;
 }
-
-// ---- ReplayClient -------------------------------------------------------------------------
-
-struct ReplayClient::Impl {
-    posix::UniqueFd fd;
-    std::vector<std::byte> buf;
-    std::size_t begin = 0;
-    std::size_t len = 0;
-    bool done = false;
-    bool failed = false;
-    std::string error;
-};
-
-Result<ReplayClient, Error> ReplayClient::connect(std::string_view address,
-                                                  std::uint16_t port,
-                                                  const ReplayRequest& request) {
-    auto sa = ipv4(address, port);
-    if (!sa) {
-        return sa.error();
-    }
-    auto impl = std::make_unique<Impl>();
-    impl->fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!impl->fd.valid()
-        || ::connect(impl->fd.get(), reinterpret_cast<const sockaddr*>(&*sa), sizeof *sa) != 0) {
-        return os_error("replay: connect to " + std::string(address) + ":" + std::to_string(port));
-    }
-    std::byte req[kRequestBytes];
-    encode_request(req, request);
-    if (::send(impl->fd.get(), req, sizeof req, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof req)
-        || ::fcntl(impl->fd.get(), F_SETFL, O_NONBLOCK) != 0) {
-        return os_error("replay: send request");
-    }
-    impl->buf.resize(std::size_t{1} << 20U);
-    return ReplayClient(std::move(impl));
-}
-
-Result<bool> ReplayClient::next(JournalEntry& out) noexcept {
-    Impl& m = *impl_;
-    for (;;) {
-        if (m.done || m.failed) {
-            if (m.failed) {
-                return std::make_error_code(std::errc::connection_reset);
-            }
-            return false;
-        }
-        journal::Frame f;
-        const auto avail = std::span<const std::byte>(m.buf).subspan(m.begin, m.len - m.begin);
-        const auto p = journal::parse(avail, f);
-        if (p == journal::Parse::bad) {
-            m.failed = true;
-            m.error = "replay: malformed frame from the server";
-            return Errc::malformed_packet;
-        }
-        if (p == journal::Parse::ok) {
-            m.begin += f.size();
-            if (f.kind == journal::kEnd) {
-                m.done = true;
-                return false;
-            }
-            if (f.kind == journal::kError) {
-                m.failed = true;
-                m.error.assign(reinterpret_cast<const char*>(f.body.data()), f.body.size());
-                return std::error_code(static_cast<int>(f.sequence), error_category());
-            }
-            out.kind = f.kind == journal::kRecord ? StreamEventKind::record
-                       : f.kind == journal::kLoss ? StreamEventKind::loss
-                                                  : StreamEventKind::reset;
-            out.sequence = f.sequence;
-            out.count = f.kind == journal::kLoss ? f.count : f.kind == journal::kRecord ? 1U : 0U;
-            out.epoch = f.kind == journal::kLoss ? 0 : static_cast<std::uint32_t>(f.count);
-            out.record = f.kind == journal::kRecord ? f.body : std::span<const std::byte>{};
-            return true;
-        }
-        // Need more: compact, grow for a large frame, read.
-        std::memmove(m.buf.data(), m.buf.data() + m.begin, m.len - m.begin);
-        m.len -= m.begin;
-        m.begin = 0;
-        if (m.len >= 4) {
-            // The length is the server's word: refused past the largest frame before any
-            // memory is sized from it (a length of 2^32 - 1 asked for 4 GiB).
-            const std::size_t body = pgm::load_be32(m.buf.data());
-            if (body > journal::kMaxBody) {
-                m.failed = true;
-                m.error = "replay: the server announced a frame of " + std::to_string(body)
-                          + " bytes (at most " + std::to_string(journal::kMaxBody) + ")";
-                return Errc::malformed_packet;
-            }
-            if (journal::kFrameHeader + body > m.buf.size()) {
-                m.buf.resize(journal::kFrameHeader + body);
-            }
-        }
-        const ssize_t n = ::recv(m.fd.get(), m.buf.data() + m.len, m.buf.size() - m.len, 0);
-        if (n > 0) {
-            m.len += static_cast<std::size_t>(n);
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            return false;
-        }
-        m.failed = true;
-        m.error = "replay: the server closed the connection before the end";
-        return std::make_error_code(std::errc::connection_reset);
-    }
-}
-
-bool ReplayClient::done() const noexcept {
-    return impl_->done;
-}
-const std::string& ReplayClient::error_text() const noexcept {
-    return impl_->error;
-}
-int ReplayClient::fd() const noexcept {
-    return impl_->fd.get();
-}
-void ReplayClient::wait(std::chrono::milliseconds timeout) const noexcept {
-    pollfd p{impl_->fd.get(), POLLIN, 0};
-    (void)::poll(&p, 1, static_cast<int>(timeout.count()));
-}
-
-ReplayClient::ReplayClient(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
-ReplayClient::ReplayClient(ReplayClient&& other) noexcept = default;
-ReplayClient& ReplayClient::operator=(ReplayClient&& other) noexcept = default;
-ReplayClient::~ReplayClient() = default;
 
 }  // namespace prizma

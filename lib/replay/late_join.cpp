@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Late join: live first (buffered, bounded), a replay from the recorder, and the merge of one
 // into the other with no gap and no duplicate (docs/STREAMS.md, "Recording and late join").
+// The replay server is not trusted: its frames must continue at the next sequence and stay
+// within what live has shown.
 #include <optional>
 
 #include <prizma/replay.hpp>
+
+#include "lib/replay/tls.hpp"
 
 namespace prizma {
 namespace {
@@ -21,6 +25,8 @@ struct LateJoin::Impl {
     LateJoinOptions opt;
     StreamSubscriber live;
     std::optional<ReplayClient> replay;
+    std::vector<ReplayEndpoint> servers;  // replay_address first, then the alternates
+    std::size_t server = 0;               // the one tried now
     std::vector<Held> ring;
     std::size_t front = 0;
     std::size_t size = 0;
@@ -31,6 +37,12 @@ struct LateJoin::Impl {
     // without sending anything must not be retried for ever.
     std::int64_t give_up_ns = 0;
     bool connected_once = false;
+    // What live has shown: the end of the furthest event heard, and its epoch.
+    std::uint64_t live_end = 0;
+    std::optional<std::uint32_t> live_epoch;
+    std::optional<std::uint32_t> replay_epoch;  // the last epoch the replay moved to
+    std::optional<JournalEntry> pending_reset;  // a replayed reset waiting for live's epoch
+    std::string last_refusal;
     bool failed = false;
     std::error_code error;
     std::string error_text;
@@ -45,6 +57,10 @@ struct LateJoin::Impl {
             --size;
             ++counters.buffer_overflows;
         }
+        live_end = std::max(live_end, end_of(e));
+        live_epoch = e.kind == StreamEventKind::reset || e.kind == StreamEventKind::record
+                         ? std::optional<std::uint32_t>(e.epoch)
+                         : live_epoch;
         Held& h = ring[(front + size) % ring.size()];
         h.event = e;
         h.payload.assign(e.payload.begin(), e.payload.end());
@@ -79,6 +95,11 @@ struct LateJoin::Impl {
     bool try_merge() noexcept;
     Result<bool> from_ring(StreamEvent& out) noexcept;
     Result<bool> from_replay(StreamEvent& out) noexcept;
+    /// Why a replayed entry cannot be right (empty: it can), or "wait" for a reset that must
+    /// wait for live's epoch.
+    [[nodiscard]] std::string check(const JournalEntry& e) const;
+    /// Ends the attempt: the position stays, the next server is tried after retry_interval.
+    Result<bool> drop_attempt(std::int64_t now, std::string why) noexcept;
     /// The replay service is gone: retry after retry_interval, or fail once give_up_ns passed.
     Result<bool> retry_or_fail(std::int64_t now, const std::string& why) noexcept;
     Result<bool> fail(std::error_code ec, std::string text) noexcept {
@@ -127,6 +148,58 @@ Result<bool> LateJoin::Impl::from_ring(StreamEvent& out) noexcept {
     return false;
 }
 
+std::string LateJoin::Impl::check(const JournalEntry& e) const {
+    // How far a replay may reach: what live has shown, plus one live buffer.
+    const std::uint64_t edge = std::max(live_end, next);
+    const std::uint64_t limit =
+        edge > UINT64_MAX - opt.live_buffer_records ? UINT64_MAX : edge + opt.live_buffer_records;
+    const auto at = [](std::uint64_t v) {
+        return std::to_string(v);
+    };
+    switch (e.kind) {
+        case StreamEventKind::record:
+            // Records cannot run ahead of live: the merge ends the replay at the live edge.
+            if (e.sequence != next) {
+                return "a record at " + at(e.sequence) + " where " + at(next) + " was due";
+            }
+            return {};
+        case StreamEventKind::loss:
+            if (e.count == 0 || e.sequence > next || e.count > UINT64_MAX - e.sequence
+                || e.sequence + e.count <= next) {
+                return "a loss [" + at(e.sequence) + ", +" + at(e.count) + ") that does not "
+                       "continue at " + at(next);
+            }
+            if (e.sequence + e.count > limit) {
+                return "a loss up to " + at(e.sequence + e.count) + ", past the live edge "
+                       + at(edge) + " + live_buffer_records";
+            }
+            return {};
+        case StreamEventKind::reset:
+            if (e.sequence > limit) {
+                return "a reset at " + at(e.sequence) + ", past the live edge " + at(edge);
+            }
+            if (!live_epoch) {
+                return "wait";
+            }
+            if (e.epoch > *live_epoch || (replay_epoch && e.epoch <= *replay_epoch)) {
+                return "a reset to epoch " + at(e.epoch) + " (live is at epoch " + at(*live_epoch)
+                       + ")";
+            }
+            return {};
+        default: break;
+    }
+    return "an entry of an unknown kind";
+}
+
+Result<bool> LateJoin::Impl::drop_attempt(std::int64_t now, std::string why) noexcept {
+    replay.reset();
+    pending_reset.reset();
+    server = (server + 1) % servers.size();
+    auto r = retry_or_fail(now, why);
+    last_refusal = std::move(why);
+    return r;
+}
+
 Result<bool> LateJoin::Impl::from_replay(StreamEvent& out) noexcept {
     const std::int64_t now = Context::now_ns();
     if (!replay) {
@@ -137,9 +210,10 @@ Result<bool> LateJoin::Impl::from_replay(StreamEvent& out) noexcept {
         rq.stream_id = opt.stream.stream_id;
         rq.from = next;
         rq.follow = true;
-        auto c = ReplayClient::connect(opt.replay_address, opt.replay_port, rq);
+        const ReplayEndpoint& ep = servers[server];
+        auto c = ReplayClient::connect(ep.address, ep.port, rq, opt.client);
         if (!c) {
-            return retry_or_fail(now, c.error().message());
+            return drop_attempt(now, c.error().message());
         }
         counters.reconnects += connected_once ? 1U : 0U;
         connected_once = true;
@@ -147,19 +221,25 @@ Result<bool> LateJoin::Impl::from_replay(StreamEvent& out) noexcept {
     }
     JournalEntry e;
     for (;;) {
-        auto r = replay->next(e);
-        if (!r) {
-            if (r.error() == std::errc::connection_reset) {
-                replay.reset();  // gone: reconnect from `next`, the last delivered + 1
-                return retry_or_fail(now, "connection reset with no progress");
+        if (pending_reset) {
+            e = *pending_reset;
+        } else if (auto r = replay->next(e); !r) {
+            if (replay->server_error()) {
+                return fail(r.error(), "late join: " + replay->error_text());
             }
-            return fail(r.error(), "late join: " + replay->error_text());
-        }
-        if (!*r) {
+            return drop_attempt(now, replay->error_text());
+        } else if (!*r) {
             return false;
         }
-        if (e.kind != StreamEventKind::reset && e.sequence + e.count <= next) {
-            continue;
+        const std::string bad = check(e);
+        if (bad == "wait") {
+            pending_reset = e;  // live has not shown its epoch yet
+            return false;
+        }
+        pending_reset.reset();
+        if (!bad.empty()) {
+            ++counters.refused_frames;
+            return drop_attempt(now, "the replay server sent " + bad);
         }
         out = StreamEvent{};
         out.kind = e.kind;
@@ -167,6 +247,11 @@ Result<bool> LateJoin::Impl::from_replay(StreamEvent& out) noexcept {
         out.sequence = e.sequence;
         out.count = e.kind == StreamEventKind::loss ? e.count : 0;
         out.payload = e.payload();
+        if (out.kind == StreamEventKind::loss && out.sequence < next) {
+            out.count -= next - out.sequence;
+            out.sequence = next;
+        }
+        replay_epoch = e.kind == StreamEventKind::reset ? std::optional(e.epoch) : replay_epoch;
         next = std::max(next, Impl::end_of(out));
         counters.replayed += e.kind == StreamEventKind::record ? 1U : 0U;
         give_up_ns = 0;  // progress: a later loss of the service gets a full recorder_timeout
@@ -197,8 +282,23 @@ Result<LateJoin, Error> LateJoin::create(const LateJoinOptions& options) {
     if (!s) {
         return s.error();
     }
+    for (const ReplayEndpoint& ep : options.alternates) {
+        if (ep.port == 0) {
+            return Error(Errc::invalid_argument, "late join: an alternate without a port");
+        }
+    }
     auto impl = std::make_unique<Impl>(std::move(*s));
     impl->opt = options;
+    impl->servers.push_back({options.replay_address, options.replay_port});
+    impl->servers.insert(impl->servers.end(), options.alternates.begin(), options.alternates.end());
+    for (const ReplayEndpoint& ep : impl->servers) {
+        // Settings that can never work fail now, not after recorder_timeout.
+        if (auto t = replay::TlsConfig::make(options.client.security, false,
+                                             replay::is_loopback(ep.address));
+            !t) {
+            return t.error();
+        }
+    }
     impl->ring.resize(options.live_buffer_records);
     impl->next = options.from;
     return LateJoin(std::move(impl));
@@ -242,6 +342,9 @@ const LateJoinCounters& LateJoin::counters() const noexcept {
 }
 const std::string& LateJoin::error_text() const noexcept {
     return impl_->error_text;
+}
+const std::string& LateJoin::last_refusal() const noexcept {
+    return impl_->last_refusal;
 }
 
 LateJoin::LateJoin(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <prizma/replay.hpp>
+
+// The replay service's request (docs/STREAMS.md, "The replay protocol"), its addresses and its
+// allow-list; the frames are the journal's (lib/pubsub/recorder_format.hpp).
+namespace prizma::replay {
+
+constexpr std::size_t kRequestBytes = 32;
+constexpr std::uint32_t kMagic = 0x50525A52;  // "PRZR"
+constexpr std::uint8_t kProtocolVersion = 1;
+
+void encode_request(std::byte* out, const ReplayRequest& r) noexcept;
+/// False for anything but a well-formed request (magic, version, reserved bytes zero).
+bool decode_request(const std::byte* in, ReplayRequest& r) noexcept;
+
+/// A numeric IPv4 or IPv6 address and a port. Errors: Errc::invalid_argument.
+Result<std::pair<sockaddr_storage, socklen_t>, Error> socket_address(std::string_view address,
+                                                                     std::uint16_t port);
+
+/// A peer's address as a family and 16 bytes (IPv4 and IPv4-mapped IPv6 alike as IPv4).
+struct PeerAddress {
+    int family = AF_UNSPEC;
+    std::uint8_t bytes[16]{};
+    friend bool operator==(const PeerAddress& a, const PeerAddress& b) noexcept;
+};
+PeerAddress peer_address(const sockaddr_storage& sa) noexcept;
+
+/// An allow-list entry: "10.1.0.0/16", "fd00::/8", or a bare address (all its bits).
+struct Prefix {
+    PeerAddress net;
+    unsigned bits = 0;
+    [[nodiscard]] bool contains(const PeerAddress& a) const noexcept;
+};
+/// Errors: Errc::invalid_argument naming the entry.
+Result<std::vector<Prefix>, Error> parse_allow_list(const std::vector<std::string>& entries);
+
+}  // namespace prizma::replay

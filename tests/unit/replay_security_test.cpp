@@ -1,0 +1,707 @@
+// SPDX-License-Identifier: Apache-2.0
+// The replay service exposed to a network (docs/STREAMS.md, "Protecting the replay service"):
+// TLS 1.3 with keys derived from the channel's key file, or certificates both ways; wrong keys,
+// wrong certificates, plaintext and a recorded handshake replayed are refused and counted;
+// plaintext off loopback needs `insecure`; the allow-list and the per-address cap; deadlines in
+// every server state; a non-blocking connect with a deadline; IPv6; and a late joiner that
+// trusts no server (a lying server's frames end its attempt, the honest alternate completes
+// the join with every record once).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <prizma/prizma.hpp>
+
+#include "lib/pubsub/recorder_format.hpp"
+#include "tests/support/catch.hpp"
+#include "tests/support/journal.hpp"
+
+namespace {
+
+using prizma::test::append;
+using Clock = std::chrono::steady_clock;
+
+struct TempDir : prizma::test::TempDir {
+    TempDir() : prizma::test::TempDir("prizma-replay-sec") {}
+};
+
+std::vector<std::byte> body(std::uint64_t i, std::size_t size = 100) {
+    std::vector<std::byte> b(size);
+    for (std::size_t k = 0; k < size; ++k) {
+        b[k] = static_cast<std::byte>((i * 31 + k) & 0xffU);
+    }
+    return b;
+}
+
+bool payload_ok(std::uint64_t seq, std::span<const std::byte> p) {
+    const auto want = body(seq, p.size());
+    return !p.empty() && std::memcmp(p.data(), want.data(), p.size()) == 0;
+}
+
+void make_journal(const std::string& dir, std::uint64_t n, std::size_t size = 100) {
+    prizma::RecorderOptions o;
+    o.directory = dir;
+    o.stream_id = 42;
+    auto rec = prizma::Recorder::open(o);
+    REQUIRE(rec.has_value());
+    for (std::uint64_t i = 0; i < n; ++i) {
+        const auto b = body(i, size);
+        prizma::StreamEvent e;
+        e.epoch = 1;
+        e.sequence = i;
+        e.payload = b;
+        append(*rec, e);
+    }
+    REQUIRE(rec->flush().has_value());
+}
+
+prizma::AuthOptions keys(std::uint32_t id, std::uint8_t fill) {
+    prizma::AuthOptions a;
+    prizma::AuthKey k;
+    k.id = id;
+    k.bytes.fill(fill);
+    a.keys.push_back(k);
+    return a;
+}
+
+/// What one client got: records in order, or the error it ended with.
+struct Outcome {
+    std::uint64_t records = 0;
+    std::uint64_t bad = 0;
+    bool done = false;
+    std::optional<std::error_code> error;
+    std::string text;
+};
+
+Outcome drain(prizma::ReplayClient& c, std::chrono::milliseconds budget = std::chrono::seconds(5)) {
+    Outcome o;
+    prizma::JournalEntry e;
+    const auto until = Clock::now() + budget;
+    while (Clock::now() < until) {
+        auto r = c.next(e);
+        if (!r) {
+            o.error = r.error();
+            o.text = c.error_text();
+            return o;
+        }
+        if (*r) {
+            o.bad += e.sequence == o.records && payload_ok(e.sequence, e.payload()) ? 0U : 1U;
+            ++o.records;
+            continue;
+        }
+        if (c.done()) {
+            o.done = true;
+            return o;
+        }
+        c.wait(std::chrono::milliseconds(10));
+    }
+    return o;
+}
+
+Outcome fetch(std::uint16_t port,
+              const prizma::ReplaySecurity& sec,
+              const std::string& address = "127.0.0.1") {
+    prizma::ReplayRequest rq;
+    rq.stream_id = 42;
+    prizma::ReplayClientOptions co;
+    co.security = sec;
+    auto c = prizma::ReplayClient::connect(address, port, rq, co);
+    REQUIRE(c.has_value());
+    return drain(*c);
+}
+
+prizma::ReplayServer serve(const std::string& dir, const prizma::ReplaySecurity& sec) {
+    prizma::ReplayServerOptions o;
+    o.streams = {{42, dir}};
+    o.security = sec;
+    auto s = prizma::ReplayServer::start(o);
+    REQUIRE(s.has_value());
+    return std::move(*s);
+}
+
+/// A plain TCP connection to 127.0.0.1 (or from `source`).
+int tcp_connect(std::uint16_t port, const char* source = nullptr) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    if (source != nullptr) {
+        REQUIRE(::inet_pton(AF_INET, source, &sa.sin_addr) == 1);
+        REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+    }
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+    return fd;
+}
+
+/// Reads until the peer closes (or 3 s): what it sent.
+std::string read_all(int fd) {
+    std::string got;
+    char buf[4096];
+    const auto until = Clock::now() + std::chrono::seconds(3);
+    while (Clock::now() < until) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 50) != 1) {
+            continue;
+        }
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+            break;
+        }
+        got.append(buf, static_cast<std::size_t>(n));
+    }
+    return got;
+}
+
+template <typename Pred>
+bool eventually(Pred p, std::chrono::milliseconds budget = std::chrono::seconds(5)) {
+    const auto until = Clock::now() + budget;
+    while (!p()) {
+        if (Clock::now() > until) {
+            return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+}
+
+/// A test PKI made with the openssl tool: a CA, a server certificate for 127.0.0.1 and a
+/// client certificate under it, and a second CA with its own client certificate.
+struct Pki {
+    TempDir dir;
+    bool ok = false;
+    std::string at(const char* f) const { return dir.path + "/" + f; }
+    Pki() {
+        const std::string script = dir.path + "/make.sh";
+        std::ofstream(script) << R"(set -e
+cd "$1"
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+ca() { key "$1.key"; openssl req -x509 -new -key "$1.key" -out "$1.pem" -days 2 -subj "/CN=$1"; }
+leaf() {  # name ca san
+  key "$1.key"
+  openssl req -new -key "$1.key" -out "$1.csr" -subj "/CN=$1"
+  printf 'subjectAltName=%s\n' "$3" > "$1.ext"
+  openssl x509 -req -in "$1.csr" -CA "$2.pem" -CAkey "$2.key" -CAcreateserial -days 2 \
+      -extfile "$1.ext" -out "$1.pem" 2>/dev/null
+}
+ca ca1; ca ca2
+leaf server ca1 IP:127.0.0.1
+leaf other_server ca1 IP:10.9.9.9
+leaf client ca1 DNS:client
+leaf rogue ca2 DNS:client
+)";
+        ok = std::system(("sh " + script + " " + dir.path + " >/dev/null 2>&1").c_str()) == 0;
+    }
+    prizma::ReplaySecurity as(const char* who, const char* ca) const {
+        prizma::ReplaySecurity s;
+        s.certificate_file = at((std::string(who) + ".pem").c_str());
+        s.private_key_file = at((std::string(who) + ".key").c_str());
+        s.ca_file = at((std::string(ca) + ".pem").c_str());
+        return s;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("replay tls: keys from the channel's key file, wrong keys and plaintext refused",
+          "[unit][replay][security]") {
+    const TempDir dir;
+    make_journal(dir.path, 3000);
+    prizma::ReplaySecurity sec;
+    sec.keys = keys(7, 0x11);
+    auto server = serve(dir.path, sec);
+    CHECK(server.protection().find("pre-shared keys 7") != std::string::npos);
+
+    const Outcome good = fetch(server.port(), sec);
+    CHECK(good.done);
+    CHECK(good.records == 3000);
+    CHECK(good.bad == 0);
+
+    prizma::ReplaySecurity wrong;
+    wrong.keys = keys(7, 0x22);  // the same id, another key
+    const Outcome w = fetch(server.port(), wrong);
+    CHECK(w.error.has_value());
+    CHECK(w.records == 0);
+    CHECK(eventually([&] { return server.counters().handshake_failures == 1; }));
+
+    prizma::ReplaySecurity unknown;
+    unknown.keys = keys(8, 0x11);  // an id the server does not hold
+    const Outcome u = fetch(server.port(), unknown);
+    CHECK(u.error.has_value());
+    CHECK(u.records == 0);
+    CHECK(eventually([&] { return server.counters().handshake_failures == 2; }));
+
+    // A plaintext client (loopback: it is allowed to try) gets no journal byte.
+    const Outcome p = fetch(server.port(), {});
+    CHECK(p.error.has_value());
+    CHECK(p.records == 0);
+    CHECK(eventually([&] { return server.counters().handshake_failures == 3; }));
+    CHECK(server.counters().requests == 1);
+
+    // Rotation: a server holding the new and the old key serves clients of either.
+    prizma::ReplaySecurity both;
+    both.keys = keys(9, 0x33);
+    both.keys->keys.push_back(keys(7, 0x11).keys.front());
+    auto rotated = serve(dir.path, both);
+    CHECK(fetch(rotated.port(), sec).records == 3000);
+    prizma::ReplaySecurity fresh;
+    fresh.keys = keys(9, 0x33);
+    CHECK(fetch(rotated.port(), fresh).records == 3000);
+}
+
+TEST_CASE("replay tls: a recorded handshake and request replayed are refused",
+          "[unit][replay][security]") {
+    const TempDir dir;
+    make_journal(dir.path, 500);
+    prizma::ReplaySecurity sec;
+    sec.keys = keys(7, 0x11);
+    auto server = serve(dir.path, sec);
+    // A relay between an honest client and the server records what the client sends.
+    const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::listen(lfd, 1) == 0);
+    socklen_t sl = sizeof sa;
+    REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl) == 0);
+    std::string recorded;
+    std::thread relay([&] {
+        const int c = ::accept(lfd, nullptr, nullptr);
+        const int s = tcp_connect(server.port());
+        char buf[65536];
+        for (bool open = true; open;) {
+            pollfd p[2] = {{c, POLLIN, 0}, {s, POLLIN, 0}};
+            if (::poll(p, 2, 3000) <= 0) {
+                break;
+            }
+            for (int k = 0; k < 2; ++k) {
+                if ((p[k].revents & (POLLIN | POLLHUP)) == 0) {
+                    continue;
+                }
+                const ssize_t n = ::recv(p[k].fd, buf, sizeof buf, 0);
+                if (n <= 0) {
+                    open = false;
+                    break;
+                }
+                if (k == 0) {
+                    recorded.append(buf, static_cast<std::size_t>(n));
+                }
+                (void)::send(k == 0 ? s : c, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+            }
+        }
+        ::close(c);
+        ::close(s);
+    });
+    const Outcome honest = fetch(ntohs(sa.sin_port), sec);
+    relay.join();
+    ::close(lfd);
+    CHECK(honest.records == 500);
+    REQUIRE(recorded.size() > 32);
+    const auto before = server.counters();
+    // The same bytes again, on a new connection: the server's fresh key share makes the
+    // recorded Finished wrong.
+    const int fd = tcp_connect(server.port());
+    REQUIRE(::send(fd, recorded.data(), recorded.size(), MSG_NOSIGNAL) > 0);
+    const std::string reply = read_all(fd);
+    ::close(fd);
+    CHECK(eventually(
+        [&] { return server.counters().handshake_failures == before.handshake_failures + 1; }));
+    CHECK(server.counters().requests == before.requests);
+    CHECK(server.counters().records == before.records);
+    CHECK(reply.size() < 4096);  // a ServerHello and an alert at most, no journal
+}
+
+TEST_CASE("replay tls: certificates both ways, a wrong one refused", "[unit][replay][security]") {
+    const Pki pki;
+    if (!pki.ok) {
+        PRIZMA_SKIP("the openssl tool could not make the test certificates");
+    }
+    const TempDir dir;
+    make_journal(dir.path, 1000);
+    auto server = serve(dir.path, pki.as("server", "ca1"));
+    CHECK(server.protection().find("certificates") != std::string::npos);
+
+    const Outcome good = fetch(server.port(), pki.as("client", "ca1"));
+    CHECK(good.records == 1000);
+    CHECK(good.done);
+
+    // A client certificate from another CA.
+    const Outcome rogue = fetch(server.port(), pki.as("rogue", "ca2"));
+    CHECK(rogue.error.has_value());
+    CHECK(rogue.records == 0);
+    CHECK(eventually([&] { return server.counters().handshake_failures == 1; }));
+
+    // A client that trusts only ca2 refuses the server.
+    auto distrust = pki.as("client", "ca1");
+    distrust.ca_file = pki.at("ca2.pem");
+    const Outcome d = fetch(server.port(), distrust);
+    CHECK(d.error == std::make_error_code(std::errc::permission_denied));
+    CHECK(d.text.find("certificate") != std::string::npos);
+
+    // A server whose certificate names another address is refused by the client.
+    auto other = serve(dir.path, pki.as("other_server", "ca1"));
+    const Outcome o = fetch(other.port(), pki.as("client", "ca1"));
+    CHECK(o.error == std::make_error_code(std::errc::permission_denied));
+    CHECK(o.records == 0);
+    // ... unless the client names the address the certificate carries.
+    auto named = pki.as("client", "ca1");
+    named.server_name = "10.9.9.9";
+    CHECK(fetch(other.port(), named).records == 1000);
+
+    // Keys and certificates at once is a configuration error.
+    auto both = pki.as("server", "ca1");
+    both.keys = keys(1, 1);
+    prizma::ReplayServerOptions so;
+    so.streams = {{42, dir.path}};
+    so.security = both;
+    CHECK_FALSE(prizma::ReplayServer::start(so).has_value());
+}
+
+TEST_CASE("replay: plaintext only on loopback unless insecure", "[unit][replay][security]") {
+    const TempDir dir;
+    make_journal(dir.path, 10);
+    prizma::ReplayServerOptions o;
+    o.streams = {{42, dir.path}};
+    o.address = "0.0.0.0";
+    auto refused = prizma::ReplayServer::start(o);
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().code() == prizma::Errc::invalid_argument);
+    CHECK(refused.error().message().find("plaintext") != std::string::npos);
+    o.security.insecure = true;
+    auto loud = prizma::ReplayServer::start(o);
+    REQUIRE(loud.has_value());
+    CHECK(loud->protection().find("INSECURE") != std::string::npos);
+
+    prizma::ReplayRequest rq;
+    rq.stream_id = 42;
+    auto c = prizma::ReplayClient::connect("192.0.2.1", 9, rq);  // TEST-NET-1, not loopback
+    REQUIRE_FALSE(c.has_value());
+    CHECK(c.error().message().find("plaintext") != std::string::npos);
+    prizma::LateJoinOptions lj;
+    lj.stream.stream_id = 42;
+    lj.replay_address = "192.0.2.1";
+    lj.replay_port = 9;
+    CHECK_FALSE(prizma::LateJoin::create(lj).has_value());
+}
+
+TEST_CASE("replay: the allow-list and the per-address cap refuse, honest clients are served",
+          "[unit][replay][security]") {
+    const TempDir dir;
+    make_journal(dir.path, 200);
+    prizma::ReplayServerOptions o;
+    o.streams = {{42, dir.path}};
+    o.allow = {"10.0.0.0/8"};
+    auto outside = prizma::ReplayServer::start(o);
+    REQUIRE(outside.has_value());
+    const Outcome r = fetch(outside->port(), {});
+    CHECK(r.records == 0);
+    CHECK(r.error.has_value());
+    CHECK(eventually([&] { return outside->counters().refused == 1; }));
+    CHECK(outside->counters().requests == 0);
+
+    o.allow = {"127.0.0.1/32", "::1"};
+    o.max_clients_per_address = 2;
+    auto capped = prizma::ReplayServer::start(o);
+    REQUIRE(capped.has_value());
+    o.allow = {"10.0.0.0/33"};
+    CHECK_FALSE(prizma::ReplayServer::start(o).has_value());
+    // Two silent connections hold 127.0.0.1's places; a third from it is refused...
+    const int a = tcp_connect(capped->port());
+    const int b = tcp_connect(capped->port());
+    REQUIRE(eventually([&] { return capped->counters().clients == 2; }));
+    const Outcome third = fetch(capped->port(), {});
+    CHECK(third.records == 0);
+    CHECK(eventually([&] { return capped->counters().refused == 1; }));
+    // ... and one leaving frees a place for an honest client.
+    ::close(a);
+    REQUIRE(eventually([&] {
+        const Outcome again = fetch(capped->port(), {});
+        return again.records == 200;
+    }));
+    ::close(b);
+}
+
+TEST_CASE("replay: a client that never reads its end frame loses its place",
+          "[unit][replay][security]") {
+    // Each asks for the whole journal (more than its socket and queue hold) and reads nothing:
+    // the end frame gets queued, and stall_timeout must still apply.
+    const TempDir dir;
+    make_journal(dir.path, 60000, 200);
+    prizma::ReplayServerOptions o;
+    o.streams = {{42, dir.path}};
+    o.max_clients = 2;
+    o.client_buffer_bytes = std::size_t{16} << 20U;  // the whole range queues: end frame too
+    o.stall_timeout = std::chrono::milliseconds(300);
+    auto server = prizma::ReplayServer::start(o);
+    REQUIRE(server.has_value());
+    std::vector<int> hogs;
+    for (int k = 0; k < 2; ++k) {
+        const int fd = tcp_connect(server->port());
+        const int small = 4096;
+        (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        std::byte req[32]{};
+        prizma::pgm::store_be32(req, 0x50525A52);
+        req[4] = std::byte{1};
+        prizma::pgm::store_be32(req + 8, 42);
+        prizma::pgm::store_be64(req + 24, 60000);
+        REQUIRE(::send(fd, req, sizeof req, 0) == 32);
+        hogs.push_back(fd);
+    }
+    REQUIRE(eventually([&] { return server->counters().requests == 2; }));
+    CHECK(eventually([&] { return server->counters().timeouts == 2; }));
+    const Outcome honest = fetch(server->port(), {});
+    CHECK(honest.records == 60000);
+    for (const int fd : hogs) {
+        ::close(fd);
+    }
+}
+
+TEST_CASE("replay client: connect never blocks and has a deadline", "[unit][replay][security]") {
+    // A listener whose accept queue is full (backlog 0, never accepted): new SYNs go
+    // unanswered, so a blocking connect would hang.
+    const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::listen(lfd, 0) == 0);
+    socklen_t sl = sizeof sa;
+    REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl) == 0);
+    const std::uint16_t port = ntohs(sa.sin_port);
+    std::vector<int> fill;
+    for (int k = 0; k < 4; ++k) {  // fill the queue (non-blocking: some stay in SYN_SENT)
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        (void)::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);
+        fill.push_back(fd);
+    }
+    prizma::LateJoinOptions o;
+    o.stream.stream_id = 42;
+    o.replay_port = port;
+    o.recorder_timeout = std::chrono::milliseconds(1500);
+    o.client.connect_timeout = std::chrono::milliseconds(300);
+    auto j = prizma::LateJoin::create(o);
+    REQUIRE(j.has_value());
+    prizma::StreamEvent e;
+    prizma::Result<bool> r = false;
+    Clock::duration longest{};
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < until) {
+        const auto t0 = Clock::now();
+        r = j->next(e);
+        longest = std::max(longest, Clock::now() - t0);
+        if (!r) {
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    for (const int fd : fill) {
+        ::close(fd);
+    }
+    ::close(lfd);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error() == std::errc::timed_out);
+    CHECK(j->last_refusal().find("connect_timeout") != std::string::npos);
+    // No call waited on the network: far below connect_timeout.
+    CHECK(longest < std::chrono::milliseconds(100));
+}
+
+TEST_CASE("replay: IPv6 service and client", "[unit][replay][security]") {
+    const TempDir dir;
+    make_journal(dir.path, 100);
+    prizma::ReplayServerOptions o;
+    o.streams = {{42, dir.path}};
+    o.address = "::1";
+    auto server = prizma::ReplayServer::start(o);
+    if (!server) {
+        PRIZMA_SKIP("no IPv6 loopback here: " + server.error().message());
+    }
+    CHECK(server->protection() == "plaintext (loopback)");
+    const Outcome r = fetch(server->port(), {}, "::1");
+    CHECK(r.records == 100);
+    CHECK(r.done);
+}
+
+namespace {
+
+/// A replay server that lies: it takes the request and answers with `frame(from)`, then holds
+/// the connection open. Counts its connections.
+struct LyingServer {
+    int lfd = -1;
+    std::uint16_t port = 0;
+    std::atomic<bool> stop{false};
+    std::atomic<int> served{0};
+    std::thread thread;
+    explicit LyingServer(std::function<std::vector<std::byte>(std::uint64_t)> frame) {
+        lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in sa{};
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+        REQUIRE(::listen(lfd, 16) == 0);
+        socklen_t sl = sizeof sa;
+        REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl) == 0);
+        port = ntohs(sa.sin_port);
+        thread = std::thread([this, frame = std::move(frame)] {
+            std::vector<int> open;
+            while (!stop.load()) {
+                pollfd p{lfd, POLLIN, 0};
+                if (::poll(&p, 1, 20) != 1) {
+                    continue;
+                }
+                const int c = ::accept(lfd, nullptr, nullptr);
+                std::byte req[32];
+                if (c < 0 || ::recv(c, req, sizeof req, MSG_WAITALL) != 32) {
+                    continue;
+                }
+                const auto bytes = frame(prizma::pgm::load_be64(req + 16));
+                (void)::send(c, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+                open.push_back(c);
+                ++served;
+            }
+            for (const int c : open) {
+                ::close(c);
+            }
+        });
+    }
+    ~LyingServer() {
+        stop = true;
+        thread.join();
+        ::close(lfd);
+    }
+    LyingServer(const LyingServer&) = delete;
+    LyingServer& operator=(const LyingServer&) = delete;
+};
+
+std::vector<std::byte> frame_of(std::uint8_t kind, std::uint64_t seq, std::uint64_t count) {
+    std::vector<std::byte> f(prizma::journal::kFrameHeader);
+    prizma::journal::write_header(f.data(), 0, kind, seq, count, {});
+    return f;
+}
+
+/// Live from `first` on mem://, a journal of [0, first) behind an honest server, a joiner from
+/// 0 whose first server lies.
+struct TrustRig {
+    TempDir dir;
+    prizma::Context ctx = prizma::Context::create().value();
+    prizma::Publisher pub;
+    prizma::StreamPublisher out;
+    prizma::Subscriber sub;
+    std::vector<std::uint64_t> delivered;
+    std::uint64_t bad = 0;
+    TrustRig(const std::string& name, std::uint64_t first)
+        : pub(ctx.add_publisher("mem://" + name + ":7500").value()),
+          out(prizma::StreamPublisher::create(pub, 42, 1, first).value()),
+          sub(ctx.add_subscriber("mem://" + name + ":7500").value()) {
+        make_journal(dir.path, first);
+    }
+    prizma::Result<bool> run(prizma::LateJoin& j, std::uint64_t n, std::chrono::seconds budget) {
+        const auto until = Clock::now() + budget;
+        prizma::StreamEvent e;
+        while (Clock::now() < until) {
+            if (out.next_sequence() < n) {
+                const auto b = body(out.next_sequence());
+                (void)out.offer(b);
+            }
+            (void)ctx.poll();
+            for (int k = 0; k < 256; ++k) {
+                auto r = j.next(e);
+                if (!r) {
+                    return r;
+                }
+                if (!*r) {
+                    break;
+                }
+                if (e.kind == prizma::StreamEventKind::record) {
+                    delivered.push_back(e.sequence);
+                    bad += payload_ok(e.sequence, e.payload) ? 0U : 1U;
+                }
+            }
+            if (j.next_sequence() >= n) {
+                return true;
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        return false;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("late join: a lying replay server never moves the position, the next server is used",
+          "[unit][replay][security][late_join]") {
+    constexpr std::uint64_t kFirst = 3000;
+    constexpr std::uint64_t kN = 4000;
+    const auto lie = GENERATE(as<std::string>{}, "loss to 2^64-1", "loss ahead", "foreign epoch");
+    CAPTURE(lie);
+    LyingServer liar([&](std::uint64_t from) {
+        if (lie == "loss to 2^64-1") {
+            return frame_of(prizma::journal::kLoss, from, UINT64_MAX - from);
+        }
+        if (lie == "loss ahead") {
+            return frame_of(prizma::journal::kLoss, from + 10, 5);  // skips [from, from + 10)
+        }
+        return frame_of(prizma::journal::kReset, from, 99);  // live is at epoch 1
+    });
+    TrustRig rig("lj-trust", kFirst);
+    auto honest = serve(rig.dir.path, {});
+    prizma::LateJoinOptions o;
+    o.stream.stream_id = 42;
+    o.replay_port = liar.port;
+    o.alternates = {{"127.0.0.1", honest.port()}};
+    o.retry_interval = std::chrono::milliseconds(10);
+    o.recorder_timeout = std::chrono::seconds(10);
+    auto j = prizma::LateJoin::create(o);
+    REQUIRE(j.has_value());
+    REQUIRE(j->add(rig.sub).has_value());
+    auto r = rig.run(*j, kN, std::chrono::seconds(20));
+    REQUIRE(r.has_value());
+    CHECK(*r);
+    CHECK(liar.served.load() >= 1);
+    CHECK(j->counters().refused_frames >= 1);
+    CHECK(!j->last_refusal().empty());
+    CHECK(rig.bad == 0);
+    REQUIRE(rig.delivered.size() == kN);  // every record once, in order, none skipped
+    bool in_order = true;
+    for (std::uint64_t i = 0; i < kN; ++i) {
+        in_order = in_order && rig.delivered[i] == i;
+    }
+    CHECK(in_order);
+}
+
+TEST_CASE("late join: with only a lying server the join fails in time, naming why",
+          "[unit][replay][security][late_join]") {
+    LyingServer liar([](std::uint64_t from) {
+        return frame_of(prizma::journal::kLoss, from, UINT64_MAX - from);
+    });
+    TrustRig rig("lj-liar", 100);
+    prizma::LateJoinOptions o;
+    o.stream.stream_id = 42;
+    o.replay_port = liar.port;
+    o.retry_interval = std::chrono::milliseconds(10);
+    o.recorder_timeout = std::chrono::milliseconds(500);
+    auto j = prizma::LateJoin::create(o);
+    REQUIRE(j.has_value());
+    REQUIRE(j->add(rig.sub).has_value());
+    auto r = rig.run(*j, 200, std::chrono::seconds(10));
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error() == std::errc::timed_out);
+    CHECK(j->error_text().find("loss") != std::string::npos);
+    CHECK(j->next_sequence() == 0);  // never moved
+    CHECK(rig.delivered.empty());
+    CHECK(j->counters().refused_frames >= 2);
+}

@@ -17,7 +17,11 @@
 namespace prizma {
 
 struct RecorderOptions {
-    /// The journal's directory (created if missing). One stream, one epoch line per directory.
+    /// The journal's directory (created with directory_mode if missing). One stream, one epoch
+    /// line per directory, one Recorder at a time (open() locks it). It must not be a symbolic
+    /// link, and an existing one must be owned by the process's effective uid and, unless
+    /// allow_shared_directory, writable by no one else: whoever can write to it could plant
+    /// files or links where the next segment goes.
     std::string directory;
     std::uint32_t stream_id = 0;
     /// A new segment file starts once the current one would exceed this many bytes.
@@ -30,6 +34,15 @@ struct RecorderOptions {
     std::chrono::milliseconds fsync_interval{100};
     /// One sparse index entry (sequence → offset) per this many bytes of segment.
     std::size_t index_bytes = std::size_t{64} << 10U;
+    /// Permission bits of the segment and index files the recorder creates (the umask still
+    /// applies); the owner's read and write bits are required.
+    std::uint32_t file_mode = 0600;
+    /// Permission bits of the directory, when open() creates it (the umask still applies); the
+    /// owner's bits are required.
+    std::uint32_t directory_mode = 0700;
+    /// Accept a directory (and modes) writable by its group or by others. Off by default: open()
+    /// refuses such a directory with std::errc::permission_denied.
+    bool allow_shared_directory = false;
 };
 
 struct RecorderCounters {
@@ -51,8 +64,13 @@ struct RecorderCounters {
 /// durable_sequence() from any thread.
 class Recorder {
 public:
-    /// Opens (recovering) or creates the journal; starts the writer thread. Errors:
-    /// Errc::invalid_argument (options), OS errors (with the path in the detail).
+    /// Opens (recovering) or creates the journal; starts the writer thread. Files are opened
+    /// O_NOFOLLOW and only as regular files of this user; new ones O_EXCL (an existing file is
+    /// never replaced), and only a torn or corrupt tail after the last entry that verifies is
+    /// cut. Errors: Errc::invalid_argument (options), std::errc::permission_denied (a directory
+    /// or file of another user, a directory writable by others, a symbolic link),
+    /// std::errc::device_or_resource_busy (another Recorder has the directory), OS errors (with
+    /// the path in the detail).
     static Result<Recorder, Error> open(const RecorderOptions& options);
     Recorder(Recorder&& other) noexcept;
     Recorder& operator=(Recorder&& other) noexcept;
@@ -76,8 +94,12 @@ public:
     /// One past the last entry the writer has written to the file (any thread).
     [[nodiscard]] std::uint64_t written_sequence() const noexcept;
     /// Blocks until everything appended so far is written and fdatasync()ed. Errors: the
-    /// writer's I/O error.
+    /// writer's I/O error (write_error() has its detail).
     Result<void> flush();
+    /// Why the writer thread stopped (once append() returns Errc::closed): the OS code and what
+    /// it was doing, with the path, e.g. a segment's name already taken (EEXIST) by a file or
+    /// a link the recorder does not overwrite. An empty Error while the writer runs. Any thread.
+    [[nodiscard]] Error write_error() const;
     [[nodiscard]] RecorderCounters counters() const noexcept;
     [[nodiscard]] const std::string& directory() const noexcept;
 
@@ -107,9 +129,11 @@ struct JournalEntry {
 /// be written meanwhile by a Recorder in this or another process.
 class JournalReader {
 public:
-    /// Positions at `from` (via the segments' sparse indexes). Errors:
-    /// std::errc::no_such_file_or_directory (no journal), Errc::invalid_argument (`from` is
-    /// past the journal's end or before its first entry).
+    /// Positions at `from` (via the segments' sparse indexes; an index entry is used only when
+    /// the frame it points at is in the segment and has its sequence, else the segment is
+    /// scanned). Files are opened O_NOFOLLOW. Errors: std::errc::no_such_file_or_directory (no
+    /// journal), Errc::invalid_argument (`from` is past the journal's end or before its first
+    /// entry), OS errors (ELOOP: a symbolic link where a segment or the directory should be).
     static Result<JournalReader, Error> open(const std::string& directory, std::uint64_t from);
     JournalReader(JournalReader&& other) noexcept;
     JournalReader& operator=(JournalReader&& other) noexcept;
@@ -118,8 +142,12 @@ public:
     ~JournalReader();
 
     /// The next entry (a loss covering `from` is clipped to start at it). The record span
-    /// stays valid until the next call. false: nothing more written yet. Errors:
-    /// Errc::malformed_packet (a corrupt entry inside the journal, not at its end), OS errors.
+    /// stays valid until the next call. false: nothing more written yet (a torn or corrupt
+    /// tail at the end of the last segment reads as that: the recorder cuts it when it
+    /// reopens). Its buffer is at most 1 MiB, or the largest entry the file holds whole: a
+    /// length read from the file sizes nothing before its bytes are there. Errors:
+    /// Errc::malformed_packet (a corrupt or out-of-order entry inside the journal, not at its
+    /// end), OS errors.
     Result<bool> next(JournalEntry& out) noexcept;
     /// The sequence the next entry starts at.
     [[nodiscard]] std::uint64_t position() const noexcept;

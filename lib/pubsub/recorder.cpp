@@ -2,6 +2,7 @@
 // The stream recorder (a journal of segment files written by a writer thread fed through a
 // lock-free SPSC ring) and the journal reader (docs/STREAMS.md, "Recording and late join").
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,12 +21,21 @@ namespace {
 
 using journal::Frame;
 
-constexpr std::uint64_t kBatchBytes = 256 << 10;    // the writer's preferred write size
-constexpr std::uint64_t kWritebackBytes = 1 << 20;  // writeback is started per this much
+constexpr std::uint64_t kBatchBytes = 256 << 10;             // the writer's preferred write size
+constexpr std::uint64_t kWritebackBytes = 1 << 20;           // writeback is started per this much
+constexpr std::size_t kReadChunk = std::size_t{1} << 20U;    // readers' buffer (more: one frame)
+constexpr std::size_t kFirstChunk = std::size_t{64} << 10U;  // ... to start with
+constexpr std::size_t kIndexEntry = 16;                      // be64 key, be64 offset
+// Never through a symbolic link, never inherited, never blocking on a FIFO planted by a name.
+constexpr int kReadFlags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
 using journal::Parse;
 
 Error os_error(const std::string& what, int err = errno) {
     return {posix::errno_code(err), what + ": " + posix::errno_text(err)};
+}
+
+Error refused(const std::string& what, const std::string& why) {
+    return {std::make_error_code(std::errc::permission_denied), what + " refused: " + why};
 }
 
 bool write_all(int fd, const std::byte* p, std::size_t n) noexcept {
@@ -43,46 +53,262 @@ bool write_all(int fd, const std::byte* p, std::size_t n) noexcept {
     return true;
 }
 
-/// Reads a whole file (set-up only).
-std::vector<std::byte> slurp(const std::string& path) {
-    std::vector<std::byte> out;
-    const posix::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) {
-        return out;
-    }
-    std::byte buf[65536];
-    for (;;) {
-        const ssize_t r = ::read(fd.get(), buf, sizeof buf);
-        if (r <= 0) {
+/// Reads up to `n` bytes at `off`: fewer only at the end of the file. -1: an error (errno).
+ssize_t pread_full(int fd, std::byte* p, std::size_t n, std::uint64_t off) noexcept {
+    std::size_t got = 0;
+    while (got < n) {
+        const ssize_t r = ::pread(fd, p + got, n - got, static_cast<off_t>(off + got));
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r < 0) {
+            return -1;
+        }
+        if (r == 0) {
             break;
         }
-        out.insert(out.end(), buf, buf + r);
+        got += static_cast<std::size_t>(r);
+    }
+    return static_cast<ssize_t>(got);
+}
+
+/// Whether `f` may follow journal position `pos`: a record or loss at it (a loss that does not
+/// wrap), a reset at or after it. Replay's end and error frames are no journal entries.
+bool in_order(const Frame& f, std::uint64_t pos) noexcept {
+    switch (f.kind) {
+        case journal::kRecord: return f.sequence == pos;
+        case journal::kLoss: return f.sequence == pos && f.end() >= f.sequence;
+        case journal::kReset: return f.sequence >= pos;
+        default: return false;
+    }
+}
+
+/// The valid prefix of a segment: where it ends (a file offset) and the sequence after it.
+struct Scan {
+    std::uint64_t valid = 0;
+    std::uint64_t end = 0;
+};
+
+/// Scans the segment open as `fd` (`size` bytes) from `offset`, the journal at `seq` there: the
+/// frames that verify, in order. Reads a chunk at a time; more only for a frame whose length
+/// verified (at most kMaxBody) and whose bytes are all in the file.
+Result<Scan> scan_file(int fd, std::uint64_t size, std::uint64_t offset, std::uint64_t seq) {
+    Scan s{offset, seq};
+    if (offset >= size) {
+        return s;
+    }
+    std::vector<std::byte> buf(std::min<std::uint64_t>(kReadChunk, size - offset));
+    std::size_t begin = 0;
+    std::size_t have = 0;
+    for (;;) {
+        Frame f;
+        const auto avail = std::span<const std::byte>(buf).subspan(begin, have - begin);
+        const Parse p = journal::parse(avail, f);
+        if (p == Parse::ok && in_order(f, s.end)) {
+            begin += f.size();
+            s.valid += f.size();
+            s.end = f.end();
+            continue;
+        }
+        if (p != Parse::need_more) {
+            return s;
+        }
+        std::size_t need = journal::kFrameHeader;
+        if (avail.size() >= journal::kFrameHeader) {
+            need += pgm::load_be32(avail.data());  // parse() checked it: at most kMaxBody
+        }
+        if (need > size - s.valid) {
+            return s;  // torn: the frame's bytes are not all there
+        }
+        std::memmove(buf.data(), buf.data() + begin, avail.size());
+        have = avail.size();
+        begin = 0;
+        if (need > buf.size()) {
+            buf.resize(need);
+        }
+        const std::size_t want = std::min<std::uint64_t>(buf.size() - have, size - s.valid - have);
+        const ssize_t r = pread_full(fd, buf.data() + have, want, s.valid + have);
+        if (r < 0) {
+            return posix::errno_code();
+        }
+        if (r == 0) {
+            return s;
+        }
+        have += static_cast<std::size_t>(r);
+    }
+}
+
+struct IndexEntry {
+    std::uint64_t key = 0;     // a sequence (or the journal position before a reset)
+    std::uint64_t offset = 0;  // of its frame in the segment
+};
+
+/// The entries of the index open as `fd`: at most `max` (a segment of n bytes has at most
+/// n / kFrameHeader + 1 frames), so never more than the file and its segment can hold.
+Result<std::vector<IndexEntry>> read_index(int fd, std::uint64_t max) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        return posix::errno_code();
+    }
+    const std::uint64_t n =
+        std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_size) / kIndexEntry, max);
+    std::vector<std::byte> bytes(n * kIndexEntry);
+    const ssize_t r = pread_full(fd, bytes.data(), bytes.size(), 0);
+    if (r < 0) {
+        return posix::errno_code();
+    }
+    std::vector<IndexEntry> out(static_cast<std::size_t>(r) / kIndexEntry);
+    for (std::size_t k = 0; k < out.size(); ++k) {
+        out[k] = {pgm::load_be64(bytes.data() + k * kIndexEntry),
+                  pgm::load_be64(bytes.data() + k * kIndexEntry + 8)};
     }
     return out;
 }
 
-/// The valid prefix of a segment: its length and the sequence after it.
-struct Scan {
-    std::size_t valid = 0;
-    std::uint64_t end = 0;
-    bool any = false;
+/// Whether index entry `e` is true of the segment open as `fd` (its first `size` bytes): a
+/// frame whose header verifies starts at its offset, and is the record or loss of its key (or,
+/// with `reset_ok`, a reset at or after it: a reset is indexed by the position before it).
+/// Reads the header and at most 28 body bytes; allocates nothing.
+bool entry_holds(int fd, std::uint64_t size, const IndexEntry& e, bool reset_ok) noexcept {
+    if (e.offset >= size || size - e.offset < journal::kFrameHeader) {
+        return false;
+    }
+    std::byte h[journal::kFrameHeader + RecordHeader::kBytes];
+    const std::size_t want = std::min<std::uint64_t>(sizeof h, size - e.offset);
+    if (pread_full(fd, h, want, e.offset) != static_cast<ssize_t>(want)) {
+        return false;
+    }
+    const std::uint32_t len = pgm::load_be32(h);
+    const auto kind = std::to_integer<std::uint8_t>(h[4]);
+    if (len > journal::kMaxBody || journal::kFrameHeader + len > size - e.offset
+        || h[5] != std::byte{0} || h[6] != std::byte{0} || h[7] != std::byte{0}) {
+        return false;
+    }
+    const std::uint64_t seq = pgm::load_be64(h + 8);
+    const std::uint64_t count = pgm::load_be64(h + 16);
+    const std::span<const std::byte> head(h + journal::kFrameHeader,
+                                          std::min<std::size_t>(len, RecordHeader::kBytes));
+    if (pgm::load_be64(h + 24) != journal::frame_check(len, kind, seq, count, head)) {
+        return false;
+    }
+    if (kind == journal::kRecord || kind == journal::kLoss) {
+        return seq == e.key;
+    }
+    return reset_ok && kind == journal::kReset && seq >= e.key;
+}
+
+/// A place in a segment: a file offset, and the journal position there.
+struct Place {
+    std::uint64_t offset = 0;
+    std::uint64_t seq = 0;
 };
 
-Scan scan_segment(std::span<const std::byte> bytes, std::uint64_t first) {
-    Scan s{0, first, false};
-    Frame f;
-    while (journal::parse(bytes.subspan(s.valid), f) == Parse::ok) {
-        const bool in_order = f.kind == journal::kReset ? f.sequence >= s.end : f.sequence == s.end;
-        if (!in_order
-            || (f.kind != journal::kRecord && f.kind != journal::kLoss
-                && f.kind != journal::kReset)) {
+/// Where to read the segment `name` (open as `fd`, `size` bytes) from for sequence `from`: the
+/// last index entry at or before it that holds (entry_holds: a record or loss of its key at
+/// its offset), else the segment's start. Entries out of order end the lookup.
+Place locate(int fd,
+             std::uint64_t size,
+             const std::vector<IndexEntry>& idx,
+             std::uint64_t name,
+             std::uint64_t from) noexcept {
+    std::size_t n = 0;  // candidates: idx[0, n)
+    for (; n < idx.size() && idx[n].key <= from && idx[n].key >= name; ++n) {
+        if (n > 0 && (idx[n].offset <= idx[n - 1].offset || idx[n].key < idx[n - 1].key)) {
             break;
         }
-        s.valid += f.size();
-        s.end = f.end();
-        s.any = true;
     }
-    return s;
+    // A few tries back (the last one may be a reset's: not used, its position is unchecked).
+    for (std::size_t k = n; k > 0 && n - k < 4; --k) {
+        if (entry_holds(fd, size, idx[k - 1], false)) {
+            return {idx[k - 1].offset, idx[k - 1].key};
+        }
+    }
+    return {0, name};
+}
+
+/// The index of segment `name` (`size` bytes) in the directory open as `dir_fd`, as far as it
+/// can be read; empty without one (the segment is then scanned from its start).
+std::vector<IndexEntry> segment_index(int dir_fd, std::uint64_t name, std::uint64_t size) {
+    const posix::UniqueFd fd(::openat(dir_fd, journal::file_name(name, "idx").text, kReadFlags));
+    struct stat st {};
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        return {};
+    }
+    auto e = read_index(fd.get(), size / journal::kFrameHeader + 1);
+    return e ? std::move(*e) : std::vector<IndexEntry>{};
+}
+
+/// Opens `name` in the directory open as `dir_fd` with `flags` (O_NOFOLLOW, O_CLOEXEC added):
+/// a regular file of this user only. `path` names it in errors.
+Result<posix::UniqueFd, Error> open_own_file(int dir_fd,
+                                             const journal::FileName& name,
+                                             int flags,
+                                             std::uint32_t mode,
+                                             const std::string& path) {
+    posix::UniqueFd fd(
+        ::openat(dir_fd, name.text, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode));
+    if (!fd.valid()) {
+        if (errno == ELOOP) {
+            return refused("recorder: " + path, "a symbolic link");
+        }
+        return os_error("recorder: open " + path);
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+        return os_error("recorder: stat " + path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return refused("recorder: " + path, "not a regular file");
+    }
+    if (st.st_uid != ::geteuid()) {
+        return refused("recorder: " + path, "owned by uid " + std::to_string(st.st_uid)
+                                                + ", not by this process's uid "
+                                                + std::to_string(::geteuid()));
+    }
+    return fd;
+}
+
+/// Opens the journal directory, made with the options' mode if missing: never through a
+/// symbolic link; owned by this process's effective uid; writable by no one else unless
+/// allowed. Checked on the open descriptor, through which every file is then opened: nothing
+/// can be swapped in between. Locked (flock) for this Recorder alone.
+Result<posix::UniqueFd, Error> open_directory(const RecorderOptions& o) {
+    const std::string& dir = o.directory;
+    if (::mkdir(dir.c_str(), o.directory_mode) != 0 && errno != EEXIST) {
+        return os_error("recorder: mkdir " + dir);
+    }
+    posix::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    if (!fd.valid()) {
+        const int err = errno;
+        if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+            return refused("recorder: directory " + dir, "a symbolic link");
+        }
+        return os_error("recorder: open directory " + dir, err);
+    }
+    if (::fstat(fd.get(), &st) != 0) {
+        return os_error("recorder: stat " + dir);
+    }
+    if (st.st_uid != ::geteuid()) {
+        return refused("recorder: directory " + dir, "owned by uid " + std::to_string(st.st_uid)
+                                                         + ", not by this process's uid "
+                                                         + std::to_string(::geteuid()));
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && !o.allow_shared_directory) {
+        char mode[8];
+        (void)std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777U);
+        return refused("recorder: directory " + dir,
+                       std::string("writable by other users (mode ") + mode
+                           + "; RecorderOptions::allow_shared_directory accepts it)");
+    }
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK) {
+            return Error(std::make_error_code(std::errc::device_or_resource_busy),
+                         "recorder: " + dir + " is in use by another Recorder");
+        }
+        return os_error("recorder: lock " + dir);
+    }
+    return fd;
 }
 
 }  // namespace
@@ -91,6 +317,7 @@ Scan scan_segment(std::span<const std::byte> bytes, std::uint64_t first) {
 
 struct Recorder::Impl {
     RecorderOptions opt;
+    posix::UniqueFd dir;  // the journal directory, locked; every file is opened through it
     // The SPSC ring: the producer owns tail_, the writer head_ (monotonic byte positions).
     std::vector<std::byte> ring;
     std::size_t mask = 0;
@@ -101,6 +328,7 @@ struct Recorder::Impl {
     std::atomic<bool> flush_wanted{false};
     std::atomic<bool> stop{false};
     std::atomic<bool> failed{false};
+    Error failure;  // why the writer stopped: written before `failed` is set, read after
     std::atomic<std::uint64_t> c_written{0};
     std::atomic<std::uint64_t> c_fsyncs{0};
     std::atomic<std::uint64_t> c_segments{0};
@@ -132,6 +360,7 @@ struct Recorder::Impl {
     // Writer state.
     posix::UniqueFd seg;
     posix::UniqueFd idx;
+    std::uint64_t seg_name = 0;     // the open segment's first sequence
     std::uint64_t seg_written = 0;  // bytes in the open segment
     std::uint64_t seg_kicked = 0;   // of which writeback has been started
     std::vector<std::byte> idx_pending;
@@ -153,19 +382,35 @@ struct Recorder::Impl {
         std::memcpy(p + first, ring.data(), n - first);
     }
 
+    void fail(const char* what, std::uint64_t name, const char* ext, int err) noexcept;
     bool roll(std::uint64_t name) noexcept;
     bool write_range(std::uint64_t from, std::uint64_t to) noexcept;
     bool sync() noexcept;
     void run(const std::stop_token& st) noexcept;
     Result<void, Error> recover();
+    Result<std::uint64_t, Error> recover_index(std::uint64_t name, std::uint64_t valid);
 };
+
+// The writer's error, for write_error(); then `failed` stops appends.
+void Recorder::Impl::fail(const char* what, std::uint64_t name, const char* ext, int err) noexcept {
+    try {
+        failure = os_error(std::string("recorder: ") + what + " "
+                               + journal::segment_path(opt.directory, name, ext),
+                           err);
+    } catch (...) {  // no memory for the text: the code alone
+        failure = Error(posix::errno_code(err));
+    }
+    failed.store(true, std::memory_order_release);
+}
 
 bool Recorder::Impl::sync() noexcept {
     if (seg.valid() && ::fdatasync(seg.get()) != 0) {
+        fail("fdatasync", seg_name, "seg", errno);
         return false;
     }
     if (idx.valid() && !idx_pending.empty()) {
         if (!write_all(idx.get(), idx_pending.data(), idx_pending.size())) {
+            fail("write", seg_name, "idx", errno);
             return false;
         }
         idx_pending.clear();
@@ -175,23 +420,34 @@ bool Recorder::Impl::sync() noexcept {
 }
 
 // A new segment named after the sequence it starts at (the journal position before its first
-// entry), with its index file.
+// entry), with its index file. Both are new files (O_EXCL): a file or link already there by
+// that name is never opened, truncated or written, it stops the recorder (write_error()).
 bool Recorder::Impl::roll(std::uint64_t name) noexcept {
     if (seg.valid() && !sync()) {
         return false;
     }
-    const std::string s = journal::segment_path(opt.directory, name, "seg");
-    const std::string i = journal::segment_path(opt.directory, name, "idx");
-    seg.reset(::open(s.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    idx.reset(::open(i.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    constexpr int kNew = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    const auto s = journal::file_name(name, "seg");
+    const auto i = journal::file_name(name, "idx");
+    seg.reset(::openat(dir.get(), s.text, kNew, opt.file_mode));
+    if (!seg.valid()) {
+        fail("create segment", name, "seg", errno);
+        return false;
+    }
+    idx.reset(::openat(dir.get(), i.text, kNew, opt.file_mode));
+    if (!idx.valid()) {
+        const int err = errno;
+        seg.reset();
+        (void)::unlinkat(dir.get(), s.text, 0);  // ours (O_EXCL), and empty
+        fail("create index", name, "idx", err);
+        return false;
+    }
+    seg_name = name;
     seg_written = seg_kicked = 0;
     c_segments.fetch_add(1, std::memory_order_relaxed);
     // The directory entry must be durable too, or a crash could lose a whole segment.
-    const posix::UniqueFd dir(::open(opt.directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (dir.valid()) {
-        (void)::fsync(dir.get());
-    }
-    return seg.valid() && idx.valid();
+    (void)::fsync(dir.get());
+    return true;
 }
 
 // Writes ring positions [from, to): one write(2) per contiguous run between marks; at a mark,
@@ -203,6 +459,7 @@ bool Recorder::Impl::write_range(std::uint64_t from, std::uint64_t to) noexcept 
             const std::size_t at = run_start & mask;
             const std::size_t n = std::min<std::uint64_t>(end - run_start, ring.size() - at);
             if (!write_all(seg.get(), ring.data() + at, n)) {
+                fail("write", seg_name, "seg", errno);
                 return false;
             }
             run_start += n;
@@ -265,8 +522,7 @@ void Recorder::Impl::run(const std::stop_token& st) noexcept {
         const std::uint64_t end = std::min(t, h + kBatchBytes);
         if (end != h) {
             if (!write_range(h, end)) {
-                failed.store(true, std::memory_order_release);
-                return;
+                return;  // failed (fail() said why)
             }
             head.store(end, std::memory_order_release);
             dirty = true;
@@ -278,7 +534,6 @@ void Recorder::Impl::run(const std::stop_token& st) noexcept {
         const bool asked = flush_wanted.load(std::memory_order_acquire) || st.stop_requested();
         if (dirty && ((asked && end == t) || now - last_sync >= opt.fsync_interval)) {
             if (!sync()) {
-                failed.store(true, std::memory_order_release);
                 return;
             }
             dirty = false;
@@ -297,41 +552,88 @@ void Recorder::Impl::run(const std::stop_token& st) noexcept {
     }
 }
 
+// Reopens the last segment: scans it and cuts what follows the last entry that verifies (a
+// torn or corrupt tail, never a verified entry); the writer appends from there.
 Result<void, Error> Recorder::Impl::recover() {
-    const auto segs = journal::list_segments(opt.directory);
+    std::vector<std::uint64_t> segs;
+    if (!journal::list_segments(dir.get(), segs)) {
+        return os_error("recorder: list " + opt.directory);
+    }
     if (segs.empty()) {
         return {};
     }
-    const std::uint64_t first = segs.back();
-    const std::string path = journal::segment_path(opt.directory, first, "seg");
-    const auto bytes = slurp(path);
-    const Scan s = scan_segment(bytes, first);
-    c_dropped = bytes.size() - s.valid;
-    seg.reset(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!seg.valid() || ::ftruncate(seg.get(), static_cast<off_t>(s.valid)) != 0
-        || ::lseek(seg.get(), 0, SEEK_END) < 0 || ::fdatasync(seg.get()) != 0) {
-        return os_error("recorder: recovering " + path);
+    const std::uint64_t name = segs.back();
+    const std::string path = journal::segment_path(opt.directory, name, "seg");
+    auto f = open_own_file(dir.get(), journal::file_name(name, "seg"), O_RDWR, 0, path);
+    if (!f) {
+        return f.error();
     }
-    // Keep the index entries that point inside the valid prefix.
-    const std::string ipath = journal::segment_path(opt.directory, first, "idx");
-    auto ib = slurp(ipath);
-    std::size_t keep = 0;
-    for (; keep + 16 <= ib.size() && pgm::load_be64(ib.data() + keep + 8) < s.valid; keep += 16) {
+    seg = std::move(*f);
+    seg_name = name;
+    struct stat st {};
+    if (::fstat(seg.get(), &st) != 0) {
+        return os_error("recorder: stat " + path);
     }
-    idx.reset(::open(ipath.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
-    if (!idx.valid() || ::ftruncate(idx.get(), static_cast<off_t>(keep)) != 0
-        || ::lseek(idx.get(), 0, SEEK_END) < 0) {
-        return os_error("recorder: recovering " + ipath);
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const auto s = scan_file(seg.get(), size, 0, name);
+    if (!s) {
+        return os_error("recorder: read " + path, s.error().value());
+    }
+    c_dropped = size - s->valid;
+    if (s->valid < size
+        && (::ftruncate(seg.get(), static_cast<off_t>(s->valid)) != 0
+            || ::fdatasync(seg.get()) != 0)) {
+        return os_error("recorder: cutting the torn tail of " + path);
+    }
+    if (::lseek(seg.get(), static_cast<off_t>(s->valid), SEEK_SET) < 0) {
+        return os_error("recorder: seek " + path);
+    }
+    const auto index_at = recover_index(name, s->valid);
+    if (!index_at) {
+        return index_at.error();
     }
     p_seg_open = true;
-    p_seg_size = s.valid;
-    seg_written = seg_kicked = s.valid;
-    p_next_index_at = keep == 0 ? 0 : pgm::load_be64(ib.data() + keep - 8) + opt.index_bytes;
-    next = s.end;
+    p_seg_size = s->valid;
+    seg_written = seg_kicked = s->valid;
+    p_next_index_at = *index_at;
+    next = s->end;
     started = true;
-    tail_seq.store(s.end);
-    written_seq.store(s.end);
+    tail_seq.store(s->end);
+    written_seq.store(s->end);
     return {};
+}
+
+// Opens (or makes) the recovered segment's index and keeps the entries that hold for its
+// `valid` bytes (in order, each at a frame of its key); cuts the rest. Returns the offset from
+// which the next frame gets an entry.
+Result<std::uint64_t, Error> Recorder::Impl::recover_index(std::uint64_t name,
+                                                           std::uint64_t valid) {
+    const std::string path = journal::segment_path(opt.directory, name, "idx");
+    auto f = open_own_file(dir.get(), journal::file_name(name, "idx"), O_RDWR | O_CREAT,
+                           opt.file_mode, path);
+    if (!f) {
+        return f.error();
+    }
+    idx = std::move(*f);
+    const auto entries = read_index(idx.get(), valid / journal::kFrameHeader + 1);
+    if (!entries) {
+        return os_error("recorder: read " + path, entries.error().value());
+    }
+    const auto& e = *entries;
+    std::size_t keep = 0;
+    for (; keep < e.size(); ++keep) {
+        const bool ordered =
+            keep == 0 ? e[0].key >= name
+                      : e[keep].offset > e[keep - 1].offset && e[keep].key >= e[keep - 1].key;
+        if (!ordered || !entry_holds(seg.get(), valid, e[keep], true)) {
+            break;
+        }
+    }
+    const auto bytes = static_cast<off_t>(keep * kIndexEntry);
+    if (::ftruncate(idx.get(), bytes) != 0 || ::lseek(idx.get(), bytes, SEEK_SET) < 0) {
+        return os_error("recorder: recovering " + path);
+    }
+    return keep == 0 ? 0 : e[keep - 1].offset + opt.index_bytes;
 }
 
 Result<Recorder, Error> Recorder::open(const RecorderOptions& options) {
@@ -339,11 +641,22 @@ Result<Recorder, Error> Recorder::open(const RecorderOptions& options) {
         return Error(Errc::invalid_argument,
                      "recorder: directory must be set, segment_bytes >= 4096, index_bytes > 0");
     }
-    if (::mkdir(options.directory.c_str(), 0755) != 0 && errno != EEXIST) {
-        return os_error("recorder: mkdir " + options.directory);
+    const std::uint32_t fm = options.file_mode;
+    const std::uint32_t dm = options.directory_mode;
+    if ((fm & ~0666U) != 0 || (fm & 0600U) != 0600U || (dm & ~0777U) != 0 || (dm & 0700U) != 0700U
+        || (((fm | dm) & 0022U) != 0 && !options.allow_shared_directory)) {
+        return Error(Errc::invalid_argument,
+                     "recorder: file_mode must lie within 0666 and have 0600, directory_mode "
+                     "within 0777 and have 0700; write bits for group or others need "
+                     "allow_shared_directory");
+    }
+    auto dir = open_directory(options);
+    if (!dir) {
+        return dir.error();
     }
     auto impl = std::make_unique<Impl>();
     impl->opt = options;
+    impl->dir = std::move(*dir);
     std::size_t cap = 65536;
     while (cap < options.buffer_bytes) {
         cap <<= 1U;
@@ -464,7 +777,7 @@ Result<void> Recorder::flush() {
     while (m.synced.load(std::memory_order_acquire) < t) {
         if (m.failed.load(std::memory_order_acquire)) {
             m.flush_wanted.store(false);
-            return Errc::closed;
+            return m.failure ? m.failure.code() : make_error_code(Errc::closed);
         }
         std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -485,6 +798,10 @@ RecorderCounters Recorder::counters() const noexcept {
     return c;
 }
 
+Error Recorder::write_error() const {
+    return impl_->failed.load(std::memory_order_acquire) ? impl_->failure : Error{};
+}
+
 const std::string& Recorder::directory() const noexcept {
     return impl_->opt.directory;
 }
@@ -492,60 +809,110 @@ const std::string& Recorder::directory() const noexcept {
 // ---- JournalReader ------------------------------------------------------------------------
 
 struct JournalReader::Impl {
-    std::string dir;
+    posix::UniqueFd dir_fd;     // every segment is opened through it
     std::uint64_t first = 0;    // the journal's first sequence
     std::uint64_t segment = 0;  // first sequence of the open segment
     posix::UniqueFd fd;
-    std::uint64_t pos = 0;       // sequence of the next entry
+    std::uint64_t pos = 0;       // the journal position before the next entry
     std::uint64_t from = 0;      // entries ending at or before it are skipped
     std::vector<std::byte> buf;  // file bytes [file_off, file_off + len)
     std::size_t begin = 0;       // parse position in buf
     std::size_t len = 0;
     std::uint64_t file_off = 0;
+    std::uint64_t file_size = 0;  // at the last refill
 
-    bool open_segment(std::uint64_t first_seq, std::uint64_t offset) noexcept {
-        posix::UniqueFd f(
-            ::open(journal::segment_path(dir, first_seq, "seg").c_str(), O_RDONLY | O_CLOEXEC));
-        if (!f.valid()) {
-            return false;
+    /// Opens segment `name` at `offset`: 0, or the errno (ENOENT: not there yet; ELOOP: a
+    /// symbolic link by its name, never followed).
+    int open_segment(std::uint64_t name, std::uint64_t offset) noexcept {
+        posix::UniqueFd f(::openat(dir_fd.get(), journal::file_name(name, "seg").text, kReadFlags));
+        struct stat st {};
+        if (!f.valid() || ::fstat(f.get(), &st) != 0) {
+            return errno;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            return EINVAL;
         }
         fd = std::move(f);
-        segment = first_seq;
+        segment = name;
         file_off = offset;
         begin = len = 0;
-        return true;
+        return 0;
     }
-    /// Reads more of the segment after the unparsed bytes; returns the bytes added.
+    /// Whether a segment by that name exists (a link counts: it is no end of the journal).
+    [[nodiscard]] bool segment_exists(std::uint64_t name) const noexcept {
+        struct stat st {};
+        return ::fstatat(dir_fd.get(), journal::file_name(name, "seg").text, &st,
+                         AT_SYMLINK_NOFOLLOW)
+               == 0;
+    }
+    /// Reads the segment from the first unparsed byte (again: a recorder reopening may have cut
+    /// a torn tail and written on since it was read), as much as the buffer holds. The buffer
+    /// grows to kReadChunk while the file has more, and to `need` (at most kFrameHeader +
+    /// kMaxBody) for a larger frame only once all of it is in the file. Returns the unparsed
+    /// bytes now in the buffer.
     Result<std::size_t> refill(std::size_t need) noexcept;
+    /// At a frame that does not verify (`at`: its bytes): false at the end of the journal (a
+    /// torn tail the recorder cuts when it reopens), Errc::malformed_packet inside it.
+    Result<bool> at_bad_frame(std::span<const std::byte> at) const noexcept;
 };
 
 Result<std::size_t> JournalReader::Impl::refill(std::size_t need) noexcept {
-    if (begin > 0) {
-        std::memmove(buf.data(), buf.data() + begin, len - begin);
-        file_off += begin;
-        len -= begin;
-        begin = 0;
+    file_off += begin;
+    begin = len = 0;
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+        return posix::errno_code();
     }
-    if (need > buf.size()) {
-        buf.resize(need);  // a record larger than any before (rare; then kept)
+    file_size = static_cast<std::uint64_t>(st.st_size);
+    const std::uint64_t present = file_size > file_off ? file_size - file_off : 0;
+    std::size_t cap = buf.size();
+    if (present > cap && cap < kReadChunk) {  // grown while the file has more than it holds
+        cap = std::min(kReadChunk, std::max(cap * 2, kFirstChunk));
     }
-    const ssize_t r =
-        ::pread(fd.get(), buf.data() + len, buf.size() - len, static_cast<off_t>(file_off + len));
+    if (need > cap && present >= need) {
+        cap = need;  // a frame larger than any before, all of it in the file (rare; kept)
+    }
+    if (cap > buf.size()) {
+        buf.resize(cap);
+    }
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), present));
+    const ssize_t r = pread_full(fd.get(), buf.data(), want, file_off);
     if (r < 0) {
         return posix::errno_code();
     }
-    len += static_cast<std::size_t>(r);
-    return static_cast<std::size_t>(r);
+    len = static_cast<std::size_t>(r);
+    return len;
+}
+
+Result<bool> JournalReader::Impl::at_bad_frame(std::span<const std::byte> at) const noexcept {
+    // A header that looks whole, its frame all in the file and more bytes after it: corruption
+    // inside. So is any bad frame at the end of a segment the journal goes on after.
+    const std::uint32_t body = pgm::load_be32(at.data());
+    const bool plausible = body <= journal::kMaxBody && at[5] == std::byte{0}
+                           && at[6] == std::byte{0} && at[7] == std::byte{0};
+    const std::uint64_t here = file_off + begin;
+    if (plausible && file_size - here > journal::kFrameHeader + body) {
+        return Errc::malformed_packet;
+    }
+    if (pos != segment && segment_exists(pos)) {
+        return Errc::malformed_packet;
+    }
+    return false;
 }
 
 Result<bool> JournalReader::next(JournalEntry& out) noexcept {
     Impl& m = *impl_;
+    std::size_t fresh = SIZE_MAX;  // unparsed bytes right after this call's last read
     for (;;) {
         Frame f;
         const auto avail = std::span<const std::byte>(m.buf).subspan(m.begin, m.len - m.begin);
         const Parse p = journal::parse(avail, f);
         if (p == Parse::ok) {
+            if (!in_order(f, m.pos)) {
+                return Errc::malformed_packet;  // verifies, yet is not the next entry
+            }
             m.begin += f.size();
+            m.pos = f.end();
             const bool before = f.kind == journal::kReset ? f.sequence < m.from : f.end() <= m.from;
             if (before) {
                 continue;  // before the requested start (positioned by a sparse index)
@@ -559,62 +926,74 @@ Result<bool> JournalReader::next(JournalEntry& out) noexcept {
                                                      : 0U;
             out.epoch = f.kind == journal::kLoss ? 0 : static_cast<std::uint32_t>(f.count);
             out.record = f.kind == journal::kRecord ? f.body : std::span<const std::byte>{};
-            m.pos = f.end();
             m.from = 0;
             return true;
         }
-        std::size_t need = journal::kFrameHeader;
-        if (avail.size() >= 4) {
-            need += pgm::load_be32(avail.data());
+        if (avail.size() == fresh) {  // read in this call, and nothing more came
+            if (p == Parse::bad) {
+                return m.at_bad_frame(avail);
+            }
+            // At the end of this segment's written bytes: a later segment starting where we
+            // are means this one is finished (with a torn frame left: corrupt).
+            if (m.pos != m.segment && !avail.empty() && m.segment_exists(m.pos)) {
+                return Errc::malformed_packet;
+            }
+            if (m.pos != m.segment && avail.empty()) {
+                const int err = m.open_segment(m.pos, 0);
+                if (err == 0) {
+                    fresh = SIZE_MAX;
+                    continue;
+                }
+                if (err != ENOENT) {
+                    return posix::errno_code(err);
+                }
+            }
+            return false;
         }
-        auto got = m.refill(std::max(need, std::size_t{1} << 20U));
+        std::size_t need = journal::kFrameHeader;
+        if (p == Parse::need_more && avail.size() >= journal::kFrameHeader) {
+            need += pgm::load_be32(avail.data());  // parse() checked it: at most kMaxBody
+        }
+        auto got = m.refill(need);
         if (!got) {
             return got.error();
         }
-        if (*got > 0) {
-            continue;
-        }
-        if (p == Parse::bad && m.len - m.begin >= need) {
-            return Errc::malformed_packet;  // a complete entry that does not verify
-        }
-        // At the end of this segment's written bytes: a later segment starting where we are
-        // means this one is finished.
-        if (m.len == m.begin && m.pos != m.segment && m.open_segment(m.pos, 0)) {
-            continue;
-        }
-        return false;
+        fresh = *got;
     }
 }
 
 Result<JournalReader, Error> JournalReader::open(const std::string& directory, std::uint64_t from) {
-    const auto segs = journal::list_segments(directory);
-    if (segs.empty()) {
+    auto impl = std::make_unique<Impl>();
+    const int dfd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0 && errno != ENOENT) {
+        return os_error("journal: open directory " + directory);  // ELOOP: a symbolic link
+    }
+    impl->dir_fd.reset(dfd);
+    std::vector<std::uint64_t> segs;
+    if (dfd < 0 || !journal::list_segments(dfd, segs) || segs.empty()) {
         return Error(std::make_error_code(std::errc::no_such_file_or_directory),
                      "journal: no segments in " + directory);
     }
-    auto impl = std::make_unique<Impl>();
-    impl->dir = directory;
     impl->first = segs.front();
-    impl->buf.resize(std::size_t{1} << 20U);
     if (from < segs.front()) {
         return Error(Errc::invalid_argument, "journal: sequence " + std::to_string(from)
                                                  + " is before the journal's first, "
                                                  + std::to_string(segs.front()));
     }
-    const auto it = std::upper_bound(segs.begin(), segs.end(), from) - 1;
-    // The sparse index: the last entry at or before `from`.
-    const auto ib = slurp(journal::segment_path(directory, *it, "idx"));
-    std::uint64_t offset = 0;
-    for (std::size_t k = 0; k + 16 <= ib.size(); k += 16) {
-        if (pgm::load_be64(ib.data() + k) > from) {
-            break;
-        }
-        offset = pgm::load_be64(ib.data() + k + 8);
+    const std::uint64_t name = *(std::upper_bound(segs.begin(), segs.end(), from) - 1);
+    if (const int err = impl->open_segment(name, 0); err != 0) {
+        return os_error("journal: open " + journal::segment_path(directory, name, "seg"), err);
     }
-    if (!impl->open_segment(*it, offset)) {
-        return os_error("journal: open segment in " + directory);
+    // The sparse index: the last entry at or before `from` that holds for the segment.
+    struct stat st {};
+    if (::fstat(impl->fd.get(), &st) != 0) {
+        return os_error("journal: stat " + journal::segment_path(directory, name, "seg"));
     }
-    impl->pos = *it;
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const auto entries = segment_index(dfd, name, size);
+    const Place start = locate(impl->fd.get(), size, entries, name, from);
+    impl->file_off = start.offset;
+    impl->pos = start.seq;
     impl->from = from;
     JournalReader r(std::move(impl));
     if (const std::uint64_t end = r.end_sequence(); from > end) {
@@ -626,30 +1005,23 @@ Result<JournalReader, Error> JournalReader::open(const std::string& directory, s
 }
 
 std::uint64_t JournalReader::end_sequence() const {
-    const auto segs = journal::list_segments(impl_->dir);
-    if (segs.empty()) {
+    std::vector<std::uint64_t> segs;
+    if (!journal::list_segments(impl_->dir_fd.get(), segs) || segs.empty()) {
         return 0;
     }
-    // Scan from the last segment's last index entry (at most index_bytes plus what follows).
-    const auto ib = slurp(journal::segment_path(impl_->dir, segs.back(), "idx"));
-    std::uint64_t seq = segs.back();
-    std::uint64_t off = 0;
-    if (ib.size() >= 16) {
-        const std::size_t k = ib.size() / 16 * 16 - 16;
-        seq = pgm::load_be64(ib.data() + k);
-        off = pgm::load_be64(ib.data() + k + 8);
-    }
-    const posix::UniqueFd fd(::open(journal::segment_path(impl_->dir, segs.back(), "seg").c_str(),
-                                    O_RDONLY | O_CLOEXEC));
+    // Scan from the last segment's last index entry that holds (at most index_bytes plus what
+    // follows), else from its start.
+    const std::uint64_t name = segs.back();
+    const int dfd = impl_->dir_fd.get();
+    const posix::UniqueFd fd(::openat(dfd, journal::file_name(name, "seg").text, kReadFlags));
     struct stat st {};
-    if (!fd.valid() || ::fstat(fd.get(), &st) != 0
-        || static_cast<std::uint64_t>(st.st_size) < off) {
-        return seq;
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        return name;
     }
-    std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size) - off);
-    const ssize_t r = ::pread(fd.get(), bytes.data(), bytes.size(), static_cast<off_t>(off));
-    bytes.resize(r > 0 ? static_cast<std::size_t>(r) : 0);
-    return scan_segment(bytes, seq).end;
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const Place start = locate(fd.get(), size, segment_index(dfd, name, size), name, UINT64_MAX);
+    const auto s = scan_file(fd.get(), size, start.offset, start.seq);
+    return s ? s->end : start.seq;
 }
 
 std::uint64_t JournalReader::position() const noexcept {

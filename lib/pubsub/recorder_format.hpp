@@ -9,6 +9,8 @@
 // check = checksum_of(body length, kind, sequence, first ≤ 28 body bytes) ^ mix(count): with the
 // record's own checksum (which covers its payload) every byte of a record frame is covered.
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -106,31 +108,69 @@ inline Parse parse(std::span<const std::byte> in, Frame& out) noexcept {
     return known ? Parse::ok : Parse::bad;
 }
 
-inline std::string segment_path(const std::string& dir, std::uint64_t first, const char* ext) {
-    char name[48];
-    (void)std::snprintf(name, sizeof name, "/%020llu.%s", static_cast<unsigned long long>(first),
+/// A segment's or index's file name in its directory: the first sequence, 20 digits, and `ext`.
+struct FileName {
+    char text[32];
+};
+
+inline FileName file_name(std::uint64_t first, const char* ext) noexcept {
+    FileName n{};
+    (void)std::snprintf(n.text, sizeof n.text, "%020llu.%s", static_cast<unsigned long long>(first),
                         ext);
-    return dir + name;
+    return n;
 }
 
-/// The first sequences of the directory's segments, ascending (allocates; set-up only).
-inline std::vector<std::uint64_t> list_segments(const std::string& dir) {
-    std::vector<std::uint64_t> out;
-    DIR* d = ::opendir(dir.c_str());
+/// The path of a segment or index file, for messages.
+inline std::string segment_path(const std::string& dir, std::uint64_t first, const char* ext) {
+    return dir + "/" + file_name(first, ext).text;
+}
+
+/// The first sequence a segment's file name says, or false: 20 decimal digits then ".seg",
+/// within 64 bits (a larger number is no segment of ours).
+inline bool parse_segment_name(const char* name, std::uint64_t& first) noexcept {
+    std::uint64_t v = 0;
+    for (int i = 0; i < 20; ++i) {
+        const char c = name[i];
+        if (c < '0' || c > '9') {
+            return false;
+        }
+        const auto d = static_cast<std::uint64_t>(c - '0');
+        if (v > (UINT64_MAX - d) / 10) {
+            return false;
+        }
+        v = v * 10 + d;
+    }
+    if (std::strcmp(name + 20, ".seg") != 0) {
+        return false;
+    }
+    first = v;
+    return true;
+}
+
+/// The first sequences of the segments in the directory open as `dir_fd`, ascending
+/// (allocates; set-up only). false: the directory cannot be listed (errno says why).
+inline bool list_segments(int dir_fd, std::vector<std::uint64_t>& out) {
+    out.clear();
+    // fdopendir() takes the descriptor it is given: a new one, to the same directory.
+    const int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        return false;
+    }
+    DIR* d = ::fdopendir(fd);
     if (d == nullptr) {
-        return out;
+        (void)::close(fd);
+        return false;
     }
     // NOLINTNEXTLINE(concurrency-mt-unsafe): one DIR per call, readdir is safe per stream
     while (const dirent* e = ::readdir(d)) {
-        const std::string n = e->d_name;
-        if (n.size() == 24 && n.compare(20, 4, ".seg") == 0
-            && n.find_first_not_of("0123456789") == 20) {
-            out.push_back(std::stoull(n.substr(0, 20)));
+        std::uint64_t first = 0;
+        if (std::strlen(e->d_name) == 24 && parse_segment_name(e->d_name, first)) {
+            out.push_back(first);
         }
     }
     (void)::closedir(d);
     std::sort(out.begin(), out.end());
-    return out;
+    return true;
 }
 
 }  // namespace prizma::journal

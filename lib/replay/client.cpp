@@ -38,9 +38,7 @@ struct ReplayClient::Impl {
     std::int64_t deadline_ns = 0;
     std::byte request[replay::kRequestBytes]{};
     std::size_t request_sent = 0;
-    std::vector<std::byte> buf;
-    std::size_t begin = 0;
-    std::size_t len = 0;
+    replay::FrameReader frames;
     bool done = false;
     bool failed = false;
     bool server_error = false;
@@ -98,7 +96,6 @@ Result<ReplayClient, Error> ReplayClient::connect(std::string_view address,
         Context::now_ns()
         + std::chrono::duration_cast<std::chrono::nanoseconds>(options.connect_timeout).count();
     replay::encode_request(impl->request, request);
-    impl->buf.resize(std::size_t{1} << 20U);
     return ReplayClient(std::move(impl));
 }
 
@@ -150,6 +147,16 @@ Result<bool> ReplayClient::Impl::set_up() noexcept {
         }
         request_sent += n;
     }
+    if (link.pending() > 0) {  // TLS: the request's record not all taken by the socket yet
+        if (link.flush() == Io::failed) {
+            return fail(std::make_error_code(std::errc::connection_reset),
+                        "replay: sending the request: " + link.error());
+        }
+        if (link.pending() > 0) {
+            want_write = true;
+            return false;
+        }
+    }
     phase = Phase::frames;
     want_write = false;
     return true;
@@ -172,58 +179,36 @@ Result<bool> ReplayClient::next(JournalEntry& out) noexcept {
 
 Result<bool> ReplayClient::Impl::read_frames(JournalEntry& out) noexcept {
     using Io = replay::Link::Io;
+    using Next = replay::FrameReader::Next;
     for (;;) {
         if (done) {
             return false;
         }
-        journal::Frame f;
-        const auto avail = std::span<const std::byte>(buf).subspan(begin, len - begin);
-        const auto p = journal::parse(avail, f);
-        if (p == journal::Parse::bad) {
-            return fail(Errc::malformed_packet, "replay: malformed frame from the server");
+        std::uint64_t server_code = 0;
+        std::string text;
+        Next n = Next::malformed;
+        try {
+            n = frames.next(out, server_code, text);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the text only; malformed stands
         }
-        if (p == journal::Parse::ok) {
-            begin += f.size();
-            if (f.kind == journal::kEnd) {
-                done = true;
-                return false;
-            }
-            if (f.kind == journal::kError) {
+        switch (n) {
+            case Next::entry: return true;
+            case Next::end: done = true; return false;
+            case Next::error_frame:
                 server_error = true;
-                return fail(
-                    std::error_code(static_cast<int>(f.sequence), error_category()),
-                    std::string(reinterpret_cast<const char*>(f.body.data()), f.body.size()));
-            }
-            out.kind = f.kind == journal::kRecord ? StreamEventKind::record
-                       : f.kind == journal::kLoss ? StreamEventKind::loss
-                                                  : StreamEventKind::reset;
-            out.sequence = f.sequence;
-            out.count = f.kind == journal::kLoss ? f.count : f.kind == journal::kRecord ? 1U : 0U;
-            out.epoch = f.kind == journal::kLoss ? 0 : static_cast<std::uint32_t>(f.count);
-            out.record = f.kind == journal::kRecord ? f.body : std::span<const std::byte>{};
-            return true;
+                return fail(std::error_code(static_cast<int>(server_code), error_category()),
+                            std::move(text));
+            case Next::malformed: return fail(Errc::malformed_packet, std::move(text));
+            case Next::need_more: break;
         }
-        // Need more: compact, grow for a large frame, read.
-        std::memmove(buf.data(), buf.data() + begin, len - begin);
-        len -= begin;
-        begin = 0;
-        if (len >= 4) {
-            // The length is the server's word: refused past the largest frame before any
-            // memory is sized from it (a length of 2^32 - 1 asked for 4 GiB).
-            const std::size_t body = pgm::load_be32(buf.data());
-            if (body > journal::kMaxBody) {
-                return fail(Errc::malformed_packet, "replay: the server announced a frame of "
-                                                        + std::to_string(body) + " bytes (at most "
-                                                        + std::to_string(journal::kMaxBody) + ")");
-            }
-            if (journal::kFrameHeader + body > buf.size()) {
-                buf.resize(journal::kFrameHeader + body);
-            }
+        const auto room = frames.space();
+        if (room.empty()) {
+            return fail(Errc::malformed_packet, "replay: no memory for a frame");
         }
-        std::size_t n = 0;
-        const Io io = link.read(buf.data() + len, buf.size() - len, n);
+        std::size_t got = 0;
+        const Io io = link.read(room.data(), room.size(), got);
         if (io == Io::done) {
-            len += n;
+            frames.commit(got);
             continue;
         }
         if (io == Io::want_read || io == Io::want_write) {

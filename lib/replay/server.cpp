@@ -306,8 +306,16 @@ bool ReplayServer::Impl::send_out(Client& c) const {
     if (!c.handshaken) {
         return true;
     }
-    bool full = false;
-    while (c.sent < c.out.size()) {
+    // Ciphertext gathered by TLS and not taken by the socket yet goes first.
+    const std::size_t before = c.link.pending();
+    if (before > 0) {
+        if (c.link.flush() == replay::Link::Io::failed) {
+            return false;
+        }
+        c.moved_ns = c.link.pending() < before ? Context::now_ns() : c.moved_ns;
+    }
+    bool full = c.link.pending() > 0;
+    while (!full && c.sent < c.out.size()) {
         std::size_t n = 0;
         const auto io = c.link.write(c.out.data() + c.sent, c.out.size() - c.sent, n);
         if (io == replay::Link::Io::want_write || io == replay::Link::Io::want_read) {
@@ -319,6 +327,7 @@ bool ReplayServer::Impl::send_out(Client& c) const {
         }
         c.sent += n;
         c.moved_ns = Context::now_ns();
+        full = c.link.pending() > 0;
     }
     if (c.sent == c.out.size()) {
         c.out.clear();
@@ -328,7 +337,7 @@ bool ReplayServer::Impl::send_out(Client& c) const {
         c.sent = 0;
     }
     watch(c, full);
-    return !(c.closing && c.out.empty());
+    return !(c.closing && c.out.empty() && c.link.pending() == 0);
 }
 
 // The deadlines, in every state: true when the client is to be dropped at once. A client that

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <prizma/replay.hpp>
 
@@ -62,7 +63,7 @@ class Link {
 public:
     enum class Io : std::uint8_t { done, want_read, want_write, closed, failed };
 
-    Link() = default;
+    Link() noexcept;
     /// `peer`: the address connected to (a client checks the server's certificate against it
     /// when no server_name is configured).
     static Result<Link, Error> make(const TlsConfig& config,
@@ -80,15 +81,23 @@ public:
     /// Up to `n` bytes; done with `got` > 0, or want_read (nothing now), closed, failed.
     Io read(std::byte* p, std::size_t n, std::size_t& got) noexcept;
     /// Up to `n` bytes; done with `put` > 0, or want_write (the socket is full), failed.
+    /// TLS gathers ciphertext (up to 256 KiB) and sends it in large writes: what the socket
+    /// did not take yet is pending() until flush() sends it.
     Io write(const std::byte* p, std::size_t n, std::size_t& put) noexcept;
+    /// Sends gathered ciphertext: done (maybe with some still pending), or failed.
+    Io flush() noexcept;
+    [[nodiscard]] std::size_t pending() const noexcept;
     /// What failed, after Io::failed.
     [[nodiscard]] const std::string& error() const noexcept { return error_; }
     [[nodiscard]] bool secure() const noexcept { return ssl_ != nullptr; }
+
+    struct Wire;
 
 private:
     Io result(int ret, const char* what) noexcept;
     Io os_failure() noexcept;
     int fd_ = -1;
+    std::unique_ptr<Wire> wire_;  // TLS: the BIO's socket and gathered ciphertext
     SSL* ssl_ = nullptr;
     std::string error_;
 };

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "lib/pgm/bytes.hpp"
+#include "lib/pubsub/recorder_format.hpp"
 
 namespace prizma::replay {
 
@@ -32,6 +33,64 @@ bool decode_request(const std::byte* in, ReplayRequest& r) noexcept {
     r.from = pgm::load_be64(in + 16);
     r.to = pgm::load_be64(in + 24);
     return true;
+}
+
+FrameReader::Next FrameReader::next(JournalEntry& out,
+                                    std::uint64_t& error_code,
+                                    std::string& error) {
+    journal::Frame f;
+    const auto avail = std::span<const std::byte>(buf_).subspan(begin_, len_ - begin_);
+    const auto p = journal::parse(avail, f);
+    if (p == journal::Parse::need_more) {
+        // The length is the server's word: refused past the largest frame before any memory
+        // is sized from it (a length of 2^32 - 1 asked for 4 GiB).
+        if (avail.size() >= 4 && pgm::load_be32(avail.data()) > journal::kMaxBody) {
+            error = "replay: the server announced a frame of "
+                    + std::to_string(pgm::load_be32(avail.data())) + " bytes (at most "
+                    + std::to_string(journal::kMaxBody) + ")";
+            return Next::malformed;
+        }
+        return Next::need_more;
+    }
+    if (p == journal::Parse::bad) {
+        error = "replay: malformed frame from the server";
+        return Next::malformed;
+    }
+    begin_ += f.size();
+    switch (f.kind) {
+        case journal::kEnd: return Next::end;
+        case journal::kError:
+            error_code = f.sequence;
+            error.assign(reinterpret_cast<const char*>(f.body.data()), f.body.size());
+            return Next::error_frame;
+        default: break;
+    }
+    out.kind = f.kind == journal::kRecord ? StreamEventKind::record
+               : f.kind == journal::kLoss ? StreamEventKind::loss
+                                          : StreamEventKind::reset;
+    out.sequence = f.sequence;
+    out.count = f.kind == journal::kLoss ? f.count : f.kind == journal::kRecord ? 1U : 0U;
+    out.epoch = f.kind == journal::kLoss ? 0 : static_cast<std::uint32_t>(f.count);
+    out.record = f.kind == journal::kRecord ? f.body : std::span<const std::byte>{};
+    return Next::entry;
+}
+
+std::span<std::byte> FrameReader::space() noexcept {
+    std::memmove(buf_.data(), buf_.data() + begin_, len_ - begin_);
+    len_ -= begin_;
+    begin_ = 0;
+    if (len_ >= 4) {
+        const std::size_t body = pgm::load_be32(buf_.data());  // checked by next()
+        const std::size_t need = journal::kFrameHeader + std::min(body, journal::kMaxBody);
+        if (need > buf_.size()) {
+            try {
+                buf_.resize(need);
+            } catch (...) {  // NOLINT(bugprone-empty-catch): at most 16 MiB; no room: none
+                return {};
+            }
+        }
+    }
+    return std::span<std::byte>(buf_).subspan(len_);
 }
 
 Result<std::pair<sockaddr_storage, socklen_t>, Error> socket_address(std::string_view address,

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,28 @@ constexpr std::uint8_t kProtocolVersion = 1;
 void encode_request(std::byte* out, const ReplayRequest& r) noexcept;
 /// False for anything but a well-formed request (magic, version, reserved bytes zero).
 bool decode_request(const std::byte* in, ReplayRequest& r) noexcept;
+
+/// The client's side of the frame stream: bytes in, journal entries out. Every length is
+/// checked (at most journal::kMaxBody) before any memory is sized from it.
+class FrameReader {
+public:
+    enum class Next : std::uint8_t { entry, end, error_frame, need_more, malformed };
+
+    FrameReader() : buf_(std::size_t{1} << 20U) {}
+    /// The next frame: an entry (its record valid until the next call), the end frame, the
+    /// server's error frame (code in `error_code`, its text in `error`), or need_more.
+    /// malformed: a bad header, or a length past kMaxBody (`error` says which).
+    Next next(JournalEntry& out, std::uint64_t& error_code, std::string& error);
+    /// Where the next bytes go (compacts, and grows for a large frame whose length was
+    /// checked); never empty after need_more.
+    std::span<std::byte> space() noexcept;
+    void commit(std::size_t n) noexcept { len_ += n; }
+
+private:
+    std::vector<std::byte> buf_;
+    std::size_t begin_ = 0;
+    std::size_t len_ = 0;
+};
 
 /// A numeric IPv4 or IPv6 address and a port. Errors: Errc::invalid_argument.
 Result<std::pair<sockaddr_storage, socklen_t>, Error> socket_address(std::string_view address,

@@ -72,16 +72,21 @@ ssize_t pread_full(int fd, std::byte* p, std::size_t n, std::uint64_t off) noexc
     return static_cast<ssize_t>(got);
 }
 
-/// Whether `f` may follow journal position `pos`: a record or loss at it (a loss that does not
-/// wrap), a reset at or after it. Replay's end and error frames are no journal entries.
+/// Whether `f` may follow journal position `pos`: a record or loss at it (neither wrapping
+/// past 2^64 - 1), a reset at or after it. Replay's end and error frames are no journal entries.
 bool in_order(const Frame& f, std::uint64_t pos) noexcept {
     switch (f.kind) {
-        case journal::kRecord: return f.sequence == pos;
+        case journal::kRecord: return f.sequence == pos && f.sequence != UINT64_MAX;
         case journal::kLoss: return f.sequence == pos && f.end() >= f.sequence;
         case journal::kReset: return f.sequence >= pos;
         default: return false;
     }
 }
+
+struct IndexEntry {
+    std::uint64_t key = 0;     // a sequence (or the journal position before a reset)
+    std::uint64_t offset = 0;  // of its frame in the segment
+};
 
 /// The valid prefix of a segment: where it ends (a file offset) and the sequence after it.
 struct Scan {
@@ -91,8 +96,14 @@ struct Scan {
 
 /// Scans the segment open as `fd` (`size` bytes) from `offset`, the journal at `seq` there: the
 /// frames that verify, in order. Reads a chunk at a time; more only for a frame whose length
-/// verified (at most kMaxBody) and whose bytes are all in the file.
-Result<Scan> scan_file(int fd, std::uint64_t size, std::uint64_t offset, std::uint64_t seq) {
+/// verified (at most kMaxBody) and whose bytes are all in the file. With `idx`, counts in
+/// `matched` how many of its first entries are exactly the scanned frames' (offset, key).
+Result<Scan> scan_file(int fd,
+                       std::uint64_t size,
+                       std::uint64_t offset,
+                       std::uint64_t seq,
+                       const std::vector<IndexEntry>* idx = nullptr,
+                       std::size_t* matched = nullptr) {
     Scan s{offset, seq};
     if (offset >= size) {
         return s;
@@ -105,6 +116,11 @@ Result<Scan> scan_file(int fd, std::uint64_t size, std::uint64_t offset, std::ui
         const auto avail = std::span<const std::byte>(buf).subspan(begin, have - begin);
         const Parse p = journal::parse(avail, f);
         if (p == Parse::ok && in_order(f, s.end)) {
+            if (idx != nullptr && *matched < idx->size()) {
+                const IndexEntry& e = (*idx)[*matched];
+                const std::uint64_t key = f.kind == journal::kReset ? s.end : f.sequence;
+                *matched += e.offset == s.valid && e.key == key ? 1U : 0U;
+            }
             begin += f.size();
             s.valid += f.size();
             s.end = f.end();
@@ -138,11 +154,6 @@ Result<Scan> scan_file(int fd, std::uint64_t size, std::uint64_t offset, std::ui
     }
 }
 
-struct IndexEntry {
-    std::uint64_t key = 0;     // a sequence (or the journal position before a reset)
-    std::uint64_t offset = 0;  // of its frame in the segment
-};
-
 /// The entries of the index open as `fd`: at most `max` (a segment of n bytes has at most
 /// n / kFrameHeader + 1 frames), so never more than the file and its segment can hold.
 Result<std::vector<IndexEntry>> read_index(int fd, std::uint64_t max) {
@@ -165,11 +176,11 @@ Result<std::vector<IndexEntry>> read_index(int fd, std::uint64_t max) {
     return out;
 }
 
-/// Whether index entry `e` is true of the segment open as `fd` (its first `size` bytes): a
-/// frame whose header verifies starts at its offset, and is the record or loss of its key (or,
-/// with `reset_ok`, a reset at or after it: a reset is indexed by the position before it).
-/// Reads the header and at most 28 body bytes; allocates nothing.
-bool entry_holds(int fd, std::uint64_t size, const IndexEntry& e, bool reset_ok) noexcept {
+/// Whether index entry `e` holds for the segment open as `fd` (its first `size` bytes): a frame
+/// whose header verifies starts at its offset, and is the record or loss of its key (a reset's
+/// entry, keyed by the position before it, cannot be checked so: it never holds). Reads the
+/// header and at most 28 body bytes; allocates nothing.
+bool entry_holds(int fd, std::uint64_t size, const IndexEntry& e) noexcept {
     if (e.offset >= size || size - e.offset < journal::kFrameHeader) {
         return false;
     }
@@ -191,10 +202,7 @@ bool entry_holds(int fd, std::uint64_t size, const IndexEntry& e, bool reset_ok)
     if (pgm::load_be64(h + 24) != journal::frame_check(len, kind, seq, count, head)) {
         return false;
     }
-    if (kind == journal::kRecord || kind == journal::kLoss) {
-        return seq == e.key;
-    }
-    return reset_ok && kind == journal::kReset && seq >= e.key;
+    return (kind == journal::kRecord || kind == journal::kLoss) && seq == e.key;
 }
 
 /// A place in a segment: a file offset, and the journal position there.
@@ -217,9 +225,10 @@ Place locate(int fd,
             break;
         }
     }
-    // A few tries back (the last one may be a reset's: not used, its position is unchecked).
+    // A few tries back (the last one may be a reset's). The recorder's recovery keeps only
+    // entries on its segment's chain of frames; older segments' entries that hold are trusted.
     for (std::size_t k = n; k > 0 && n - k < 4; --k) {
-        if (entry_holds(fd, size, idx[k - 1], false)) {
+        if (entry_holds(fd, size, idx[k - 1])) {
             return {idx[k - 1].offset, idx[k - 1].key};
         }
     }
@@ -388,7 +397,7 @@ struct Recorder::Impl {
     bool sync() noexcept;
     void run(const std::stop_token& st) noexcept;
     Result<void, Error> recover();
-    Result<std::uint64_t, Error> recover_index(std::uint64_t name, std::uint64_t valid);
+    Result<std::vector<IndexEntry>, Error> open_index(std::uint64_t name, std::uint64_t size);
 };
 
 // The writer's error, for write_error(); then `failed` stops appends.
@@ -553,7 +562,8 @@ void Recorder::Impl::run(const std::stop_token& st) noexcept {
 }
 
 // Reopens the last segment: scans it and cuts what follows the last entry that verifies (a
-// torn or corrupt tail, never a verified entry); the writer appends from there.
+// torn or corrupt tail, never a verified entry), and its index after the last entry that is
+// exactly one of the scanned frames'; the writer appends from there.
 Result<void, Error> Recorder::Impl::recover() {
     std::vector<std::uint64_t> segs;
     if (!journal::list_segments(dir.get(), segs)) {
@@ -575,7 +585,12 @@ Result<void, Error> Recorder::Impl::recover() {
         return os_error("recorder: stat " + path);
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);
-    const auto s = scan_file(seg.get(), size, 0, name);
+    const auto entries = open_index(name, size);
+    if (!entries) {
+        return entries.error();
+    }
+    std::size_t keep = 0;
+    const auto s = scan_file(seg.get(), size, 0, name, &*entries, &keep);
     if (!s) {
         return os_error("recorder: read " + path, s.error().value());
     }
@@ -585,17 +600,15 @@ Result<void, Error> Recorder::Impl::recover() {
             || ::fdatasync(seg.get()) != 0)) {
         return os_error("recorder: cutting the torn tail of " + path);
     }
-    if (::lseek(seg.get(), static_cast<off_t>(s->valid), SEEK_SET) < 0) {
-        return os_error("recorder: seek " + path);
-    }
-    const auto index_at = recover_index(name, s->valid);
-    if (!index_at) {
-        return index_at.error();
+    const auto idx_bytes = static_cast<off_t>(keep * kIndexEntry);
+    if (::lseek(seg.get(), static_cast<off_t>(s->valid), SEEK_SET) < 0
+        || ::ftruncate(idx.get(), idx_bytes) != 0 || ::lseek(idx.get(), idx_bytes, SEEK_SET) < 0) {
+        return os_error("recorder: recovering " + path);
     }
     p_seg_open = true;
     p_seg_size = s->valid;
     seg_written = seg_kicked = s->valid;
-    p_next_index_at = *index_at;
+    p_next_index_at = keep == 0 ? 0 : (*entries)[keep - 1].offset + opt.index_bytes;
     next = s->end;
     started = true;
     tail_seq.store(s->end);
@@ -603,11 +616,9 @@ Result<void, Error> Recorder::Impl::recover() {
     return {};
 }
 
-// Opens (or makes) the recovered segment's index and keeps the entries that hold for its
-// `valid` bytes (in order, each at a frame of its key); cuts the rest. Returns the offset from
-// which the next frame gets an entry.
-Result<std::uint64_t, Error> Recorder::Impl::recover_index(std::uint64_t name,
-                                                           std::uint64_t valid) {
+// Opens (or makes) the index of the recovered segment `name` (`size` bytes) and reads it.
+Result<std::vector<IndexEntry>, Error> Recorder::Impl::open_index(std::uint64_t name,
+                                                                  std::uint64_t size) {
     const std::string path = journal::segment_path(opt.directory, name, "idx");
     auto f = open_own_file(dir.get(), journal::file_name(name, "idx"), O_RDWR | O_CREAT,
                            opt.file_mode, path);
@@ -615,25 +626,11 @@ Result<std::uint64_t, Error> Recorder::Impl::recover_index(std::uint64_t name,
         return f.error();
     }
     idx = std::move(*f);
-    const auto entries = read_index(idx.get(), valid / journal::kFrameHeader + 1);
+    auto entries = read_index(idx.get(), size / journal::kFrameHeader + 1);
     if (!entries) {
         return os_error("recorder: read " + path, entries.error().value());
     }
-    const auto& e = *entries;
-    std::size_t keep = 0;
-    for (; keep < e.size(); ++keep) {
-        const bool ordered =
-            keep == 0 ? e[0].key >= name
-                      : e[keep].offset > e[keep - 1].offset && e[keep].key >= e[keep - 1].key;
-        if (!ordered || !entry_holds(seg.get(), valid, e[keep], true)) {
-            break;
-        }
-    }
-    const auto bytes = static_cast<off_t>(keep * kIndexEntry);
-    if (::ftruncate(idx.get(), bytes) != 0 || ::lseek(idx.get(), bytes, SEEK_SET) < 0) {
-        return os_error("recorder: recovering " + path);
-    }
-    return keep == 0 ? 0 : e[keep - 1].offset + opt.index_bytes;
+    return std::move(*entries);
 }
 
 Result<Recorder, Error> Recorder::open(const RecorderOptions& options) {
@@ -697,7 +694,8 @@ Result<void> Recorder::append(const StreamEvent& e, std::span<const std::byte> r
     }
     const bool in_order =
         !m.started || (kind == journal::kReset ? e.sequence >= m.next : e.sequence == m.next);
-    if (!in_order) {
+    if (!in_order || Frame{kind, e.sequence, count, {}}.end() < e.sequence
+        || (kind == journal::kRecord && e.sequence == UINT64_MAX)) {  // the position would wrap
         return Errc::invalid_argument;
     }
     const std::size_t len = journal::kFrameHeader + body;

@@ -1251,3 +1251,24 @@ TEST_CASE("journal reader: an entry out of order inside a segment is an error, n
     REQUIRE(rec.has_value());
     CHECK(rec->next_sequence() == 6);  // the out-of-order frame and what follows: cut
 }
+
+TEST_CASE("recorder: a position past 2^64 - 1 is refused, not wrapped", "[unit][recorder]") {
+    const TempDir dir;
+    auto rec = open_recorder(dir.path);
+    const auto b = body(0, 10);
+    constexpr std::uint64_t kMax = UINT64_MAX;
+    CHECK(rec.append(record(kMax, b)).error() == prizma::Errc::invalid_argument);  // next: 2^64
+    prizma::StreamEvent loss;
+    loss.kind = prizma::StreamEventKind::loss;
+    loss.sequence = kMax - 5;
+    loss.count = 7;
+    CHECK(rec.append(loss).error() == prizma::Errc::invalid_argument);
+    loss.count = 5;  // up to 2^64 - 1: the last position there is
+    append(rec, loss);
+    CHECK(rec.next_sequence() == kMax);
+    CHECK(rec.append(record(kMax, b)).error() == prizma::Errc::invalid_argument);
+    REQUIRE(rec.flush().has_value());
+    auto rd = prizma::JournalReader::open(dir.path, kMax - 5);
+    REQUIRE(rd.has_value());
+    CHECK(rd->end_sequence() == kMax);
+}

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -19,6 +20,12 @@ namespace {
 
 constexpr int kTimeoutMs = 200;
 constexpr int kRetries = 5;
+
+std::string hex16(std::uint16_t v) {
+    char b[8] = {};
+    (void)std::snprintf(b, sizeof b, "%04x", static_cast<unsigned>(v));
+    return b;
+}
 
 Error fail(std::string msg, std::errc code = std::errc::io_error) {
     return {std::make_error_code(code), std::move(msg)};
@@ -112,18 +119,34 @@ Result<std::unique_ptr<SaMembership>, Error> SaMembership::join(const std::strin
 }
 
 Result<void, Error> SaMembership::rejoin() {
-    // Join; when the group does not exist yet the SA wants the creation components too.
+    // Join; when the group does not exist yet the SA wants the creation components too (it
+    // says "insufficient components" or "invalid request"; a busy SA is not asked twice).
     auto r = transact(sa::kMethodSet, sa::join_mask(false), want_);
-    if (r && r->status != 0) {
+    if (r && r->status != 0 && !sa::busy(r->status)) {
         r = transact(sa::kMethodSet, sa::join_mask(true), want_);
     }
     if (!r) {
         return r.error();
     }
     if (r->status != 0) {
-        return fail("SA refused the multicast join (MAD status " + std::to_string(r->status) + ")");
+        // A group that exists with another Q_Key (pre-created in partitions.conf, or by
+        // another application) refuses a join that names ours: ask for the group to say so.
+        sa::McMemberRecord probe;
+        probe.mgid = want_.mgid;
+        if (auto g = transact(sa::kMethodGet, sa::kCompMgid, probe);
+            g && g->status == 0 && g->rec.mgid == want_.mgid && g->rec.qkey != want_.qkey) {
+            return fail(sa::qkey_mismatch(want_.mgid, g->rec.qkey, want_.qkey),
+                        std::errc::invalid_argument);
+        }
+        return fail("SA refused the multicast join (MAD status 0x" + hex16(r->status) + ")");
     }
     rec_ = r->rec;
+    if (rec_.qkey != want_.qkey) {
+        // An SA that does not check the Q_Key component hands back the group as it is: the
+        // QP would drop every datagram. Leave (the destructor does) and refuse.
+        return fail(sa::qkey_mismatch(rec_.mgid, rec_.qkey, want_.qkey),
+                    std::errc::invalid_argument);
+    }
     return {};
 }
 

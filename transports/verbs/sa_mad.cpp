@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "transports/verbs/sa_mad.hpp"
 
+#include <arpa/inet.h>
+
+#include <cstdio>
 #include <cstring>
 
 namespace prizma::verbs::sa {
@@ -186,6 +189,20 @@ bool decode_path_response(std::span<const std::byte> mad,
     out.rate = get8(mad, d + kPathRate);
     out.pkt_life = get8(mad, d + kPathLife);
     return true;
+}
+
+std::string qkey_mismatch(const std::array<std::uint8_t, 16>& mgid,
+                          std::uint32_t group_qkey,
+                          std::uint32_t ours) {
+    char g[64] = {};
+    (void)inet_ntop(AF_INET6, mgid.data(), g, sizeof g);
+    char q[64] = {};
+    (void)std::snprintf(q, sizeof q, "0x%08x, this channel's is 0x%08x", group_qkey, ours);
+    char fix[32] = {};
+    (void)std::snprintf(fix, sizeof fix, "qkey=0x%08x", group_qkey);
+    return std::string("multicast group ") + g + " already exists with Q_Key " + q
+           + ": every datagram would be dropped. Use " + fix
+           + " on the channel, or change the group in the subnet manager (partitions.conf)";
 }
 
 std::uint64_t join_mask(bool create) noexcept {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace prizma::verbs::sa {
 
@@ -67,6 +68,21 @@ struct McMemberRecord {
     JoinState join_state = JoinState::full_member;
     bool proxy_join = false;
 };
+
+/// The SA's class-specific MAD status (bits 8-14): ERR_REQ_INVALID 2, ERR_NO_RECORDS 3,
+/// ERR_REQ_INSUFFICIENT_COMPONENTS 6, ...; bit 0 of the MAD status is BUSY.
+constexpr unsigned sa_status(std::uint16_t mad_status) noexcept {
+    return (mad_status >> 8U) & 0x7fU;
+}
+constexpr bool busy(std::uint16_t mad_status) noexcept {
+    return (mad_status & 1U) != 0;
+}
+
+/// The text of the Q_Key mismatch: the group exists with `group_qkey`, the channel uses
+/// `ours` (both named, and what to do).
+std::string qkey_mismatch(const std::array<std::uint8_t, 16>& mgid,
+                          std::uint32_t group_qkey,
+                          std::uint32_t ours);
 
 /// Builds a join (SubnAdmSet) or leave (SubnAdmDelete) request for `rec`.
 std::array<std::byte, kMadSize> encode_request(std::uint8_t method,

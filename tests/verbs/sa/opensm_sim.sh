@@ -3,7 +3,9 @@
 # against a real OpenSM on a simulated fabric: ibsim runs a switch and two HCAs, OpenSM
 # reaches MASTER on Hca1, and sa_join_probe joins from Hca2 (LD_PRELOAD libumad2sim: only MADs
 # are simulated, no verbs). Checks, with OpenSM's own saquery, that the group exists with the
-# probe's port as a full member after the join, and is gone after the leave.
+# probe's port as a full member after the join, and is gone after the leave; and that a group
+# pre-created in OpenSM's partitions.conf with another Q_Key is refused with a message naming
+# both Q_Keys, while a join with the group's own Q_Key succeeds.
 # Usage: opensm_sim.sh SA_JOIN_PROBE      (exits 77 when ibsim/opensm/saquery are missing)
 set -u
 probe=$1
@@ -42,7 +44,11 @@ pids+=($!)
 exec 7>"$dir/ibsim.in"
 sleep 1
 export OSM_CACHE_DIR=$dir
-SIM_HOST=Hca1 LD_PRELOAD=$sim opensm -f "$dir/opensm.log" -d 0 -D 0x03 >"$dir/opensm.out.log" 2>&1 &
+# The default partition, and a group of 239.192.0.78's MGID made by the SM with its own Q_Key.
+printf 'Default=0x7fff, ipoib : ALL=full ;\nDefault=0x7fff : mgid=ff12:5047:ffff::fc0:4e,Q_Key=0x12345678 ;\n' \
+    >"$dir/partitions.conf"
+SIM_HOST=Hca1 LD_PRELOAD=$sim opensm -P "$dir/partitions.conf" -f "$dir/opensm.log" -d 0 -D 0x03 \
+    >"$dir/opensm.out.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 60); do
     grep -q "Entering MASTER state" "$dir/opensm.log" 2>/dev/null && break
@@ -83,4 +89,15 @@ if grep -qiw "MGID\.*$mgid" "$dir/groups.left"; then
     fail "the group is still there after its only member left"
 fi
 echo "the group is gone after the leave"
-echo "1 passed, 0 failed"
+
+# The pre-created group: our Q_Key refused (both named), the group's own accepted.
+out=$(echo | SIM_HOST=Hca2 LD_PRELOAD=$sim timeout 20 "$probe" "$ca" 1 239.192.0.78 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 1 ] || fail "a join with another Q_Key than the group's was not refused (rc $rc)"
+echo "$out" | grep -q "Q_Key 0x12345678" && echo "$out" | grep -q "0x80010000" \
+    || fail "the refusal does not name both Q_Keys"
+out=$(echo | SIM_HOST=Hca2 LD_PRELOAD=$sim timeout 20 "$probe" "$ca" 1 239.192.0.78 0x12345678 2>&1)
+echo "$out" | grep -q "^joined .* qkey 0x12345678" || fail "the group's own Q_Key did not join: $out"
+echo "a group with another Q_Key is refused naming both; its own Q_Key joins"
+echo "2 passed, 0 failed"

@@ -26,8 +26,8 @@
 namespace sa = prizma::verbs::sa;
 
 int main(int argc, char** argv) {
-    if (argc != 4) {
-        std::fprintf(stderr, "usage: sa_join_probe CA PORT IPV4_GROUP\n");
+    if (argc != 4 && argc != 5) {
+        std::fprintf(stderr, "usage: sa_join_probe CA PORT IPV4_GROUP [QKEY]\n");
         return 2;
     }
     const std::string ca = argv[1];
@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
     std::memcpy(want.port_gid.data(), &p.gid_prefix, 8);  // both in network order
     std::memcpy(want.port_gid.data() + 8, &p.port_guid, 8);
     umad_release_port(&p);
-    want.qkey = 0x80010000U;
+    want.qkey =
+        argc > 4 ? static_cast<std::uint32_t>(std::strtoul(argv[4], nullptr, 0)) : 0x80010000U;
     want.pkey = 0xffff;
     want.join_state = sa::JoinState::full_member;
     want.mtu = (2U << 6U) | 4U;   // exactly 2048

@@ -11,7 +11,8 @@
 #        include/ and the tools, from the ASan build's compile database
 #     4. ThreadSanitizer build of the cross-thread tests
 #     5. clang libFuzzer build: the fuzz corpora replayed, then FUZZ_SECONDS of exploration
-#        each for the packet parser and the stateful Source/Receiver fuzzer
+#        each for the packet parser, the stateful Source/Receiver fuzzer and the journal
+#        readers (JournalReader, the Recorder's recovery, journal::parse)
 #     6. Release build: only the tests the sanitizer build skipped or does not have (the
 #        install test, the benchmark smoke runs; scripts/ctest_subset.py), then the demos
 #     7. verbs tests on real libibverbs: Soft-RoCE (rdma_rxe) in a qemu VM (tests/verbs/vm/run.sh)
@@ -99,17 +100,20 @@ cmake --build build/tsan -j 2 --target prizma_unit_tests
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[runner]"
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[recorder]"
 
-stage "fuzz: corpora replayed, then 2 x ${FUZZ_SECONDS}s of exploration"
+stage "fuzz: corpora replayed, then 3 x ${FUZZ_SECONDS}s of exploration"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
       -DPRIZMA_BUILD_FUZZERS=ON -DPRIZMA_BUILD_TESTS=OFF -DPRIZMA_BUILD_BENCHMARKS=OFF \
       -DPRIZMA_BUILD_EXAMPLES=OFF -DPRIZMA_WARNINGS_AS_ERRORS=ON "${launcher[@]}" >/dev/null
 cmake --build build/fuzz -j 2
-mkdir -p build/fuzz/corpus build/fuzz/corpus_stateful
+mkdir -p build/fuzz/corpus build/fuzz/corpus_stateful build/fuzz/corpus_journal
 cp -n tests/fuzz/corpus/* build/fuzz/corpus/
 cp -n tests/fuzz/corpus_stateful/* build/fuzz/corpus_stateful/
+cp -n tests/fuzz/corpus_journal/* build/fuzz/corpus_journal/
 # Every input of the checked-in corpora once (the bugs found before, as regression tests).
 build/fuzz/tests/fuzz/prizma_packet_fuzz -runs=0 -max_len=2048 tests/fuzz/corpus 2>&1 | tail -n 2
 build/fuzz/tests/fuzz/prizma_stateful_fuzz -runs=0 -max_len=4096 tests/fuzz/corpus_stateful \
+      2>&1 | tail -n 2
+build/fuzz/tests/fuzz/prizma_journal_fuzz -runs=0 -max_len=8192 tests/fuzz/corpus_journal \
       2>&1 | tail -n 2
 build/fuzz/tests/fuzz/prizma_packet_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=2048 \
       -print_final_stats=1 build/fuzz/corpus 2>&1 | tail -n 12
@@ -118,6 +122,12 @@ build/fuzz/tests/fuzz/prizma_packet_fuzz -max_total_time="${FUZZ_SECONDS}" -max_
 # scheduling off: its per-feature bookkeeping took two thirds of the time of these long runs.
 build/fuzz/tests/fuzz/prizma_stateful_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=4096 \
       -entropic=0 -print_final_stats=1 build/fuzz/corpus_stateful 2>&1 | tail -n 12
+# Any bytes as a journal segment and index (tests/fuzz/journal_fuzz.cpp): read, recovered. A
+# length read from the file that sized a buffer before its bytes were checked would pass the
+# malloc limit.
+build/fuzz/tests/fuzz/prizma_journal_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=8192 \
+      -rss_limit_mb=2048 -malloc_limit_mb=64 -print_final_stats=1 build/fuzz/corpus_journal \
+      2>&1 | tail -n 12
 
 stage "Release build + what the sanitizer build could not run + the demos"
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRIZMA_WARNINGS_AS_ERRORS=ON \

@@ -447,7 +447,21 @@ struct CtlCounters {
     std::atomic<std::uint64_t> pkey_change{0};
     std::atomic<std::uint64_t> client_reregister{0};
     std::atomic<std::uint64_t> device_fatal{0};
+    std::atomic<std::uint64_t> qp_fatal{0};
 };
+
+bool is_port_event(ibv_event_type t) noexcept {
+    switch (t) {
+        case IBV_EVENT_PORT_ERR:
+        case IBV_EVENT_PORT_ACTIVE:
+        case IBV_EVENT_LID_CHANGE:
+        case IBV_EVENT_PKEY_CHANGE:
+        case IBV_EVENT_SM_CHANGE:
+        case IBV_EVENT_CLIENT_REREGISTER:
+        case IBV_EVENT_GID_CHANGE: return true;
+        default: return false;
+    }
+}
 
 ibv_ah_attr to_attr(const policy::AhFields& f) noexcept {
     ibv_ah_attr a{};
@@ -790,6 +804,7 @@ void VerbsTransport::Impl::refresh_counters() const noexcept {
     counters.pkey_change = get(c.pkey_change);
     counters.client_reregister = get(c.client_reregister);
     counters.device_fatal = get(c.device_fatal);
+    counters.qp_fatal = get(c.qp_fatal);
     std::size_t used = 0;
     for (std::size_t i = 0; i < slot_hw; ++i) {
         used += slots[i].state.load(std::memory_order_relaxed) == kSlotReady ? 1U : 0U;
@@ -856,7 +871,9 @@ void VerbsTransport::Impl::handle_async(bool& rejoin) noexcept {
     CtlCounters& c = ctl_counters;
     while (ibv_get_async_event(context.get(), &ev) == 0) {
         c.async_events.fetch_add(1, std::memory_order_relaxed);
-        const bool ours = ev.element.port_num == info.port;
+        // element is a union: port_num only for port events (a QP or CQ event carries a
+        // pointer there).
+        const bool ours = is_port_event(ev.event_type) && ev.element.port_num == info.port;
         switch (ev.event_type) {
             case IBV_EVENT_PORT_ERR:
                 if (ours) {
@@ -872,7 +889,10 @@ void VerbsTransport::Impl::handle_async(bool& rejoin) noexcept {
                 }
                 break;
             case IBV_EVENT_LID_CHANGE:
+                // The kernel's multicast client takes a LID change as a group error: the SM
+                // may have moved the port, join again.
                 c.lid_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
+                rejoin = rejoin || (ours && sa != nullptr);
                 break;
             case IBV_EVENT_SM_CHANGE:
                 c.sm_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
@@ -891,6 +911,18 @@ void VerbsTransport::Impl::handle_async(bool& rejoin) noexcept {
             case IBV_EVENT_DEVICE_FATAL:
                 c.device_fatal.fetch_add(1, std::memory_order_relaxed);
                 fatal.store(true, std::memory_order_relaxed);
+                break;
+            case IBV_EVENT_QP_FATAL:
+            case IBV_EVENT_QP_REQ_ERR:
+            case IBV_EVENT_QP_ACCESS_ERR:
+            case IBV_EVENT_CQ_ERR:
+                // Our QP or a CQ is in error: nothing it sends or receives will complete. Loud
+                // (counted, a fatal transport event, sends fail) rather than silent.
+                if (ev.element.qp == qp.get() || ev.element.cq == send_cq.get()
+                    || ev.element.cq == recv_cq.get()) {
+                    c.qp_fatal.fetch_add(1, std::memory_order_relaxed);
+                    fatal.store(true, std::memory_order_relaxed);
+                }
                 break;
             default: break;
         }
@@ -1598,7 +1630,7 @@ std::size_t VerbsTransport::take_events(std::span<TransportEvent> out) noexcept 
         get(c.sm_change) + get(c.client_reregister),
         get(c.rejoins),
         get(c.rejoin_failures),
-        get(c.device_fatal)};
+        get(c.device_fatal) + get(c.qp_fatal)};
     constexpr std::array<K, 7> kinds = {K::link_down,      K::link_up,        K::address_changed,
                                         K::fabric_changed, K::group_rejoined, K::rejoin_failed,
                                         K::fatal};
@@ -1644,6 +1676,7 @@ std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const no
         {"pkey_change", c.pkey_change},
         {"client_reregister", c.client_reregister},
         {"device_fatal", c.device_fatal},
+        {"qp_fatal", c.qp_fatal},
         {"pinned_bytes", c.pinned_bytes},
     };
     const std::size_t n = std::min(out.size(), std::size(all));

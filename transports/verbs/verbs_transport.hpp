@@ -106,10 +106,11 @@ struct VerbsCounters {
     std::uint64_t gid_change = 0;
     std::uint64_t pkey_change = 0;
     std::uint64_t client_reregister = 0;
-    std::uint64_t device_fatal = 0;          ///< the device died: every call fails from now on
-    std::uint64_t rejoin_failures = 0;       ///< SA re-joins that failed (retried)
-    std::uint64_t mlid_changes = 0;          ///< a re-join brought a new MLID: re-attached
-    std::uint64_t pinned_bytes = 0;          ///< memory pinned for this transport (estimate)
+    std::uint64_t device_fatal = 0;     ///< the device died: every call fails from now on
+    std::uint64_t qp_fatal = 0;         ///< our QP or CQ went to error (async event): sends fail
+    std::uint64_t rejoin_failures = 0;  ///< SA re-joins that failed (retried)
+    std::uint64_t mlid_changes = 0;     ///< a re-join brought a new MLID: re-attached
+    std::uint64_t pinned_bytes = 0;     ///< memory pinned for this transport (estimate)
     const char* last_completion_error = "";  ///< ibv_wc_status_str of the last failed CQE
 };
 

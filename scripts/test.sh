@@ -12,7 +12,7 @@
 #     4. ThreadSanitizer build of the cross-thread tests
 #     5. clang libFuzzer build: the fuzz corpora replayed, then FUZZ_SECONDS of exploration
 #        each for the packet parser, the stateful Source/Receiver fuzzer and the journal
-#        readers (JournalReader, the Recorder's recovery, journal::parse)
+#        readers (JournalReader, the Recorder's recovery, journal::parse) and the replay wire
 #     6. Release build: only the tests the sanitizer build skipped or does not have (the
 #        install test, the benchmark smoke runs; scripts/ctest_subset.py), then the demos
 #     7. verbs tests on real libibverbs: Soft-RoCE (rdma_rxe) in a qemu VM (tests/verbs/vm/run.sh)
@@ -100,20 +100,24 @@ cmake --build build/tsan -j 2 --target prizma_unit_tests
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[runner]"
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[recorder]"
 
-stage "fuzz: corpora replayed, then 3 x ${FUZZ_SECONDS}s of exploration"
+stage "fuzz: corpora replayed, then 4 x ${FUZZ_SECONDS}s of exploration"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
       -DPRIZMA_BUILD_FUZZERS=ON -DPRIZMA_BUILD_TESTS=OFF -DPRIZMA_BUILD_BENCHMARKS=OFF \
       -DPRIZMA_BUILD_EXAMPLES=OFF -DPRIZMA_WARNINGS_AS_ERRORS=ON "${launcher[@]}" >/dev/null
 cmake --build build/fuzz -j 2
-mkdir -p build/fuzz/corpus build/fuzz/corpus_stateful build/fuzz/corpus_journal
+mkdir -p build/fuzz/corpus build/fuzz/corpus_stateful build/fuzz/corpus_journal \
+      build/fuzz/corpus_replay
 cp -n tests/fuzz/corpus/* build/fuzz/corpus/
 cp -n tests/fuzz/corpus_stateful/* build/fuzz/corpus_stateful/
 cp -n tests/fuzz/corpus_journal/* build/fuzz/corpus_journal/
+cp -n tests/fuzz/corpus_replay/* build/fuzz/corpus_replay/
 # Every input of the checked-in corpora once (the bugs found before, as regression tests).
 build/fuzz/tests/fuzz/prizma_packet_fuzz -runs=0 -max_len=2048 tests/fuzz/corpus 2>&1 | tail -n 2
 build/fuzz/tests/fuzz/prizma_stateful_fuzz -runs=0 -max_len=4096 tests/fuzz/corpus_stateful \
       2>&1 | tail -n 2
 build/fuzz/tests/fuzz/prizma_journal_fuzz -runs=0 -max_len=8192 tests/fuzz/corpus_journal \
+      2>&1 | tail -n 2
+build/fuzz/tests/fuzz/prizma_replay_fuzz -runs=0 -max_len=16384 tests/fuzz/corpus_replay \
       2>&1 | tail -n 2
 build/fuzz/tests/fuzz/prizma_packet_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=2048 \
       -print_final_stats=1 build/fuzz/corpus 2>&1 | tail -n 12
@@ -127,6 +131,11 @@ build/fuzz/tests/fuzz/prizma_stateful_fuzz -max_total_time="${FUZZ_SECONDS}" -ma
 # malloc limit.
 build/fuzz/tests/fuzz/prizma_journal_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=8192 \
       -rss_limit_mb=2048 -malloc_limit_mb=64 -print_final_stats=1 build/fuzz/corpus_journal \
+      2>&1 | tail -n 12
+# The replay wire, both ends (tests/fuzz/replay_fuzz.cpp): a frame length sizing a buffer
+# before it was checked would pass the malloc limit (the largest frame is 16 MiB + 32).
+build/fuzz/tests/fuzz/prizma_replay_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=16384 \
+      -rss_limit_mb=2048 -malloc_limit_mb=32 -print_final_stats=1 build/fuzz/corpus_replay \
       2>&1 | tail -n 12
 
 stage "Release build + what the sanitizer build could not run + the demos"

@@ -21,6 +21,10 @@
 /// channels and transports, and delivers each sequence number exactly once, in order.
 namespace prizma {
 
+namespace detail {
+struct StreamSubscriberTesting;  // lib/pubsub/stream_testing.hpp: a clock for tests
+}  // namespace detail
+
 /// The record header every stream record starts with (28 bytes, big-endian; docs/STREAMS.md).
 struct RecordHeader {
     static constexpr std::size_t kBytes = 28;
@@ -168,6 +172,7 @@ public:
     [[nodiscard]] std::span<const std::byte> last_record() const noexcept;
 
 private:
+    friend struct detail::StreamSubscriberTesting;
     struct Impl;
     explicit StreamSubscriber(std::unique_ptr<Impl> impl) noexcept;
     std::unique_ptr<Impl> impl_;

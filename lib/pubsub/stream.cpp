@@ -9,6 +9,7 @@
 #include <prizma/stream.hpp>
 
 #include "lib/pgm/bytes.hpp"
+#include "lib/pubsub/stream_testing.hpp"
 
 namespace prizma {
 namespace {
@@ -173,6 +174,7 @@ struct StreamSubscriber::Impl {
     std::vector<std::byte> out_bytes;        // the held record being delivered
     std::span<const std::byte> last_record;  // of the last record delivered
     StreamCounters c;
+    std::int64_t (*clock)() noexcept = &Context::now_ns;  // tests set their own
 
     Copy& copy_of(const Subscriber* sub, const Tsi& tsi) noexcept;
     std::uint64_t hist_mask = 0;  // history slots - 1 (a power of two: no division per record)
@@ -289,7 +291,7 @@ bool StreamSubscriber::Impl::take_record(Copy& cp, const Message& m, StreamEvent
         held.emplace(h.sequence, Held{m.tsi, {m.payload.begin(), m.payload.end()}});
         ++c.buffered;
         if (gap_since < 0) {
-            gap_since = Context::now_ns();
+            gap_since = clock();
         }
     }
     return false;
@@ -311,7 +313,7 @@ bool StreamSubscriber::Impl::deliver_held(StreamEvent& out) {
     last_record = out_bytes;
     ++next;
     ++c.records;
-    gap_since = held.empty() ? -1 : Context::now_ns();
+    gap_since = held.empty() ? -1 : clock();
     return true;
 }
 
@@ -331,8 +333,7 @@ bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
         return !lost_before_next(cp);
     };
     const bool none_able = std::none_of(copies.begin(), copies.end(), able);
-    const bool timed_out =
-        gap_since >= 0 && Context::now_ns() - gap_since >= opt.gap_timeout.count();
+    const bool timed_out = gap_since >= 0 && clock() - gap_since >= opt.gap_timeout.count();
     if (!force && !none_able && !timed_out) {
         return false;
     }
@@ -344,7 +345,7 @@ bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
         ++c.overflows;
     }
     next = first_held;
-    gap_since = Context::now_ns();
+    gap_since = clock();
     return true;
 }
 
@@ -369,7 +370,7 @@ bool StreamSubscriber::Impl::tail_stalled(StreamEvent& out) noexcept {
     if (!lost_at_tail) {
         return false;  // every copy left cleanly: the stream ended
     }
-    const std::int64_t now = Context::now_ns();
+    const std::int64_t now = clock();
     if (tail_next != next) {
         tail_next = next;
         tail_since = now;
@@ -471,6 +472,11 @@ const StreamCounters& StreamSubscriber::counters() const noexcept {
 
 std::span<const std::byte> StreamSubscriber::last_record() const noexcept {
     return impl_->last_record;
+}
+
+void detail::StreamSubscriberTesting::set_clock(StreamSubscriber& s,
+                                                std::int64_t (*clock)() noexcept) noexcept {
+    s.impl_->clock = clock;
 }
 
 }  // namespace prizma

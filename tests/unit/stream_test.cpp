@@ -3,11 +3,14 @@
 // arbitration of two copies (one channel or A/B channels) under independent loss, failover,
 // a record lost on both copies, divergence and epochs. Counts and orders only.
 #include <cstring>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <prizma/prizma.hpp>
 
+#include "lib/pubsub/stream_testing.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/counters.hpp"
 #include "tests/support/full_size.hpp"
@@ -125,6 +128,60 @@ prizma::StreamSubscriber make_stream(prizma::Subscriber& s1,
     }
     return std::move(*st);
 }
+
+/// The stream clock of the boundary tests below: stands still until a test moves it.
+std::int64_t g_now = 1'000'000'000;
+std::int64_t test_now() noexcept {
+    return g_now;
+}
+
+/// Two publishers (two copies) on one mem:// channel and a stream reading it on test_now().
+struct Rig {
+    prizma::Context ctx = prizma::Context::create().value();
+    prizma::Subscriber sub;
+    prizma::Publisher pa;
+    prizma::Publisher pb;
+    std::optional<prizma::StreamSubscriber> stream;
+    Log log;
+
+    explicit Rig(const std::string& name,
+                 std::size_t history = 65536,
+                 const prizma::ChannelOptions& sub_options = {},
+                 std::size_t buffer_records = 4096)
+        : sub(ctx.add_subscriber("mem://" + name + ":7500", sub_options).value()),
+          pa(ctx.add_publisher("mem://" + name + ":7500").value()),
+          pb(ctx.add_publisher("mem://" + name + ":7500").value()) {
+        g_now = 1'000'000'000;
+        prizma::StreamOptions o;
+        o.stream_id = 42;
+        o.start_sequence = 0;
+        o.gap_timeout = std::chrono::milliseconds(100);
+        o.history = history;
+        o.buffer_records = buffer_records;
+        stream.emplace(prizma::StreamSubscriber::create(o).value());
+        REQUIRE(stream->add(sub).has_value());
+        prizma::detail::StreamSubscriberTesting::set_clock(*stream, &test_now);
+    }
+    /// Offers records [from, to) of `epoch` on `p` (its own copy), then moves everything.
+    void send(prizma::Publisher& p,
+              std::uint32_t epoch,
+              std::uint64_t from,
+              std::uint64_t to,
+              std::uint64_t salt = 0) {
+        auto out = prizma::StreamPublisher::create(p, 42, epoch, from).value();
+        for (std::uint64_t i = from; i < to; ++i) {
+            REQUIRE(out.offer(body(i + salt)).has_value());
+        }
+        pump();
+    }
+    void pump() {
+        for (int i = 0; i < 50; ++i) {
+            (void)ctx.poll();
+            stream->poll(64, [&](const prizma::StreamEvent& e) { log.take(e); });
+        }
+    }
+    [[nodiscard]] std::int64_t timeout() const { return 100'000'000; }
+};
 
 }  // namespace
 
@@ -355,4 +412,159 @@ TEST_CASE("stream: a loss with nothing after it is a stall event, once", "[unit]
     REQUIRE_FALSE(log.losses.empty());
     CHECK(log.losses.back() == std::pair<std::uint64_t, std::uint64_t>{last, 1});
     CHECK(log.records.back() == last + 1);
+}
+
+// A gap is held open while some copy can still fill it, until the gap timeout: lost at
+// gap_since + gap_timeout exactly (`>=`), not a nanosecond before. Copy b has delivered only 0,
+// so it can still bring 1 while a is already at 2.
+TEST_CASE("stream boundary: a gap some copy can fill is lost at gap_timeout exactly",
+          "[unit][stream][boundary]") {
+    Rig rig("stream-bt");
+    const std::int64_t t0 = g_now;
+    rig.send(rig.pa, 1, 0, 1);
+    rig.send(rig.pb, 1, 0, 1);
+    rig.send(rig.pa, 1, 2, 3);  // 1 missing: 2 held from t0
+    CHECK(rig.log.records == std::vector<std::uint64_t>{0});
+    CHECK(rig.log.losses.empty());
+    g_now = t0 + rig.timeout() - 1;
+    rig.pump();
+    CHECK(rig.log.losses.empty());
+    CHECK(rig.stream->next_sequence() == 1);
+    g_now = t0 + rig.timeout();
+    rig.pump();
+    CHECK(rig.log.losses == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 1}});
+    CHECK(rig.log.records == std::vector<std::uint64_t>{0, 2});
+    CHECK(rig.stream->counters().overflows == 0);
+}
+
+// Once no copy can bring the missing record any more, the gap is lost at once, with the clock
+// standing still: a copy that left (its FIN) is not waited for, nor one already past the gap.
+TEST_CASE("stream boundary: a gap no copy can fill is lost at once, a copy that left counts out",
+          "[unit][stream][boundary]") {
+    SECTION("the other copy left") {
+        // Short NAK timers: a source lingers three NAK rounds after its FIN, then leaves.
+        prizma::ChannelOptions quick;
+        quick.timers = prizma::Timers::of(prizma::TimerPreset::lan);
+        quick.timers->nak_backoff = std::chrono::milliseconds(1);
+        quick.timers->nak_repeat = std::chrono::milliseconds(1);
+        quick.timers->nak_rdata = std::chrono::milliseconds(1);
+        Rig rig("stream-bl", 65536, quick);
+        rig.send(rig.pa, 1, 0, 1);
+        rig.send(rig.pb, 1, 0, 1);
+        rig.send(rig.pa, 1, 2, 3);  // 1 missing, b may bring it: held
+        CHECK(rig.log.losses.empty());
+        // b's FIN: it leaves a few milliseconds later. The stream's clock stands still, so only
+        // its leaving can end the gap.
+        rig.pb.close();
+        const std::int64_t until = prizma::Context::now_ns() + 10'000'000'000LL;
+        while (rig.log.losses.empty() && prizma::Context::now_ns() < until) {
+            rig.pump();
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        CHECK(rig.log.losses == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 1}});
+        CHECK(rig.log.records == std::vector<std::uint64_t>{0, 2});
+    }
+    SECTION("the other copy is past the gap too") {
+        Rig rig("stream-bp");
+        rig.send(rig.pa, 1, 0, 1);
+        rig.send(rig.pb, 1, 0, 1);
+        rig.send(rig.pb, 1, 3, 4);  // b: 3 held, b at 3
+        CHECK(rig.log.losses.empty());
+        rig.send(rig.pa, 1, 2, 3);  // a: at 2; neither brings 1 any more
+        CHECK(rig.log.losses == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 1}});
+        CHECK(rig.log.records == std::vector<std::uint64_t>{0, 2, 3});
+    }
+    SECTION("while the other copy is there and behind, it is waited for") {
+        Rig rig("stream-bw");
+        rig.send(rig.pa, 1, 0, 1);
+        rig.send(rig.pb, 1, 0, 1);
+        rig.send(rig.pa, 1, 2, 3);
+        CHECK(rig.log.losses.empty());
+        rig.send(rig.pb, 1, 1, 2);  // it did bring it
+        CHECK(rig.log.losses.empty());
+        CHECK(rig.log.records == std::vector<std::uint64_t>{0, 1, 2});
+    }
+}
+
+// A new epoch starts over: what was held from the old one is dropped, every copy's position is
+// forgotten (b was at 9 in epoch 1, which says nothing about epoch 2), and so is the history a
+// duplicate's checksum is compared with.
+TEST_CASE("stream boundary: an epoch reset clears held records and each copy's position",
+          "[unit][stream][boundary]") {
+    Rig rig("stream-be");
+    const std::int64_t t0 = g_now;
+    rig.send(rig.pa, 1, 0, 10);
+    rig.send(rig.pb, 1, 0, 10);
+    rig.send(rig.pa, 1, 11, 12);  // 10 missing, 11 held (b at 9 may bring 10)
+    REQUIRE(rig.log.records.size() == 10);
+    REQUIRE(rig.log.losses.empty());
+    rig.send(rig.pa, 2, 0, 1);  // epoch 2 from 0: the reset, then its record 0
+    CHECK(rig.log.resets == std::vector<std::uint64_t>{0});
+    REQUIRE(rig.log.records.size() == 11);
+    CHECK(rig.log.records.back() == 0);
+    rig.send(rig.pa, 2, 2, 3);  // 1 missing: b (nothing heard in epoch 2) may still bring it
+    CHECK(rig.log.losses.empty());
+    CHECK(rig.stream->next_sequence() == 1);
+    g_now = t0 + rig.timeout();
+    rig.pump();
+    CHECK(rig.log.losses == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 1}});
+    CHECK(rig.log.records.back() == 2);
+    // Nothing of epoch 1 is left over: no later loss up to epoch 1's held 11.
+    g_now = t0 + 10 * rig.timeout();
+    rig.pump();
+    CHECK(rig.log.losses.size() == 1);
+    CHECK(rig.stream->next_sequence() == 3);
+    CHECK(rig.log.bad_payload == 0);
+}
+
+TEST_CASE("stream boundary: an epoch reset forgets the history duplicates are checked against",
+          "[unit][stream][boundary]") {
+    Rig rig("stream-bh");
+    rig.send(rig.pa, 1, 0, 10);
+    rig.send(rig.pa, 2, 5, 7);  // epoch 2 from 5
+    REQUIRE(rig.log.resets == std::vector<std::uint64_t>{5});
+    REQUIRE(rig.stream->next_sequence() == 7);
+    rig.send(rig.pb, 2, 3, 4);  // epoch 2's 3: before the reset point, never delivered in it
+    CHECK(rig.log.divergences.empty());
+    CHECK(rig.stream->counters().duplicates == 1);
+    rig.send(rig.pb, 2, 6, 7, 1000);  // epoch 2's 6, other bytes: a divergence
+    CHECK(rig.log.divergences == std::vector<std::uint64_t>{6});
+}
+
+// A duplicate is compared with the checksum recorded for its own sequence: with a history of
+// 4 slots, 1's slot holds 5 once 5 is delivered, and a true copy of 1 is no divergence (only
+// too old to check); a copy of 5 with other bytes is one.
+TEST_CASE("stream boundary: a divergence is a checksum that differs at the same sequence",
+          "[unit][stream][boundary]") {
+    Rig rig("stream-bd", 4);
+    rig.send(rig.pa, 1, 0, 6);
+    REQUIRE(rig.log.records.size() == 6);
+    rig.send(rig.pb, 1, 1, 2);  // the same record 1
+    CHECK(rig.log.divergences.empty());
+    rig.send(rig.pb, 1, 5, 6);  // the same record 5
+    CHECK(rig.log.divergences.empty());
+    rig.send(rig.pb, 1, 5, 6, 1000);  // 5 with other bytes
+    CHECK(rig.log.divergences == std::vector<std::uint64_t>{5});
+    // Records delivered from the held buffer are remembered too.
+    rig.send(rig.pa, 1, 7, 8);  // 6 missing, 7 held
+    rig.send(rig.pa, 1, 6, 7);  // 6, then 7 from the buffer
+    REQUIRE(rig.log.records.back() == 7);
+    rig.send(rig.pb, 1, 7, 8, 1000);  // 7 with other bytes
+    CHECK(rig.log.divergences == std::vector<std::uint64_t>{5, 7});
+    CHECK(rig.stream->counters().divergences == 2);
+}
+
+// buffer_records held records wait for the gap to close; one more declares it lost at once.
+TEST_CASE("stream boundary: buffer_records held wait, one more is an overflow loss",
+          "[unit][stream][boundary]") {
+    Rig rig("stream-bo", 65536, {}, 2);
+    rig.send(rig.pa, 1, 0, 1);
+    rig.send(rig.pb, 1, 0, 1);  // b may still bring 1: only the buffer ends the wait
+    rig.send(rig.pa, 1, 2, 4);  // 2 and 3 held: the buffer's 2
+    CHECK(rig.log.losses.empty());
+    CHECK(rig.stream->counters().overflows == 0);
+    rig.send(rig.pa, 1, 4, 5);  // a third
+    CHECK(rig.log.losses == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 1}});
+    CHECK(rig.log.records == std::vector<std::uint64_t>{0, 2, 3, 4});
+    CHECK(rig.stream->counters().overflows == 1);
 }

@@ -7,6 +7,7 @@
 
 #include <prizma/replay.hpp>
 
+#include "lib/replay/late_join_rules.hpp"
 #include "lib/replay/tls.hpp"
 
 namespace prizma {
@@ -73,24 +74,9 @@ struct LateJoin::Impl {
             hold(e);
         }
     }
-    /// The end (exclusive) of what a held event covers.
-    static std::uint64_t end_of(const StreamEvent& e) noexcept {
-        return e.kind == StreamEventKind::record ? e.sequence + 1
-               : e.kind == StreamEventKind::loss ? e.sequence + e.count
-                                                 : e.sequence;
-    }
-    /// Already delivered (by the replay or earlier live): a record or loss that ends at or
-    /// before `next`, a stall before it. A stall at `next` is news (the live reader lost what
-    /// comes next and nothing follows it); resets and divergences always pass.
+    static std::uint64_t end_of(const StreamEvent& e) noexcept { return detail::event_end(e); }
     [[nodiscard]] bool stale(const StreamEvent& e) const noexcept {
-        switch (e.kind) {
-            case StreamEventKind::record:
-            case StreamEventKind::loss: return end_of(e) <= next;
-            case StreamEventKind::stall: return e.sequence < next;
-            case StreamEventKind::reset:
-            case StreamEventKind::divergence: return false;
-        }
-        return false;
+        return detail::event_stale(e, next);
     }
     bool try_merge() noexcept;
     Result<bool> from_ring(StreamEvent& out) noexcept;

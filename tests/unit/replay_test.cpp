@@ -21,6 +21,7 @@
 
 #include <prizma/prizma.hpp>
 
+#include "lib/replay/late_join_rules.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/counters.hpp"
 #include "tests/support/full_size.hpp"
@@ -272,6 +273,54 @@ TEST_CASE("replay: a silent connection and a client that stops reading lose thei
         }
     }
     CHECK(closed);
+}
+
+// request_timeout is for the request; once it is whole, only stall_timeout (while the client
+// does not read what is queued for it) can cut the connection. A follow client waiting at the
+// journal's end reads nothing because nothing comes: it stays, however long.
+TEST_CASE("replay: a follow client idle past request_timeout and stall_timeout stays connected",
+          "[unit][replay]") {
+    const TempDir dir;
+    make_journal(dir.path, 100);
+    prizma::ReplayServerOptions o;
+    o.streams = {{42, dir.path}};
+    o.request_timeout = std::chrono::milliseconds(200);
+    o.stall_timeout = std::chrono::milliseconds(300);
+    auto server = prizma::ReplayServer::start(o);
+    REQUIRE(server.has_value());
+    prizma::ReplayRequest rq;
+    rq.stream_id = 42;
+    rq.from = 0;
+    rq.follow = true;
+    auto c = prizma::ReplayClient::connect("127.0.0.1", server->port(), rq);
+    REQUIRE(c.has_value());
+    std::vector<std::uint64_t> seqs;
+    prizma::JournalEntry e;
+    for (int k = 0; k < 1000 && seqs.size() < 100; ++k) {
+        auto r = c->next(e);
+        REQUIRE(r.has_value());
+        if (*r) {
+            seqs.push_back(e.sequence);
+        } else {
+            c->wait(std::chrono::milliseconds(10));
+        }
+    }
+    CHECK(contiguous(seqs, 0, 100));
+    // Idle at the end for five request_timeouts (over three stall_timeouts).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+    while (std::chrono::steady_clock::now() < until) {
+        auto r = c->next(e);
+        REQUIRE(r.has_value());  // no error frame ("no whole request"), no close
+        CHECK_FALSE(*r);
+        c->wait(std::chrono::milliseconds(10));
+    }
+    CHECK_FALSE(c->done());
+    CHECK(server->counters().timeouts == 0);
+    // The rule is still there for a request that is not whole.
+    const std::string reply = raw_exchange(server->port(), "PRZ");
+    CHECK(reply.find("no whole request within 200 ms") != std::string::npos);
+    CHECK(server->counters().timeouts == 1);
+    CHECK_FALSE(c->done());
 }
 
 namespace {
@@ -633,4 +682,39 @@ TEST_CASE("replay client: a frame length past the largest frame is an error, not
     REQUIRE(err.has_value());
     CHECK(*err == prizma::Errc::malformed_packet);
     CHECK(client->error_text().find("4294967295") != std::string::npos);
+}
+
+TEST_CASE("late join: an event is stale when it ends at the position, news one past it",
+          "[unit][replay][late_join][boundary]") {
+    using prizma::StreamEventKind;
+    using prizma::detail::event_end;
+    using prizma::detail::event_stale;
+    const auto ev = [](StreamEventKind k, std::uint64_t seq, std::uint64_t count = 0) {
+        prizma::StreamEvent e;
+        e.kind = k;
+        e.epoch = 1;
+        e.sequence = seq;
+        e.count = count;
+        return e;
+    };
+    constexpr std::uint64_t kNext = 100;
+    // A record covers [seq, seq + 1): 99 ends at 100 (delivered), 100 ends at 101 (news).
+    CHECK(event_end(ev(StreamEventKind::record, 99)) == 100);
+    CHECK(event_stale(ev(StreamEventKind::record, 99), kNext));
+    CHECK_FALSE(event_stale(ev(StreamEventKind::record, 100), kNext));
+    // A loss covers [seq, seq + count): 90 + 10 ends at 100, 90 + 11 at 101.
+    CHECK(event_end(ev(StreamEventKind::loss, 90, 10)) == 100);
+    CHECK(event_end(ev(StreamEventKind::loss, 90, 11)) == 101);
+    CHECK(event_stale(ev(StreamEventKind::loss, 90, 10), kNext));
+    CHECK_FALSE(event_stale(ev(StreamEventKind::loss, 90, 11), kNext));
+    CHECK_FALSE(event_stale(ev(StreamEventKind::loss, 100, 1), kNext));
+    // A stall at the position is news (what comes next was lost), one before it is not.
+    CHECK(event_end(ev(StreamEventKind::stall, 100)) == 100);
+    CHECK_FALSE(event_stale(ev(StreamEventKind::stall, 100), kNext));
+    CHECK(event_stale(ev(StreamEventKind::stall, 99), kNext));
+    CHECK_FALSE(event_stale(ev(StreamEventKind::stall, 101), kNext));
+    // Resets and divergences always pass, wherever they are.
+    CHECK_FALSE(event_stale(ev(StreamEventKind::reset, 0), kNext));
+    CHECK_FALSE(event_stale(ev(StreamEventKind::divergence, 5), kNext));
+    CHECK(event_end(ev(StreamEventKind::reset, 7)) == 7);
 }

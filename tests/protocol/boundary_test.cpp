@@ -277,3 +277,42 @@ TEST_CASE("boundary: an NCF one window ahead of the oldest undelivered sqn chang
     CHECK(rx.net.sent.back().sqns == std::vector<Sqn>{Sqn{0}});
     CHECK(rx.counters().nak_sqns_sent == 1);
 }
+
+// An SPM from the pinned sender's own address with another NLA is another sender (NAKs would go
+// elsewhere): refused while the pinned one is alive, i.e. its last SPM is less than two ambient
+// SPM intervals old; from exactly two intervals on, kConfirmSpms agreeing SPMs move the pin.
+TEST_CASE("boundary: an SPM from the pinned address with another NLA is refused, then confirmed",
+          "[protocol][boundary][spm]") {
+    constexpr std::uint64_t kConfirm = protocol::Receiver::kConfirmSpms;
+    Rx rx;
+    Stream st;
+    const std::int64_t pinned_at = rx.now;
+    st.open(rx);
+    st.send(rx, 10);
+    const std::int64_t two_ambient = 2 * rx.r->config().timers.ambient_spm_ns;
+    Forge moved = st.f;
+    moved.nla = pgm::Nla::ipv4(10, 0, 0, 9);
+    rx.now = pinned_at + 1;
+    rx.feed(moved.spm(Sqn{0}, st.next - 1), kSourceOtherSocket);
+    CHECK(rx.counters().refused == 1);
+    rx.now = pinned_at + two_ambient - 1;
+    for (std::uint64_t i = 0; i < kConfirm; ++i) {
+        rx.feed(moved.spm(Sqn{0}, st.next - 1), kSourceOtherSocket);
+    }
+    CHECK(rx.counters().refused == 1 + kConfirm);
+    CHECK(rx.counters().repins == 0);
+    rx.now = pinned_at + two_ambient;
+    for (std::uint64_t i = 0; i < kConfirm; ++i) {
+        rx.feed(moved.spm(Sqn{0}, st.next - 1), kSourceOtherSocket);
+    }
+    CHECK(rx.counters().refused == 2 * kConfirm);  // all but the last
+    CHECK(rx.counters().repins == 1);
+    st.send(rx, 10, 15);  // sqn 15 lost: its NAK names the new NLA
+    (void)rx.run_for(50 * kMs);
+    REQUIRE(rx.net.count(PacketType::nak) >= 1);
+    for (const auto& s : rx.net.sent) {
+        if (s.type == PacketType::nak) {
+            CHECK(s.nla == moved.nla);
+        }
+    }
+}

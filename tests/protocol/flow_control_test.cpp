@@ -711,3 +711,116 @@ TEST_CASE("flow: a source held back by flow control earns repair credit at its d
     CHECK(static_cast<double>(idle) >= 0.9 * expected);
     CHECK(static_cast<double>(idle) <= expected + 1.0);
 }
+
+// The stall rule evicts a counted receiver at the limit that has not consumed anything for
+// timeout_ns while the publisher is blocked. Receivers 2 and 3 both hold the limit (110: two
+// at it, so nobody is the laggard); 3 never moves, 2 consumes one packet a nanosecond after
+// the publisher blocks (its window shrinks by one: the limit stays). At blocked + timeout, 3 is
+// evicted and 2 (progress timeout - 1 ago) stays; a nanosecond later 2 goes too.
+TEST_CASE("flow boundary: a receiver that moved just inside the timeout is not stalled",
+          "[protocol][flow][boundary]") {
+    const std::int64_t timeout = config(FlowStrategy::min).timeout_ns;
+    FlowLimiter fc(config(FlowStrategy::min));
+    const Sqn next{110};
+    fc.on_status(status(1, 100, 1000), host(1), next, 4096, kT0);
+    fc.on_status(status(2, 100, 10), host(2), next, 4096, kT0);
+    fc.on_status(status(3, 100, 10), host(3), next, 4096, kT0);
+    REQUIRE_FALSE(fc.allows(next, 1));
+    fc.note_blocked(kT0);
+    fc.on_status(status(2, 101, 9), host(2), next, 4096, kT0 + 1);  // moved, same reach
+    // All three still answer (none silent at the sweeps below).
+    for (std::uint64_t id = 1; id <= 3; ++id) {
+        const std::uint32_t consumed = id == 2 ? 101 : 100;
+        const std::uint32_t window = id == 1 ? 1000 : id == 2 ? 9 : 10;
+        fc.on_status(status(id, consumed, window), host(static_cast<std::uint8_t>(id)), next, 4096,
+                     kT0 + timeout / 2);
+    }
+    REQUIRE(fc.admitted() == 3);
+    const auto ids = [&] {
+        std::array<FlowReceiver, 4> out{};
+        std::vector<std::uint64_t> v;
+        for (std::size_t i = 0; i < fc.receivers(out); ++i) {
+            v.push_back(out[i].id);
+        }
+        return v;
+    };
+    SECTION("at blocked + timeout: the one that never moved goes, the one that moved stays") {
+        (void)fc.on_timer(next, 4096, kT0 + timeout);
+        CHECK(fc.counters().evicted == 1);
+        CHECK(fc.counters().laggards == 0);
+        CHECK(ids() == std::vector<std::uint64_t>{1, 2});
+    }
+    SECTION("a nanosecond before: nobody goes") {
+        (void)fc.on_timer(next, 4096, kT0 + timeout - 1);
+        CHECK(fc.counters().evicted == 0);
+        CHECK(ids() == std::vector<std::uint64_t>{1, 2, 3});
+    }
+    SECTION("a nanosecond after: the one that moved goes too") {
+        (void)fc.on_timer(next, 4096, kT0 + timeout + 1);
+        CHECK(fc.counters().evicted == 2);
+        CHECK(fc.counters().laggards == 0);
+        CHECK(ids() == std::vector<std::uint64_t>{1});
+    }
+}
+
+TEST_CASE("flow boundary: max_per_address receivers from one address, not one more",
+          "[protocol][flow][boundary]") {
+    FlowConfig cfg = config(FlowStrategy::min);
+    cfg.max_receivers = 8;
+    cfg.max_per_address = 3;
+    FlowLimiter fc(cfg);
+    const Sqn next{100};
+    for (std::uint64_t id = 1; id <= 3; ++id) {
+        fc.on_status(status(id, 100, 50), host(66, static_cast<std::uint16_t>(7000 + id)), next,
+                     4096, kT0);
+    }
+    CHECK(fc.admitted() == 3);
+    CHECK(fc.counters().address_refused == 0);
+    fc.on_status(status(4, 100, 50), host(66, 7004), next, 4096, kT0);  // the fourth
+    CHECK(fc.admitted() == 3);
+    CHECK(fc.counters().address_refused == 1);
+    CHECK(fc.counters().status_refused == 1);
+    fc.on_status(status(5, 100, 50), host(67), next, 4096, kT0);  // another address
+    CHECK(fc.admitted() == 4);
+    // One leaves: its address has room for one again.
+    pgm::StatusInfo bye = status(2, 100, 50);
+    bye.leaving = true;
+    fc.on_status(bye, host(66, 7002), next, 4096, kT0 + 1);
+    fc.on_status(status(4, 100, 50), host(66, 7004), next, 4096, kT0 + 1);
+    CHECK(fc.admitted() == 4);
+    CHECK(fc.counters().address_refused == 1);
+}
+
+// The laggard score of the receiver that alone holds a blocked publisher grows with the time:
+// at exactly timeout_ns it is evicted (and benched for timeout_ns), not a nanosecond before.
+// It moves all along (its window shrinking as it consumes), so the stall rule never applies.
+TEST_CASE("flow boundary: a laggard goes when its score reaches the timeout, benched as long",
+          "[protocol][flow][boundary]") {
+    const std::int64_t timeout = config(FlowStrategy::min).timeout_ns;
+    FlowLimiter fc(config(FlowStrategy::min));
+    const Sqn next{110};
+    fc.on_status(status(1, 100, 1000), host(1), next, 4096, kT0);
+    fc.on_status(status(2, 100, 10), host(2), next, 4096, kT0);
+    REQUIRE_FALSE(fc.allows(next, 1));
+    fc.note_blocked(kT0);
+    // Both answer half-way (receiver 2 moved: never stalled); the score is timeout / 2 now.
+    fc.on_status(status(1, 110, 1000), host(1), next, 4096, kT0 + timeout / 2);
+    fc.on_status(status(2, 101, 9), host(2), next, 4096, kT0 + timeout / 2);
+    fc.note_blocked(kT0 + timeout / 2);
+    SECTION("a nanosecond before the timeout: kept") {
+        (void)fc.on_timer(next, 4096, kT0 + timeout - 1);
+        CHECK(fc.counters().evicted == 0);
+        CHECK(fc.admitted() == 2);
+    }
+    SECTION("at the timeout: evicted as a laggard, its address benched for timeout_ns") {
+        const std::int64_t at = kT0 + timeout;
+        (void)fc.on_timer(next, 4096, at);
+        CHECK(fc.counters().evicted == 1);
+        CHECK(fc.counters().laggards == 1);
+        CHECK(fc.admitted() == 1);
+        fc.on_status(status(2, 110, 10), host(2), next, 4096, at + timeout - 1);
+        CHECK(fc.admitted() == 1);  // benched: tracked, not counted
+        fc.on_status(status(2, 110, 10), host(2), next, 4096, at + timeout);
+        CHECK(fc.admitted() == 2);
+    }
+}

@@ -97,6 +97,35 @@ pgm::Packet parse(const std::vector<std::byte>& b) {
 
 }  // namespace
 
+// A packet's time may be max_clock_skew away from ours, either way, and not a millisecond more.
+TEST_CASE("auth boundary: a packet exactly max_clock_skew old or ahead is taken, 1 ms more is not",
+          "[unit][auth][boundary]") {
+    using V = pubsub::Authenticator::Verdict;
+    auto o = keys({{1, 0x11}});
+    o.max_clock_skew = std::chrono::seconds(2);
+    const auto a = make_auth(o);
+    constexpr std::uint64_t kSkewMs = 2000;
+    const std::uint64_t now = 1'700'000'000'000ULL;  // any wall time: verify() takes it as given
+    std::vector<std::byte> scratch(70000);
+    const auto c = testing::source_config();
+    pgm::PacketSpec s;
+    s.type = PacketType::odata;
+    s.sport = c.tsi.sport;
+    s.dport = c.dport;
+    s.gsi = c.tsi.gsi;
+    s.sqn = Sqn{5};
+    const auto msg = testing::make_message(5, 100);
+    s.tsdu_length = 100;
+    const auto at = [&](std::uint64_t sent) {
+        return a.verify(parse(signed_packet(a, s, msg, sent)), scratch, now);
+    };
+    CHECK(at(now) == V::ok);
+    CHECK(at(now - kSkewMs) == V::ok);
+    CHECK(at(now - kSkewMs - 1) == V::stale);
+    CHECK(at(now + kSkewMs) == V::ok);
+    CHECK(at(now + kSkewMs + 1) == V::stale);
+}
+
 TEST_CASE("auth: a key file is read only when it is the caller's alone", "[unit][auth]") {
     const std::string good =
         write_key_file(std::string("# rotation: 7 signs\n7 ") + kHex1 + "\n8 " + kHex2 + "\n");

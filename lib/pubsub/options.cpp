@@ -198,7 +198,8 @@ std::vector<Row> second_rows() {
           "strategy max, min or tagged (tagged: tag not 0); min_group at most max_receivers; "
           "timeout "
               + protocol::kFlowTimeout.text() + "; max_receivers " + protocol::kFlowReceivers.text()
-              + "; max_receivers_per_address 1 to max_receivers; status_interval " + protocol::kFlowStatusIvl.text(),
+              + "; max_receivers_per_address 1 to max_receivers; status_interval "
+              + protocol::kFlowStatusIvl.text(),
           [](O o) {
               return std::string(to_string(o.flow.strategy));
           }}},

@@ -343,6 +343,9 @@ TEST_CASE("recorder: loss and reset entries are journaled, out of order is refus
     append(rec, loss);
     CHECK(rec.append(record(14, b)).error() == prizma::Errc::invalid_argument);
     append(rec, record(15, b));
+    // One past the next position: a gap no loss entry names, refused like one before it.
+    CHECK(rec.append(record(17, b)).error() == prizma::Errc::invalid_argument);
+    CHECK(rec.next_sequence() == 16);
     prizma::StreamEvent reset;
     reset.kind = prizma::StreamEventKind::reset;
     reset.epoch = 2;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mutation check of the test suite (docs/TESTING.md): realistic one-line bugs in the receiver,
-# the source, the codec and the transports, each of which some test must catch. For each
+# the source, the codec, the transports, streams, flow control, late join, the replay service,
+# the recorder and packet authentication, each of which some test must catch. For each
 # mutant: apply it to a copy of the source tree (this tree is never touched), build the copy
 # incrementally (one build directory for all mutants), run the tests named for it, and record
 # whether one of them failed (caught) or all passed (missed). Prints "caught N of M"; exits 0
@@ -140,6 +141,150 @@ mutant memory-max-datagram transports/memory/memory_transport.cpp \
     'if (count_ == n || len > stride_) {' \
     'if (count_ == n || len >= stride_) {' \
     'unit\.memory network: a packet of exactly max_datagram'
+
+# The newer code: streams, flow control, late join, the replay service, the recorder and packet
+# authentication; their boundary tests were written for these (docs/TESTING.md).
+ST=lib/pubsub/stream.cpp
+FC=lib/protocol/flow_control.cpp
+RS=lib/replay/server.cpp
+RC=lib/pubsub/recorder.cpp
+AU=lib/pubsub/auth.cpp
+mutant stream-gap-timeout-gt $ST \
+    'gap_since >= 0 && clock() - gap_since >= opt.gap_timeout.count();' \
+    'gap_since >= 0 && clock() - gap_since > opt.gap_timeout.count();' \
+    'unit\.stream boundary: a gap some copy can fill'
+mutant stream-gone-still-able $ST \
+    '        if (cp.gone) {\n            return false;\n        }\n' \
+    '' \
+    'unit\.stream boundary: a gap no copy can fill'
+mutant stream-high-not-kept $ST \
+    '    cp.has_high = true;\n    if (h.sequence < next) {' \
+    '    if (h.sequence < next) {' \
+    'unit\.stream boundary: a gap no copy can fill'
+mutant stream-overflow-ge $ST \
+    'if (s.gap_lost(out, s.held.size() > s.opt.buffer_records)) {' \
+    'if (s.gap_lost(out, s.held.size() >= s.opt.buffer_records)) {' \
+    'unit\.stream boundary: buffer_records held wait'
+mutant stream-reset-keeps-held $ST \
+    '    held.clear();\n    gap_since = -1;' \
+    '    gap_since = -1;' \
+    'unit\.stream boundary: an epoch reset clears'
+mutant stream-reset-keeps-high $ST \
+    '        cp.has_high = false;\n        cp.loss_pending = false;' \
+    '        cp.loss_pending = false;' \
+    'unit\.stream boundary: an epoch reset clears'
+mutant stream-reset-keeps-history $ST \
+    '    std::fill(hist_seq.begin(), hist_seq.end(), UINT64_MAX);\n' \
+    '' \
+    'unit\.stream boundary: an epoch reset forgets'
+mutant stream-divergence-any-seq $ST \
+    'if (hist_seq[i] == h.sequence && hist_sum[i] != h.checksum) {' \
+    'if (hist_sum[i] != h.checksum) {' \
+    'unit\.stream boundary: a divergence is a checksum'
+mutant stream-held-not-remembered $ST \
+    '    remember(next, h.checksum);\n    out = StreamEvent{StreamEventKind::record, epoch, next, 0, payload, from};' \
+    '    out = StreamEvent{StreamEventKind::record, epoch, next, 0, payload, from};' \
+    'unit\.stream boundary: a divergence is a checksum'
+mutant flow-stall-ignores-progress $FC \
+    '                             && now_ns - e.progress_ns >= cfg_.timeout_ns;' \
+    '                             ;' \
+    'protocol\.flow boundary: a receiver that moved just inside'
+mutant flow-stall-progress-gt $FC \
+    '                             && now_ns - e.progress_ns >= cfg_.timeout_ns;' \
+    '                             && now_ns - e.progress_ns > cfg_.timeout_ns;' \
+    'protocol\.flow boundary: a receiver that moved just inside'
+mutant flow-progress-not-noted $FC \
+    '        e->r.consumed = st.consumed;\n        e->progress_ns = now_ns;' \
+    '        e->r.consumed = st.consumed;' \
+    'protocol\.flow boundary: a receiver that moved just inside'
+mutant flow-blocked-gt $FC \
+    'blocked_since_ns_ >= 0 && now_ns - blocked_since_ns_ >= cfg_.timeout_ns;' \
+    'blocked_since_ns_ >= 0 && now_ns - blocked_since_ns_ > cfg_.timeout_ns;' \
+    'protocol\.flow boundary: a receiver that moved just inside'
+mutant flow-per-address-gt $FC \
+    'static_cast<std::uint32_t>(same) >= cfg_.max_per_address' \
+    'static_cast<std::uint32_t>(same) > cfg_.max_per_address' \
+    'protocol\.flow boundary: max_per_address'
+mutant flow-laggard-gt $FC \
+    'const bool laggard = e.held_ns >= cfg_.timeout_ns;' \
+    'const bool laggard = e.held_ns > cfg_.timeout_ns;' \
+    'protocol\.flow boundary: a laggard goes'
+mutant flow-bench-le $FC \
+    'return now_ns < b.until_ns ? &b : nullptr;' \
+    'return now_ns <= b.until_ns ? &b : nullptr;' \
+    'protocol\.flow boundary: a laggard goes'
+mutant flow-laggard-alone $FC \
+    'holder_ = group >= 2 && at_min == 1 ? slowest : nullptr;' \
+    'holder_ = at_min == 1 ? slowest : nullptr;' \
+    'protocol\.flow laggard: a receiver slowest now and then'
+mutant late-loss-end-stale-lt lib/replay/late_join_rules.hpp \
+    'case StreamEventKind::loss: return event_end(e) <= next;' \
+    'case StreamEventKind::loss: return event_end(e) < next;' \
+    'unit\.late join: an event is stale when'
+mutant late-stall-at-next-stale lib/replay/late_join_rules.hpp \
+    'case StreamEventKind::stall: return e.sequence < next;' \
+    'case StreamEventKind::stall: return e.sequence <= next;' \
+    'unit\.late join: an event is stale when'
+mutant late-loss-end-off-by-one lib/replay/late_join_rules.hpp \
+    ': e.kind == StreamEventKind::loss ? e.sequence + e.count' \
+    ': e.kind == StreamEventKind::loss ? e.sequence + e.count - 1' \
+    'unit\.late join: an event is stale when'
+mutant server-request-timeout-whole $RS \
+    'if (!c.closing && c.request_len < kRequestBytes && late) {' \
+    'if (!c.closing && late) {' \
+    'unit\.replay: a follow client idle'
+mutant server-stall-unblocked $RS \
+    'opt.stall_timeout.count() > 0 && c.blocked && now - c.moved_ns' \
+    'opt.stall_timeout.count() > 0 && now - c.moved_ns' \
+    'unit\.replay: a follow client idle'
+mutant server-follow-ends $RS \
+    'if (!r.follow && r.to == std::numeric_limits<std::uint64_t>::max()) {' \
+    'if (r.to == std::numeric_limits<std::uint64_t>::max()) {' \
+    'unit\.replay: a follow client idle'
+mutant server-range-past-to $RS \
+    'if (c.reader->position() >= c.req.to) {' \
+    'if (c.reader->position() > c.req.to) {' \
+    'unit\.replay: a range, and two clients'
+mutant wire-follow-dropped lib/replay/wire.cpp \
+    'r.follow = in[5] == std::byte{1};' \
+    'r.follow = false;' \
+    'unit\.replay: a follow client idle'
+mutant recorder-group-writable $RC \
+    '(st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && !o.allow_shared_directory' \
+    '(st.st_mode & S_IWOTH) != 0 && !o.allow_shared_directory' \
+    'unit\.recorder: a directory others can write to'
+mutant recorder-record-gap $RC \
+    ': e.sequence == m.next);' \
+    ': e.sequence >= m.next);' \
+    'unit\.recorder: loss and reset entries are journaled'
+mutant recorder-loss-wrap $RC \
+    'if (!in_order || Frame{kind, e.sequence, count, {}}.end() < e.sequence\n' \
+    'if (!in_order\n' \
+    'unit\.recorder: a position past 2'
+mutant auth-skew-past-le $AU \
+    'if (sent < now - skew_ms_ || sent > now + skew_ms_) {' \
+    'if (sent <= now - skew_ms_ || sent > now + skew_ms_) {' \
+    'unit\.auth boundary: a packet exactly max_clock_skew'
+mutant auth-skew-ahead-ge $AU \
+    'if (sent < now - skew_ms_ || sent > now + skew_ms_) {' \
+    'if (sent < now - skew_ms_ || sent >= now + skew_ms_) {' \
+    'unit\.auth boundary: a packet exactly max_clock_skew'
+mutant auth-key-file-mode $AU \
+    'if (st.st_uid != ::geteuid() || (st.st_mode & 077U) != 0) {' \
+    'if (st.st_uid != ::geteuid()) {' \
+    'unit\.auth: a key file is read only'
+mutant auth-verify-checksum-kept $AU \
+    '    pgm::store_be16(scratch.data() + 6, 0);\n    std::memset' \
+    '    std::memset' \
+    'unit\.auth: a changed byte'
+mutant spm-other-nla-same $R \
+    'const bool other = p.pinned && (who != p.sender || pkt.nla != p.nla);' \
+    'const bool other = p.pinned && who != p.sender;' \
+    'protocol\.boundary: an SPM from the pinned address'
+mutant spm-pinned-alive-le $R \
+    'if (other && now_ns - p.pinned_spm_ns < 2 * cfg_.timers.ambient_spm_ns) {' \
+    'if (other && now_ns - p.pinned_spm_ns <= 2 * cfg_.timers.ambient_spm_ns) {' \
+    'protocol\.boundary: an SPM from the pinned address'
 
 if [ "$LIST_ONLY" = 1 ]; then
     for i in "${!NAMES[@]}"; do

@@ -40,34 +40,14 @@ struct TempDir : prizma::test::TempDir {
 };
 
 std::vector<std::byte> body(std::uint64_t i, std::size_t size = 100) {
-    std::vector<std::byte> b(size);
-    for (std::size_t k = 0; k < size; ++k) {
-        b[k] = static_cast<std::byte>((i * 31 + k) & 0xffU);
-    }
-    return b;
+    return prizma::test::record_body(i, size);
 }
 
 bool payload_ok(std::uint64_t seq, std::span<const std::byte> p) {
-    const auto want = body(seq, p.size());
-    return !p.empty() && std::memcmp(p.data(), want.data(), p.size()) == 0;
+    return prizma::test::record_body_ok(seq, p);
 }
 
-void make_journal(const std::string& dir, std::uint64_t n, std::size_t size = 100) {
-    prizma::RecorderOptions o;
-    o.directory = dir;
-    o.stream_id = 42;
-    auto rec = prizma::Recorder::open(o);
-    REQUIRE(rec.has_value());
-    for (std::uint64_t i = 0; i < n; ++i) {
-        const auto b = body(i, size);
-        prizma::StreamEvent e;
-        e.epoch = 1;
-        e.sequence = i;
-        e.payload = b;
-        append(*rec, e);
-    }
-    REQUIRE(rec->flush().has_value());
-}
+using prizma::test::make_journal;
 
 prizma::AuthOptions keys(std::uint32_t id, std::uint8_t fill) {
     prizma::AuthOptions a;

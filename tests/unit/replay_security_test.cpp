@@ -113,6 +113,20 @@ prizma::ReplayServer serve(const std::string& dir, const prizma::ReplaySecurity&
     return std::move(*s);
 }
 
+/// A TCP listener on 127.0.0.1, an ephemeral port; `at` gets its address.
+int listen_loopback(int backlog, sockaddr_in& at) {
+    const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(lfd >= 0);
+    at = sockaddr_in{};
+    at.sin_family = AF_INET;
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(lfd, reinterpret_cast<const sockaddr*>(&at), sizeof at) == 0);
+    REQUIRE(::listen(lfd, backlog) == 0);
+    socklen_t sl = sizeof at;
+    REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&at), &sl) == 0);
+    return lfd;
+}
+
 /// A plain TCP connection to 127.0.0.1 (or from `source`).
 int tcp_connect(std::uint16_t port, const char* source = nullptr) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -252,14 +266,8 @@ TEST_CASE("replay tls: a recorded handshake and request replayed are refused",
     sec.keys = keys(7, 0x11);
     auto server = serve(dir.path, sec);
     // A relay between an honest client and the server records what the client sends.
-    const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
-    REQUIRE(::listen(lfd, 1) == 0);
-    socklen_t sl = sizeof sa;
-    REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl) == 0);
+    const int lfd = listen_loopback(1, sa);
     std::string recorded;
     std::thread relay([&] {
         const int c = ::accept(lfd, nullptr, nullptr);
@@ -455,14 +463,8 @@ TEST_CASE("replay: a client that never reads its end frame loses its place",
 TEST_CASE("replay client: connect never blocks and has a deadline", "[unit][replay][security]") {
     // A listener whose accept queue is full (backlog 0, never accepted): new SYNs go
     // unanswered, so a blocking connect would hang.
-    const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
-    REQUIRE(::listen(lfd, 0) == 0);
-    socklen_t sl = sizeof sa;
-    REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl) == 0);
+    const int lfd = listen_loopback(0, sa);
     const std::uint16_t port = ntohs(sa.sin_port);
     std::vector<int> fill;
     for (int k = 0; k < 4; ++k) {  // fill the queue (non-blocking: some stay in SYN_SENT)
@@ -528,14 +530,8 @@ struct LyingServer {
     std::atomic<int> served{0};
     std::thread thread;
     explicit LyingServer(std::function<std::vector<std::byte>(std::uint64_t)> frame) {
-        lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in sa{};
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
-        REQUIRE(::listen(lfd, 16) == 0);
-        socklen_t sl = sizeof sa;
-        REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl) == 0);
+        lfd = listen_loopback(16, sa);
         port = ntohs(sa.sin_port);
         thread = std::thread([this, frame = std::move(frame)] {
             std::vector<int> open;

@@ -2,7 +2,6 @@
 #include "lib/protocol/flow_control.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 namespace prizma::protocol {
 namespace {
@@ -104,9 +103,7 @@ void FlowLimiter::on_status(const pgm::StatusInfo& st,
             break;
         }
     }
-    if (e != nullptr
-        && (e->family != from.family
-            || std::memcmp(e->addr.data(), from.addr.data(), e->addr.size()) != 0)) {
+    if (e != nullptr && !same_address(*e, from)) {
         ++counters_.status_refused;  // the id is bound to the address it first came from
         return;
     }

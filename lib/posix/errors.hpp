@@ -6,6 +6,8 @@
 #include <string>
 #include <system_error>
 
+#include <prizma/error.hpp>
+
 namespace prizma::posix {
 
 /// The text of an errno value (thread-safe, unlike strerror()).
@@ -22,6 +24,11 @@ inline std::error_code errno_code(int err = errno) noexcept {
 /// environment, so the getenv() race with setenv() in another thread is the caller's to avoid.
 inline const char* env(const char* name) noexcept {
     return std::getenv(name);  // NOLINT(concurrency-mt-unsafe): see above
+}
+
+/// An Error for a failed system call: errno's code, `what` and errno's text.
+inline Error os_error(const std::string& what, int err = errno) {
+    return {errno_code(err), what + ": " + errno_text(err)};
 }
 
 }  // namespace prizma::posix

@@ -30,9 +30,7 @@ constexpr std::size_t kIndexEntry = 16;                      // be64 key, be64 o
 constexpr int kReadFlags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
 using journal::Parse;
 
-Error os_error(const std::string& what, int err = errno) {
-    return {posix::errno_code(err), what + ": " + posix::errno_text(err)};
-}
+using posix::os_error;
 
 Error refused(const std::string& what, const std::string& why) {
     return {std::make_error_code(std::errc::permission_denied), what + " refused: " + why};

@@ -20,13 +20,7 @@
 
 namespace prizma {
 
-namespace {
-
-Error os_error(const std::string& what, int err = errno) {
-    return {posix::errno_code(err), what + ": " + posix::errno_text(err)};
-}
-
-}  // namespace
+using posix::os_error;
 
 struct ReplayClient::Impl {
     enum class Phase : std::uint8_t { connecting, handshake, request, frames };

@@ -26,14 +26,8 @@
 #include "lib/replay/wire.hpp"
 
 namespace prizma {
+using posix::os_error;
 using replay::kRequestBytes;
-namespace {
-
-Error os_error(const std::string& what, int err = errno) {
-    return {posix::errno_code(err), what + ": " + posix::errno_text(err)};
-}
-
-}  // namespace
 
 // ---- ReplayServer -------------------------------------------------------------------------
 

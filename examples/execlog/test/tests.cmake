@@ -1,7 +1,9 @@
 # Tests of the ExecLog example (label execlog; the big trial counts under long). Real processes
 # over UDP multicast on a loopback of their own (test/execlog_test.py re-runs itself under
 # `unshare -n`, so that the second core has its own address, 127.0.0.2, and no other test's
-# traffic is heard); /usr/bin/python3 checks the results with its own reference model.
+# traffic is heard; each case has its own group where it cannot); /usr/bin/python3 checks the
+# results with its own reference model. Label integration too; they share nothing, so they
+# run in parallel with the other tests.
 set(EXECLOG_BIN $<TARGET_FILE_DIR:execlog-core>)
 set(EXECLOG_TEST ${CMAKE_CURRENT_LIST_DIR}/execlog_test.py)
 
@@ -33,7 +35,7 @@ foreach(i RANGE 0 ${last} 3)
     if(ci GREATER 0)
         add_test(NAME execlog.${case} COMMAND /usr/bin/python3 ${EXECLOG_TEST} ${case} ${EXECLOG_BIN}
                                               --trials ${ci})
-        set_tests_properties(execlog.${case} PROPERTIES LABELS execlog TIMEOUT 180 RUN_SERIAL TRUE
+        set_tests_properties(execlog.${case} PROPERTIES LABELS "execlog;integration" TIMEOUT 180
                              SKIP_RETURN_CODE 77)
     endif()
     if(long GREATER 0)
@@ -44,7 +46,7 @@ foreach(i RANGE 0 ${last} 3)
     endif()
 endforeach()
 add_test(NAME execlog.demo COMMAND ${CMAKE_CURRENT_LIST_DIR}/../demo.sh ${EXECLOG_BIN})
-set_tests_properties(execlog.demo PROPERTIES LABELS execlog TIMEOUT 120 RUN_SERIAL TRUE)
+set_tests_properties(execlog.demo PROPERTIES LABELS "execlog;integration" TIMEOUT 120)
 
 # The parts, in one process: the state-file writer, the engine's limits, the FIX numbers and
 # the FIX file's recovery (test/unit_test.cpp).

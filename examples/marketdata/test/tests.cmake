@@ -20,20 +20,22 @@ add_test(NAME marketdata.public_headers_only
          WORKING_DIRECTORY ${CMAKE_CURRENT_LIST_DIR}/..)
 set_tests_properties(marketdata.public_headers_only PROPERTIES LABELS marketdata TIMEOUT 30)
 
-# Real processes on loopback multicast (each case its own group 239.192.122.x); RUN_SERIAL:
-# they time nothing, but the http case holds 10,000 sockets and the gap case floods the feed.
+# Real processes on loopback multicast (label integration too): each case has its own group
+# (239.192.122.x), free ports and its own Redis, so they share nothing and run in parallel;
+# only the http case runs alone (RUN_SERIAL): it holds 10,000 sockets.
 set(md_cases reference restart gap http push redis redis_cluster ab recorder)
 foreach(case ${md_cases})
     add_test(NAME marketdata.${case}
              COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/md_test.py ${case}
                      $<TARGET_FILE_DIR:md-gateway>)
-    set_tests_properties(marketdata.${case} PROPERTIES LABELS marketdata TIMEOUT 240 RUN_SERIAL TRUE)
+    set_tests_properties(marketdata.${case} PROPERTIES LABELS "marketdata;integration" TIMEOUT 240)
 endforeach()
+set_tests_properties(marketdata.http PROPERTIES RUN_SERIAL TRUE)
 add_test(NAME marketdata.demo COMMAND ${CMAKE_CURRENT_LIST_DIR}/../demo.sh $<TARGET_FILE_DIR:md-gateway>)
-set_tests_properties(marketdata.demo PROPERTIES LABELS marketdata TIMEOUT 120 RUN_SERIAL TRUE)
+set_tests_properties(marketdata.demo PROPERTIES LABELS "marketdata;integration" TIMEOUT 120)
 # The chart page in headless chromium (selenium): needs scripts/fetch-web-assets.sh's output,
 # which scripts/setup-debian.sh makes.
 add_test(NAME marketdata.web
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/web_test.py $<TARGET_FILE_DIR:md-gateway>
                  ${PROJECT_SOURCE_DIR}/build/web-assets)
-set_tests_properties(marketdata.web PROPERTIES LABELS marketdata TIMEOUT 120 RUN_SERIAL TRUE)
+set_tests_properties(marketdata.web PROPERTIES LABELS "marketdata;integration" TIMEOUT 120)

@@ -3,12 +3,20 @@
 # loopback multicast (iface=127.0.0.1), md-gateway builds the bars; the script queries the
 # reference API and a push stream (SSE), prints what it got, and exits 0 only when the
 # answers are right.
-#   examples/marketdata/demo.sh [BIN_DIR]   (default build/release/examples/marketdata)
+#   examples/marketdata/demo.sh [BIN_DIR]
+# The environment may say where and what (so that two demos, or a demo beside the tests, do
+# not share a channel or a port):
+#   MD_BUILD_DIR  the build directory (default build/release; BIN_DIR wins when given)
+#   MD_GROUP      the multicast group (default 239.192.122.9)
+#   MD_PORT       its UDP port (default 24729)
+#   MD_HTTP_PORT  the gateway's HTTP port on 127.0.0.1 (default: a free one)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${1:-$here/../../build/release/examples/marketdata}
-uri="udp://239.192.122.9:24729?iface=127.0.0.1"
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+bin=${1:-${MD_BUILD_DIR:-$here/../../build/release}/examples/marketdata}
+uri="udp://${MD_GROUP:-239.192.122.9}:${MD_PORT:-24729}?iface=127.0.0.1"
+port=${MD_HTTP_PORT:-$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
+[ -x "$bin/md-gateway" ] || { echo "demo: no $bin/md-gateway (build first, or set MD_BUILD_DIR)"; exit 1; }
+echo "== md-gateway on 127.0.0.1:$port, feed $uri"
 work=$(mktemp -d)
 gw_pid=""
 cleanup() {
@@ -20,7 +28,12 @@ fail() { echo "demo: FAIL: $*"; exit 1; }
 
 "$bin/md-gateway" "$uri" --http "127.0.0.1:$port" --store "$work/store" >"$work/gw.log" 2>&1 &
 gw_pid=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
+# /healthz answers 503 until the feed is live: any answer means the gateway is up.
+for _ in $(seq 100); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")" != 000 ] && break
+    kill -0 "$gw_pid" 2>/dev/null || { cat "$work/gw.log"; fail "md-gateway exited"; }
+    sleep 0.1
+done
 echo "== md-feed: one day of 300525.SZ, 600000.SH and 98 more symbols"
 "$bin/md-feed" "$uri" --symbols 100 --day-ticks 50000 --rate 100000 --record "$work/day.rec" \
     | tee "$work/feed.out"

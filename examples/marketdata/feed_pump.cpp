@@ -353,7 +353,11 @@ void FeedPump::on_message(std::span<const std::byte> payload) {
     if (h.send_ns != 0) {  // 0: a deterministic (A/B) feed carries no send time
         const std::int64_t lag = realtime_ns() - h.send_ns;
         s_.feed.lag_ns.store(lag, std::memory_order_relaxed);
-        ++s_.feed.lag.at(latency_bucket(static_cast<double>(lag) * 1e-9));
+        // A sender's clock ahead of ours gives a negative lag: counted as 0.
+        const std::int64_t counted = std::max<std::int64_t>(lag, 0);
+        ++s_.feed.lag.at(lag_bucket(static_cast<double>(counted) * 1e-9));
+        s_.feed.lag_sum_ns.fetch_add(static_cast<std::uint64_t>(counted),
+                                     std::memory_order_relaxed);
     }
     for (const Instrument& in : instruments_) {
         s_.bars.apply(in);

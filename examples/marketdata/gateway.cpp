@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gateway.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <fmt/core.h>
@@ -12,6 +14,11 @@ namespace md::gw {
 std::size_t latency_bucket(double seconds) noexcept {
     const auto* const it = std::lower_bound(kLatencyBounds.begin(), kLatencyBounds.end(), seconds);
     return static_cast<std::size_t>(it - kLatencyBounds.begin());
+}
+
+std::size_t lag_bucket(double seconds) noexcept {
+    const auto* const it = std::lower_bound(kLagBounds.begin(), kLagBounds.end(), seconds);
+    return static_cast<std::size_t>(it - kLagBounds.begin());
 }
 
 void PushHub::add(std::uint64_t k, const std::shared_ptr<PushClient>& c) {
@@ -80,15 +87,19 @@ void gauge(std::string& out, const char* name, const char* help, double v) {
     out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, v);
 }
 
-template <typename Buckets>
-void histogram(
-    std::string& out, const char* name, const char* help, const Buckets& b, double sum_s) {
+template <typename Buckets, typename Bounds>
+void histogram(std::string& out,
+               const char* name,
+               const char* help,
+               const Buckets& b,
+               const Bounds& bounds,
+               double sum_s) {
     out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
     std::uint64_t cum = 0;
     for (std::size_t i = 0; i < b.size(); ++i) {
         cum += b[i];
-        if (i < kLatencyBounds.size()) {
-            out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, kLatencyBounds.at(i), cum);
+        if (i < bounds.size()) {
+            out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds.at(i), cum);
         } else {
             out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cum);
         }
@@ -123,14 +134,15 @@ std::string metrics_text(const Shared& s) {
     }
     counter(out, "md_http_not_modified_total", "Answers 304 to If-None-Match.", not_modified);
     histogram(out, "md_http_request_duration_seconds",
-              "Time from a request read to its answer written.", lat,
+              "Time from a request read to its answer written.", lat, kLatencyBounds,
               static_cast<double>(sum_ns) * 1e-9);
     const FeedMetrics& f = s.feed;
-    std::array<std::uint64_t, kLatencyBounds.size() + 1> lag{};
+    std::array<std::uint64_t, kLagBounds.size() + 1> lag{};
     for (std::size_t i = 0; i < lag.size(); ++i) {
         lag.at(i) = f.lag.at(i).load(std::memory_order_relaxed);
     }
-    histogram(out, "md_feed_lag_seconds", "Feed message receive time minus send time.", lag, 0);
+    histogram(out, "md_feed_lag_seconds", "Feed message receive time minus send time.", lag,
+              kLagBounds, static_cast<double>(f.lag_sum_ns.load()) * 1e-9);
     gauge(out, "md_feed_last_lag_seconds", "Lag of the last feed message.",
           static_cast<double>(f.lag_ns.load()) * 1e-9);
     counter(out, "md_feed_messages_total", "Feed messages received.", f.messages);
@@ -179,9 +191,9 @@ std::string health_text(const Shared& s) {
     const FeedMetrics& f = s.feed;
     return fmt::format(
         R"({{"status":"ok","ticks":{},"last_channel_seq":{},"codes":{},"gaps":{},)"
-        R"("loss_events":{},"bars_loaded":{},"uptime_s":{:.1f}}})",
+        R"("loss_events":{},"bars_loaded":{},"pid":{},"uptime_s":{:.1f}}})",
         f.ticks.load(), f.last_channel_seq.load(), s.bars.codes().size(), f.gaps.load(),
-        f.loss_events.load(), f.bars_loaded.load(),
+        f.loss_events.load(), f.bars_loaded.load(), ::getpid(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count());
 }
 

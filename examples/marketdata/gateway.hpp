@@ -41,6 +41,11 @@ struct Config {
 /// Latency histogram bounds in seconds (Prometheus `le`), +Inf implied.
 inline constexpr std::array<double, 10> kLatencyBounds{0.0001, 0.00025, 0.0005, 0.001, 0.0025,
                                                        0.005,  0.01,    0.025,  0.1,   1.0};
+/// Feed lag bounds in seconds: a loaded or catching-up gateway lags by seconds, a recorder
+/// replay by tens of them; +Inf implied.
+inline constexpr std::array<double, 17> kLagBounds{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                   0.01,   0.025,   0.1,    0.25,  0.5,    1.0,
+                                                   2.5,    5.0,     10.0,   30.0,  60.0};
 
 /// Request counters of one HTTP loop (written by that loop only).
 struct alignas(64) LoopMetrics {
@@ -70,7 +75,8 @@ struct FeedMetrics {
     std::atomic<std::uint64_t> gaps{0};
     std::atomic<std::uint64_t> last_channel_seq{0};
     std::atomic<std::int64_t> lag_ns{0};  // last message: receive time - send time
-    std::array<std::atomic<std::uint64_t>, kLatencyBounds.size() + 1> lag{};
+    std::array<std::atomic<std::uint64_t>, kLagBounds.size() + 1> lag{};
+    std::atomic<std::uint64_t> lag_sum_ns{0};  // of the lags counted in `lag` (negative: 0)
     std::atomic<std::uint64_t> store_commits{0};
     std::atomic<std::uint64_t> store_errors{0};
     std::atomic<std::uint64_t> redis_writes{0};
@@ -86,8 +92,10 @@ struct FeedMetrics {
     std::atomic<std::uint64_t> connections_refused{0};
 };
 
-/// Index of the histogram bucket of `seconds`.
+/// Index of the histogram bucket of `seconds` (kLatencyBounds).
 std::size_t latency_bucket(double seconds) noexcept;
+/// Index of the histogram bucket of `seconds` (kLagBounds).
+std::size_t lag_bucket(double seconds) noexcept;
 
 /// A live-push client (WebSocket or SSE). push() is called from the feed thread and must not
 /// block: it keeps the latest message only (conflation) and lets the client's loop write it.

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -391,7 +392,8 @@ void Router::web_js(Response& res) const {
 
 void Router::route(const Request& req, const Target& t, Response& res, LoopMetrics& m) const {
     if (req.method() != http::verb::get && req.method() != http::verb::head) {
-        set_error(res, http::status::method_not_allowed, "only GET");
+        set_error(res, http::status::method_not_allowed, "only GET and HEAD");
+        res.set(http::field::allow, "GET, HEAD");
         return;
     }
     if (t.path == "/getStockData") {
@@ -855,13 +857,14 @@ private:
 
 }  // namespace
 
-std::string listen(asio::io_context& ioc,
-                   Shared& shared,
-                   LoopMetrics& metrics,
-                   const std::string& addr_port) {
+namespace {
+
+/// ADDR:PORT as an endpoint; the error text in `error` when it is not one.
+std::optional<tcp::endpoint> parse_endpoint(const std::string& addr_port, std::string& error) {
     const std::size_t colon = addr_port.rfind(':');
     if (colon == std::string::npos) {
-        return "--http " + addr_port + ": ADDR:PORT";
+        error = "--http " + addr_port + ": ADDR:PORT";
+        return std::nullopt;
     }
     beast::error_code ec;
     const auto addr = asio::ip::make_address(addr_port.substr(0, colon), ec);
@@ -869,10 +872,54 @@ std::string listen(asio::io_context& ioc,
     const std::string ps = addr_port.substr(colon + 1);
     const auto [end, pec] = std::from_chars(ps.data(), ps.data() + ps.size(), port);
     if (ec || pec != std::errc{} || end != ps.data() + ps.size() || port > 65535) {
-        return "--http " + addr_port + ": ADDR:PORT with an IP address and a port number";
+        error = "--http " + addr_port + ": ADDR:PORT with an IP address and a port number";
+        return std::nullopt;
+    }
+    return tcp::endpoint{addr, static_cast<unsigned short>(port)};
+}
+
+}  // namespace
+
+std::string check_address_free(const std::string& addr_port) {
+    std::string error;
+    const auto ep = parse_endpoint(addr_port, error);
+    if (!ep) {
+        return error;
+    }
+    // Bound without SO_REUSEPORT: refused (EADDRINUSE) when any socket listens on the address,
+    // including another md-gateway's SO_REUSEPORT group, which would otherwise take this one
+    // in and share the connections with it. SO_REUSEADDR: our own earlier connections in
+    // TIME_WAIT do not count.
+    asio::io_context ioc;
+    tcp::acceptor probe(ioc);
+    beast::error_code ec;
+    probe.open(ep->protocol(), ec);
+    if (!ec) {
+        probe.set_option(asio::socket_base::reuse_address(true), ec);
+        probe.bind(*ep, ec);
+    }
+    if (ec == asio::error::address_in_use) {
+        return "cannot listen on " + addr_port
+               + ": the address is in use (another md-gateway or another program listens "
+                 "there); refusing to share it";
+    }
+    if (ec) {
+        return "cannot listen on " + addr_port + ": " + ec.message();
+    }
+    return {};
+}
+
+std::string listen(asio::io_context& ioc,
+                   Shared& shared,
+                   LoopMetrics& metrics,
+                   const std::string& addr_port) {
+    std::string error;
+    const auto ep = parse_endpoint(addr_port, error);
+    if (!ep) {
+        return error;
     }
     auto l = std::make_shared<Listener>(ioc, shared, metrics);
-    if (std::string err = l->open({addr, static_cast<unsigned short>(port)}); !err.empty()) {
+    if (std::string err = l->open(*ep); !err.empty()) {
         return "cannot listen on " + addr_port + ": " + err;
     }
     l->accept();

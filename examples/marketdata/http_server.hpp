@@ -20,6 +20,11 @@ std::string listen(boost::asio::io_context& ioc,
                    LoopMetrics& metrics,
                    const std::string& addr_port);
 
+/// Fails (the error text) when ADDR:PORT is in use by any other socket, such as another
+/// md-gateway's listeners: SO_REUSEPORT would let this process join that group and share its
+/// connections. Call once before the loops' listen(); empty when the address is free.
+std::string check_address_free(const std::string& addr_port);
+
 /// The page at `/`.
 const std::string& index_html();
 

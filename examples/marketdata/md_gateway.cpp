@@ -139,7 +139,11 @@ int run(int argc, char** argv) {
         iocs.push_back(std::make_unique<asio::io_context>(1));
         shared->loops.push_back(std::make_unique<md::gw::LoopMetrics>());
     }
-    std::string error;
+    std::string error = md::gw::check_address_free(shared->cfg.http);
+    if (!error.empty()) {
+        fmt::print(stderr, "md-gateway: {}\n", error);
+        return 1;
+    }
     auto pump = md::gw::FeedPump::create(*iocs[0], *shared, error);
     if (!pump) {
         fmt::print(stderr, "md-gateway: {}\n", error);

@@ -16,6 +16,8 @@ recorder   md-recorder + md-gateway --recorder: the gateway killed -9 mid-feed a
            fetches what it missed: bars == reference, no gap; a new gateway replays it all
 redis      a second gateway joins the shared redis-server mid-feed: every bar in Redis ==
            reference; a gateway started after the feed serves it all from Redis
+address    a second md-gateway (or any program) on an address in use is refused with a clear
+           error; the first keeps all the connections on its per-core listeners
 redis_cluster  the same on a 3-master cluster, then a code's slot migrating (SETSLOT
            MIGRATING/IMPORTING, MIGRATE): writes and reads follow ASK (counted)
 """
@@ -43,7 +45,7 @@ WORK = tempfile.mkdtemp(prefix="md-%s-" % CASE)
 FEED_ONE = ["--symbols", "40", "--day-ticks", "30000", "--seed", "11"]
 FEED_ARGS = FEED_ONE + ["--days", "2"]
 GROUPS = {"reference": 1, "restart": 2, "gap": 3, "http": 4, "push": 5, "web": 6, "redis": 7,
-          "redis_cluster": 8, "ab": 10, "recorder": 12}
+          "redis_cluster": 8, "ab": 10, "recorder": 12, "address": 13}
 URI = mdref.group_uri(GROUPS[CASE])
 RANGE = "&start=202308180000&end=202308222359"
 
@@ -281,6 +283,9 @@ def check_bad_queries(gw):
     assert st == 404 and "unknown code" in body
     st, _, body = mdref.get(gw.port, "/nope")
     assert st == 404
+    reply = raw(gw.port, b"POST /getStockData HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                b"Connection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 405") and b"\r\nAllow: GET, HEAD\r\n" in reply, reply[:300]
     # Raw garbage and an oversized header: a 400 (or a close), never a crash.
     assert b"400" in raw(gw.port, b"GARBAGE\r\n\r\n").split(b"\r\n")[0]
     assert b"400" in raw(gw.port, b"GET / HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n")[:20]
@@ -386,6 +391,11 @@ def check_answers_follow_updates(gw):
 
 def check_metrics(gw):
     text = mdref.get(gw.port, "/metrics")[2]
+    # The feed lag: a real sum (md-feed stamps its send time), buckets to tens of seconds.
+    assert gw.metric("md_feed_lag_seconds_sum") > 0, "the lag sum does not move"
+    assert gw.metric("md_feed_lag_seconds_count") > 0
+    assert 'md_feed_lag_seconds_bucket{le="60"}' in text
+    assert 'md_feed_lag_seconds_bucket{le="10"}' in text
     for name in ("md_http_requests_total{code=\"2xx\"}", "md_http_requests_total{code=\"4xx\"}",
                  "md_http_request_duration_seconds_bucket{le=\"+Inf\"}", "md_feed_lag_seconds_count",
                  "md_feed_loss_events_total", "md_feed_gaps_total", "md_feed_ticks_total"):
@@ -574,6 +584,38 @@ def case_redis(cluster=False):
         for p in procs:
             p.terminate()
             p.wait()
+
+
+def case_address():
+    """Item 1 of issue 35: SO_REUSEPORT would let a second gateway join the first one's
+    listeners and take half the connections; it must be refused instead."""
+    gw = mdref.Gateway(GATEWAY, URI)  # --threads 2: two SO_REUSEPORT listeners, one process
+    try:
+        out = subprocess.run([GATEWAY, URI, "--http", "127.0.0.1:%d" % gw.port, "--threads", "2"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
+        assert "in use" in out.stderr and "127.0.0.1:%d" % gw.port in out.stderr, out.stderr
+        # Every connection still reaches the first gateway (one pid, uptime only growing).
+        pids, uptimes = set(), []
+        for _ in range(40):
+            h = gw.health()
+            pids.add(h["pid"])
+            uptimes.append(h["uptime_s"])
+        assert pids == {gw.proc.pid}, pids
+        assert uptimes == sorted(uptimes), uptimes
+        # Another program's listener: refused too.
+        with socket.socket() as other:
+            other.bind(("127.0.0.1", 0))
+            other.listen()
+            port = other.getsockname()[1]
+            out = subprocess.run([GATEWAY, URI, "--http", "127.0.0.1:%d" % port],
+                                 capture_output=True, text=True, timeout=30)
+            assert out.returncode == 1 and "in use" in out.stderr, out.stderr
+        # Once the first is gone, the address can be taken again (no TIME_WAIT trouble).
+    finally:
+        gw.stop()
+    again = mdref.Gateway(GATEWAY, URI, port=gw.port)
+    again.stop()
 
 
 class Feed:
@@ -823,7 +865,7 @@ def main():
         {"reference": case_reference, "restart": case_restart, "gap": case_gap,
          "http": case_http, "push": case_push, "redis": case_redis,
          "redis_cluster": lambda: case_redis(cluster=True), "ab": case_ab,
-         "recorder": case_recorder}[CASE]()
+         "recorder": case_recorder, "address": case_address}[CASE]()
         print("marketdata %s: ok" % CASE)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)

@@ -7,7 +7,7 @@
 FIRST_RUN_LOG is the output of `ctest` in FIRST_BUILD (the sanitizer build). Prints the
 `ctest -I` specification of the tests of SECOND_BUILD (the Release build) that did not run
 there: those the first run skipped (exit 77: what sanitizers cannot run, such as an
-address-space limit under ASan), and those the first build does not have (the benchmark smoke
+address-space limit under ASan; when the log holds several runs of a test, its last), and those the first build does not have (the benchmark smoke
 tests and the install test, built only without sanitizers). Prints nothing when none is left;
 a line per test on stderr says why it runs."""
 import re
@@ -34,8 +34,11 @@ def main(argv):
     skipped = set()
     with open(log, encoding="utf-8", errors="replace") as f:
         for line in f:
-            m = re.match(r"\s*\d+/\d+ Test\s+#\d+: (.*?) \.+\s*\**(Skipped|Not Run)", line)
-            if m:
+            m = re.match(r"\s*\d+/\d+ Test\s+#\d+: (.*?) \.+\s*\**(Skipped|Not Run|Passed)",
+                         line)
+            if m and m.group(2) == "Passed":  # the log's last word on a test counts
+                skipped.discard(m.group(1).strip())
+            elif m:
                 skipped.add(m.group(1).strip())
     have = names(first, exclude)
     todo = []

@@ -12,6 +12,11 @@ set -u
 send=$1 recv=$2 mode=${3:-plain}
 port=$(( 23000 + ($$ % 400) * 2 ))
 group=239.192.78.$(( $$ % 200 + 10 ))
+# Capturing needs root (or the wireshark group): without it, skipped (exit 77) with the reason.
+if [ "$(id -u)" -ne 0 ] && ! timeout 5 dumpcap -q -i lo -a duration:1 -w /dev/null >/dev/null 2>&1; then
+    echo "SKIP: cannot capture on lo (needs root or the wireshark group)"
+    exit 77
+fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cap=$dir/prizma.pcap

@@ -695,7 +695,7 @@ TEST_CASE("recorder live child", "[.]") {
 }
 
 TEST_CASE("recorder: killed with SIGKILL while recording a live stream offered at 1 M records/s",
-          "[unit][recorder]") {
+          "[unit][recorder][process]") {
     const TempDir dir;
     // Seeded kill point in time (printed for a rerun); long: a later kill, a bigger journal.
     const auto seed = static_cast<std::uint64_t>(::getpid());

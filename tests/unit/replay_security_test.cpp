@@ -259,7 +259,7 @@ TEST_CASE("replay tls: keys from the channel's key file, wrong keys and plaintex
 }
 
 TEST_CASE("replay tls: a recorded handshake and request replayed are refused",
-          "[unit][replay][security]") {
+          "[unit][replay][security][process]") {
     const TempDir dir;
     make_journal(dir.path, 500);
     prizma::ReplaySecurity sec;
@@ -361,7 +361,7 @@ TEST_CASE("replay tls: certificates both ways, a wrong one refused", "[unit][rep
     CHECK_FALSE(prizma::ReplayServer::start(so).has_value());
 }
 
-TEST_CASE("replay: plaintext only on loopback unless insecure", "[unit][replay][security]") {
+TEST_CASE("replay: plaintext only on loopback unless insecure", "[unit][replay][security][process]") {
     const TempDir dir;
     make_journal(dir.path, 10);
     prizma::ReplayServerOptions o;
@@ -426,7 +426,7 @@ TEST_CASE("replay: the allow-list and the per-address cap refuse, honest clients
 }
 
 TEST_CASE("replay: a client that never reads its end frame loses its place",
-          "[unit][replay][security]") {
+          "[unit][replay][security][process]") {
     // Each asks for the whole journal (more than its socket and queue hold) and reads nothing:
     // the end frame gets queued, and stall_timeout must still apply.
     const TempDir dir;
@@ -460,7 +460,7 @@ TEST_CASE("replay: a client that never reads its end frame loses its place",
     }
 }
 
-TEST_CASE("replay client: connect never blocks and has a deadline", "[unit][replay][security]") {
+TEST_CASE("replay client: connect never blocks and has a deadline", "[unit][replay][security][process]") {
     // A listener whose accept queue is full (backlog 0, never accepted): new SYNs go
     // unanswered, so a blocking connect would hang.
     sockaddr_in sa{};
@@ -503,7 +503,7 @@ TEST_CASE("replay client: connect never blocks and has a deadline", "[unit][repl
     CHECK(longest < std::chrono::milliseconds(100));
 }
 
-TEST_CASE("replay: IPv6 service and client", "[unit][replay][security]") {
+TEST_CASE("replay: IPv6 service and client", "[unit][replay][security][process]") {
     const TempDir dir;
     make_journal(dir.path, 100);
     prizma::ReplayServerOptions o;

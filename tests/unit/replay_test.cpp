@@ -157,7 +157,7 @@ TEST_CASE("replay: a range, and two clients at once", "[unit][replay]") {
 }
 
 TEST_CASE("replay: bad requests get clear errors and do not disturb other clients",
-          "[unit][replay]") {
+          "[unit][replay][process]") {
     const TempDir dir;
     make_journal(dir.path, 2000);
     auto server = serve(dir.path);
@@ -191,7 +191,7 @@ TEST_CASE("replay: bad requests get clear errors and do not disturb other client
     CHECK(contiguous(seqs, 0, 2000));
 }
 
-TEST_CASE("replay: a client that stops reading does not stall another", "[unit][replay]") {
+TEST_CASE("replay: a client that stops reading does not stall another", "[unit][replay][process]") {
     const TempDir dir;
     make_journal(dir.path, 24000, 1000);  // ~25 MB: far more than the socket buffers hold
     auto server = serve(dir.path);
@@ -207,7 +207,7 @@ TEST_CASE("replay: a client that stops reading does not stall another", "[unit][
 }
 
 TEST_CASE("replay: a silent connection and a client that stops reading lose their places",
-          "[unit][replay]") {
+          "[unit][replay][process]") {
     const TempDir dir;
     make_journal(dir.path, 24000, 1000);  // ~25 MB: more than a stalled socket takes
     prizma::ReplayServerOptions o;
@@ -257,7 +257,7 @@ TEST_CASE("replay: a silent connection and a client that stops reading lose thei
 // does not read what is queued for it) can cut the connection. A follow client waiting at the
 // journal's end reads nothing because nothing comes: it stays, however long.
 TEST_CASE("replay: a follow client idle past request_timeout and stall_timeout stays connected",
-          "[unit][replay]") {
+          "[unit][replay][process]") {
     const TempDir dir;
     make_journal(dir.path, 100);
     prizma::ReplayServerOptions o;
@@ -409,7 +409,7 @@ TEST_CASE("late join: mid-stream join replays then merges into live, no gap, no 
 }
 
 TEST_CASE("late join: a stall of the live stream at the merge point is delivered",
-          "[unit][replay][late_join]") {
+          "[unit][replay][late_join][process]") {
     // Live loses its last record and nothing comes after it: the live reader reports a stall
     // at that position. The joiner merges at or before it and must pass the stall on (the
     // consumer asks the archiver for the rest); dropping it as "already replayed" left the
@@ -491,7 +491,7 @@ TEST_CASE("late join: a stall of the live stream at the merge point is delivered
 }
 
 TEST_CASE("late join: a slow replay that overflows the live buffer still merges without a gap",
-          "[unit][replay][late_join]") {
+          "[unit][replay][late_join][process]") {
     LateJoinRig rig("lj");
     auto server = serve(rig.dir.path, 0, 50000);  // a throttled replay: 50 k records/s
     constexpr std::uint64_t kN = 30000;
@@ -537,7 +537,7 @@ TEST_CASE("late join: the replay service goes away, comes back, the replay resum
 }
 
 TEST_CASE("late join: a replay service that stays away fails with a clear error",
-          "[unit][replay][late_join]") {
+          "[unit][replay][late_join][process]") {
     const TempDir dir;
     make_journal(dir.path, 10);
     std::uint16_t port = 0;
@@ -569,7 +569,7 @@ TEST_CASE("late join: a replay service that stays away fails with a clear error"
 // or hostile) must not keep a late joiner retrying for ever: only progress (a replayed event)
 // re-arms recorder_timeout.
 TEST_CASE("late join: a service that drops every connection without progress fails in time",
-          "[unit][replay][late_join]") {
+          "[unit][replay][late_join][process]") {
     const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     REQUIRE(lfd >= 0);
     sockaddr_in sa{};

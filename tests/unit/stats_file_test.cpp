@@ -393,7 +393,7 @@ TEST_CASE("stats reader: strings are the file's bytes, printable() makes them sa
 }
 
 TEST_CASE("stats reader: a pid that runs as another user than the file's owner is flagged",
-          "[unit][stats]") {
+          "[unit][stats][process]") {
     const std::string dir = temp_dir();
     std::string bytes;
     {

@@ -412,7 +412,7 @@ TEST_CASE("verbs SA membership count: the first member joins, the last one leave
     CHECK(PortMembership::count(dir, key).value() == 0);
 }
 
-TEST_CASE("verbs SA membership count: a member killed with -9 is not counted", "[verbs][policy]") {
+TEST_CASE("verbs SA membership count: a member killed with -9 is not counted", "[verbs][policy][process]") {
     using prizma::verbs::PortMembership;
     const std::string dir = temp_dir() + "/sa";
     const std::string key = "dev-1-mgid";

@@ -140,7 +140,8 @@ bool FeedPump::open_stores(std::string& error) {
         // MD_REDIS_LAZY_SLOTS=1: learn a cluster's slots from MOVED replies only (tests use
         // it to exercise the redirections).
         const char* lazy = std::getenv("MD_REDIS_LAZY_SLOTS");  // NOLINT(concurrency-mt-unsafe)
-        redis_ = RedisStore::connect(s_.cfg.redis, lazy != nullptr && *lazy == '1', error);
+        redis_ = RedisStore::connect(s_.cfg.redis, lazy != nullptr && *lazy == '1',
+                                     RedisAuth{s_.cfg.redis_user, s_.cfg.redis_password}, error);
         if (!redis_) {
             return false;
         }

@@ -77,6 +77,25 @@ std::size_t PushHub::publish(Code c, Period p, const Bar& b, std::int64_t sent_n
     return targets.size();
 }
 
+std::size_t PushHub::broadcast(const std::string& msg) {
+    std::vector<std::shared_ptr<PushClient>> targets;
+    {
+        const std::lock_guard lock(mu_);
+        for (const auto& [k, v] : subs_) {
+            for (const auto& w : v) {
+                if (auto sp = w.lock()) {
+                    targets.push_back(std::move(sp));
+                }
+            }
+        }
+    }
+    const auto shared = std::make_shared<const std::string>(msg);
+    for (const auto& t : targets) {
+        t->control(shared);
+    }
+    return targets.size();
+}
+
 namespace {
 
 void counter(std::string& out, const char* name, const char* help, std::uint64_t v) {
@@ -133,6 +152,16 @@ std::string metrics_text(const Shared& s) {
         out += fmt::format("md_http_requests_total{{code=\"{}xx\"}} {}\n", i, by_class.at(i));
     }
     counter(out, "md_http_not_modified_total", "Answers 304 to If-None-Match.", not_modified);
+    std::uint64_t cache_bytes = 0;
+    std::uint64_t cache_entries = 0;
+    for (const auto& l : s.loops) {
+        cache_bytes += l->cache_bytes.load(std::memory_order_relaxed);
+        cache_entries += l->cache_entries.load(std::memory_order_relaxed);
+    }
+    gauge(out, "md_http_cache_bytes", "Bytes of cached answers (all loops; --cache-mib each).",
+          static_cast<double>(cache_bytes));
+    gauge(out, "md_http_cache_entries", "Cached answers (all loops).",
+          static_cast<double>(cache_entries));
     histogram(out, "md_http_request_duration_seconds",
               "Time from a request read to its answer written.", lat, kLatencyBounds,
               static_cast<double>(sum_ns) * 1e-9);
@@ -184,6 +213,19 @@ std::string metrics_text(const Shared& s) {
           static_cast<double>(f.connections.load()));
     counter(out, "md_http_connections_refused_total", "Connections over --max-connections.",
             f.connections_refused);
+    gauge(out, "md_push_clients", "WebSocket and SSE clients (--max-push).",
+          static_cast<double>(f.push_clients.load()));
+    counter(out, "md_push_refused_total", "Push subscriptions over --max-push (503).",
+            f.push_refused);
+    counter(out, "md_push_write_timeouts_total",
+            "Push clients closed: a write pending over --push-write-timeout.",
+            f.push_write_timeouts);
+    counter(out, "md_http_forbidden_origin_total", "/ws and /sse refused for their Origin.",
+            f.forbidden_origin);
+    counter(out, "md_http_forbidden_host_total", "Requests refused for their Host (421).",
+            f.forbidden_host);
+    counter(out, "md_http_answer_too_large_total", "/v2 answers over --max-answer-kib (400).",
+            f.answers_too_large);
     return out;
 }
 
@@ -195,6 +237,14 @@ std::string health_text(const Shared& s) {
         f.ticks.load(), f.last_channel_seq.load(), s.bars.codes().size(), f.gaps.load(),
         f.loss_events.load(), f.bars_loaded.load(), ::getpid(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count());
+}
+
+}  // namespace md::gw
+
+namespace md::gw {
+
+std::pair<int, std::string> health(const Shared& s) {
+    return {200, health_text(s)};
 }
 
 }  // namespace md::gw

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <prizma/replay.hpp>
@@ -36,6 +37,17 @@ struct Config {
     double idle_timeout_s = 60;
     std::size_t max_connections = 20'000;
     std::size_t store_mib = 4096;
+
+    // Push clients and browsers (docs/MARKETDATA.md, "Limits").
+    std::size_t max_push = 1000;             // WebSocket + SSE sessions (own cap)
+    std::vector<std::string> allow_origins;  // Origins allowed on /ws, /sse besides same-origin
+    std::vector<std::string> allow_hosts;    // Host names allowed besides IP literals, localhost
+    double push_write_timeout_s = 10;        // a push write pending longer closes the client
+    double heartbeat_s = 5;                  // push heartbeats (feed state)
+    std::size_t cache_mib = 64;              // answer cache per loop
+    std::size_t max_answer_kib = 8192;       // one /v2 answer
+    std::string redis_user;                  // Redis ACL user (AUTH user password)
+    std::string redis_password;              // from --redis-password-file or MD_REDIS_PASSWORD
 };
 
 /// Latency histogram bounds in seconds (Prometheus `le`), +Inf implied.
@@ -53,6 +65,8 @@ struct alignas(64) LoopMetrics {
     std::array<std::atomic<std::uint64_t>, kLatencyBounds.size() + 1> latency{};
     std::atomic<std::uint64_t> latency_sum_ns{0};
     std::atomic<std::uint64_t> not_modified{0};
+    std::atomic<std::uint64_t> cache_bytes{0};  // the loop's answer cache (gauges)
+    std::atomic<std::uint64_t> cache_entries{0};
 };
 
 /// Feed counters (written by the feed thread).
@@ -90,6 +104,12 @@ struct FeedMetrics {
     std::atomic<std::uint64_t> sse_clients{0};
     std::atomic<std::uint64_t> connections{0};
     std::atomic<std::uint64_t> connections_refused{0};
+    std::atomic<std::uint64_t> push_clients{0};         // ws + sse, against cfg.max_push
+    std::atomic<std::uint64_t> push_refused{0};         // over cfg.max_push
+    std::atomic<std::uint64_t> push_write_timeouts{0};  // closed: a write stuck too long
+    std::atomic<std::uint64_t> forbidden_origin{0};     // /ws, /sse from another Origin
+    std::atomic<std::uint64_t> forbidden_host{0};       // a Host header not allowed
+    std::atomic<std::uint64_t> answers_too_large{0};    // /v2 over cfg.max_answer_kib
 };
 
 /// Index of the histogram bucket of `seconds` (kLatencyBounds).
@@ -108,6 +128,9 @@ public:
     PushClient& operator=(PushClient&&) = delete;
     virtual ~PushClient() = default;
     virtual void push(std::shared_ptr<const std::string> msg) = 0;
+    /// A feed-state message or heartbeat: conflated in a slot of its own, sent before the
+    /// next bar update (so that a client learns the feed is stale before more bars come).
+    virtual void control(std::shared_ptr<const std::string> msg) = 0;
 };
 
 /// Subscriptions per (code, period).
@@ -123,6 +146,8 @@ public:
     /// `sent_ns`: the feed's send time of the last tick in it (CLOCK_REALTIME), passed on as
     /// "sent_ns" so that a client can measure the feed-to-client latency.
     std::size_t publish(Code c, Period p, const Bar& b, std::int64_t sent_ns);
+    /// Sends a control message (feed state, heartbeat) to every client; returns how many.
+    std::size_t broadcast(const std::string& msg);
 
 private:
     std::mutex mu_;
@@ -145,5 +170,7 @@ struct Shared {
 std::string metrics_text(const Shared& s);
 /// The JSON of /healthz.
 std::string health_text(const Shared& s);
+/// /healthz: the HTTP status (200, or 503 when the feed is not live) and the JSON.
+std::pair<int, std::string> health(const Shared& s);
 
 }  // namespace md::gw

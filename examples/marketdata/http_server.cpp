@@ -34,29 +34,36 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// The conflation slot of a push client: the feed thread stores the latest message, the
-/// client's loop takes it when no write is in flight.
+/// The conflation slots of a push client: the feed thread stores the latest bar message and
+/// the latest control message (state, heartbeat), the client's loop takes them (control
+/// first) when no write is in flight. What a client can have queued in the gateway is thus
+/// bounded by construction: these two and the one being written.
 class Conflator {
 public:
     /// Feed thread: true when the loop must be woken to write.
-    bool offer(std::shared_ptr<const std::string> msg, FeedMetrics& m) {
+    bool offer(std::shared_ptr<const std::string> msg, FeedMetrics& m, bool control) {
         const std::lock_guard lock(mu_);
-        if (pending_) {
+        auto& slot = control ? control_ : bar_;
+        if (slot && !control) {
             ++m.push_conflated;
         }
-        pending_ = std::move(msg);
+        slot = std::move(msg);
         return !std::exchange(scheduled_, true);
     }
     /// Loop thread: the message to write next, if any.
     std::shared_ptr<const std::string> take() {
         const std::lock_guard lock(mu_);
+        if (control_) {
+            return std::exchange(control_, nullptr);
+        }
         scheduled_ = false;
-        return std::exchange(pending_, nullptr);
+        return std::exchange(bar_, nullptr);
     }
 
 private:
     std::mutex mu_;
-    std::shared_ptr<const std::string> pending_;
+    std::shared_ptr<const std::string> bar_;
+    std::shared_ptr<const std::string> control_;
     bool scheduled_ = false;
 };
 
@@ -75,24 +82,87 @@ std::string snapshot_message(const Shared& s, const PushQuery& q) {
     return msg;
 }
 
+Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+/// A push session's share of the limits: one of --max-connections and one of --max-push
+/// (reserved by reserve_push() before the session is made), and its kind's gauge.
+class PushSlot {
+public:
+    PushSlot(FeedMetrics& f, std::atomic<std::uint64_t>& kind) : f_(f), kind_(kind) {
+        ++f_.connections;
+        ++kind_;
+    }
+    ~PushSlot() {
+        --kind_;
+        --f_.push_clients;
+        --f_.connections;
+    }
+    PushSlot(const PushSlot&) = delete;
+    PushSlot& operator=(const PushSlot&) = delete;
+    PushSlot(PushSlot&&) = delete;
+    PushSlot& operator=(PushSlot&&) = delete;
+
+private:
+    FeedMetrics& f_;
+    std::atomic<std::uint64_t>& kind_;
+};
+
+/// Takes one of --max-push; false (nothing taken) when all are in use.
+bool reserve_push(Shared& s) {
+    if (s.feed.push_clients.fetch_add(1) >= s.cfg.max_push) {
+        --s.feed.push_clients;
+        return false;
+    }
+    return true;
+}
+
+/// At most this much per client message (the clients of /ws send nothing but control frames):
+/// Beast's default of 16 MiB let 16 clients with unfinished messages hold 233 MB.
+constexpr std::size_t kWsReadMax = 4096;
+/// The kernel's send buffer of a push socket: what a client that stops reading can hold up.
+constexpr int kPushSndBuf = 64 * 1024;
+
+/// The headers every answer carries (the page's CSP is its own, below).
+constexpr std::string_view kCspNone = "default-src 'none'; frame-ancestors 'none'";
+constexpr std::string_view kCspPage =
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
 class WsSession final : public PushClient, public std::enable_shared_from_this<WsSession> {
 public:
     WsSession(tcp::socket&& sock, Shared& s, PushQuery q)
-        : ws_(std::move(sock)), s_(s), q_(q), key_(PushHub::key(q.code, q.period)) {}
-    ~WsSession() override {
-        s_.hub.remove(key_, this);
-        --s_.feed.ws_clients;
-    }
+        : ws_(std::move(sock)),
+          timer_(ws_.get_executor()),
+          s_(s),
+          q_(q),
+          key_(PushHub::key(q.code, q.period)),
+          slot_guard_(s.feed, s.feed.ws_clients) {}
+    ~WsSession() override { s_.hub.remove(key_, this); }
     WsSession(const WsSession&) = delete;
     WsSession& operator=(const WsSession&) = delete;
     WsSession(WsSession&&) = delete;
     WsSession& operator=(WsSession&&) = delete;
 
     void start(const Request& req) {
-        ++s_.feed.ws_clients;
-        ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-        ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
-            if (!ec) {
+        beast::error_code ec;
+        beast::get_lowest_layer(ws_).socket().set_option(
+            asio::socket_base::send_buffer_size(kPushSndBuf), ec);
+        ws_.read_message_max(kWsReadMax);
+        websocket::stream_base::timeout t{};
+        t.handshake_timeout = std::chrono::seconds(10);
+        // No frame from the client for this long closes it; a ping goes out at half of it,
+        // so an honest idle client (which answers pings) stays.
+        t.idle_timeout = seconds(s_.cfg.idle_timeout_s);
+        t.keep_alive_pings = true;
+        ws_.set_option(t);
+        ws_.set_option(websocket::stream_base::decorator([](websocket::response_type& res) {
+            res.set(http::field::server, "md-gateway");
+            res.set("X-Content-Type-Options", "nosniff");
+        }));
+        ws_.async_accept(req, [self = shared_from_this()](beast::error_code aec) {
+            if (!aec) {
                 self->s_.hub.add(self->key_, self);
                 self->push(
                     std::make_shared<const std::string>(snapshot_message(self->s_, self->q_)));
@@ -100,8 +170,12 @@ public:
             }
         });
     }
-    void push(std::shared_ptr<const std::string> msg) override {
-        if (slot_.offer(std::move(msg), s_.feed)) {
+    void push(std::shared_ptr<const std::string> msg) override { offer(std::move(msg), false); }
+    void control(std::shared_ptr<const std::string> msg) override { offer(std::move(msg), true); }
+
+private:
+    void offer(std::shared_ptr<const std::string> msg, bool control) {
+        if (slot_.offer(std::move(msg), s_.feed, control)) {
             asio::post(ws_.get_executor(), [w = weak_from_this()] {
                 if (auto self = w.lock()) {
                     self->write();
@@ -109,11 +183,9 @@ public:
             });
         }
     }
-
-private:
     void read() {
         ws_.async_read(rbuf_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-            if (ec) {
+            if (ec) {  // closed, idle too long, or a message over kWsReadMax
                 self->closed_ = true;
                 return;
             }
@@ -130,10 +202,19 @@ private:
             return;
         }
         writing_ = true;
+        // A client that stops reading (its window full) would hold this write for ever.
+        timer_.expires_after(seconds(s_.cfg.push_write_timeout_s));
+        timer_.async_wait([w = weak_from_this()](beast::error_code ec) {
+            if (auto self = w.lock(); !ec && self && self->writing_) {
+                ++self->s_.feed.push_write_timeouts;
+                beast::get_lowest_layer(self->ws_).socket().close(ec);
+            }
+        });
         ws_.text(true);
         ws_.async_write(asio::buffer(*cur_),
                         [self = shared_from_this()](beast::error_code ec, std::size_t) {
                             self->writing_ = false;
+                            self->timer_.cancel();
                             if (ec) {
                                 self->closed_ = true;
                                 return;
@@ -143,9 +224,11 @@ private:
     }
 
     websocket::stream<beast::tcp_stream> ws_;
+    asio::steady_timer timer_;
     Shared& s_;
     PushQuery q_;
     std::uint64_t key_;
+    PushSlot slot_guard_;
     Conflator slot_;
     beast::flat_buffer rbuf_;
     std::shared_ptr<const std::string> cur_;
@@ -156,40 +239,42 @@ private:
 class SseSession final : public PushClient, public std::enable_shared_from_this<SseSession> {
 public:
     SseSession(beast::tcp_stream&& stream, Shared& s, PushQuery q)
-        : stream_(std::move(stream)), s_(s), q_(q), key_(PushHub::key(q.code, q.period)) {}
-    ~SseSession() override {
-        s_.hub.remove(key_, this);
-        --s_.feed.sse_clients;
-    }
+        : stream_(std::move(stream)),
+          timer_(stream_.get_executor()),
+          s_(s),
+          q_(q),
+          key_(PushHub::key(q.code, q.period)),
+          slot_guard_(s.feed, s.feed.sse_clients) {}
+    ~SseSession() override { s_.hub.remove(key_, this); }
     SseSession(const SseSession&) = delete;
     SseSession& operator=(const SseSession&) = delete;
     SseSession(SseSession&&) = delete;
     SseSession& operator=(SseSession&&) = delete;
 
     void start() {
-        ++s_.feed.sse_clients;
         stream_.expires_never();
-        head_ =
-            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            "Connection: close\r\n\r\n";
-        head_ += "data: ";
-        head_ += snapshot_message(s_, q_);
-        head_ += "\n\n";
-        writing_ = true;
-        asio::async_write(stream_, asio::buffer(head_),
-                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                              self->writing_ = false;
-                              if (ec) {
-                                  self->closed_ = true;
-                                  return;
-                              }
-                              self->s_.hub.add(self->key_, self);
-                              self->read();
-                              self->write();
-                          });
+        beast::error_code ec;
+        stream_.socket().set_option(asio::socket_base::send_buffer_size(kPushSndBuf), ec);
+        std::string head =
+            "HTTP/1.1 200 OK\r\nServer: md-gateway\r\nContent-Type: text/event-stream\r\n"
+            "Cache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\n"
+            "Content-Security-Policy: ";
+        head += kCspNone;
+        head += "\r\nConnection: close\r\n\r\ndata: ";
+        head += snapshot_message(s_, q_);
+        head += "\n\n";
+        cur_ = std::make_shared<const std::string>(std::move(head));
+        send([](SseSession& self) {
+            self.s_.hub.add(self.key_, self.shared_from_this());
+            self.read();
+        });
     }
-    void push(std::shared_ptr<const std::string> msg) override {
-        if (slot_.offer(std::move(msg), s_.feed)) {
+    void push(std::shared_ptr<const std::string> msg) override { offer(std::move(msg), false); }
+    void control(std::shared_ptr<const std::string> msg) override { offer(std::move(msg), true); }
+
+private:
+    void offer(std::shared_ptr<const std::string> msg, bool control) {
+        if (slot_.offer(std::move(msg), s_.feed, control)) {
             asio::post(stream_.get_executor(), [w = weak_from_this()] {
                 if (auto self = w.lock()) {
                     self->write();
@@ -197,9 +282,7 @@ public:
             });
         }
     }
-
-private:
-    void read() {  // only to see the client go
+    void read() {  // only to see the client go (what it sends is dropped, 512 bytes at a time)
         stream_.async_read_some(asio::buffer(rbuf_),
                                 [self = shared_from_this()](beast::error_code ec, std::size_t) {
                                     if (ec) {
@@ -218,43 +301,65 @@ private:
         if (!msg) {
             return;
         }
-        out_ = "data: ";
-        out_ += *msg;
-        out_ += "\n\n";
+        auto out = std::make_shared<std::string>("data: ");
+        *out += *msg;
+        *out += "\n\n";
+        cur_ = std::move(out);
+        send([](SseSession&) {});
+    }
+    /// Writes cur_ (bounded by the write timeout), then `then` and the next message.
+    template <typename Then>
+    void send(Then then) {
         writing_ = true;
-        asio::async_write(stream_, asio::buffer(out_),
-                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+        timer_.expires_after(seconds(s_.cfg.push_write_timeout_s));
+        timer_.async_wait([w = weak_from_this()](beast::error_code ec) {
+            if (auto self = w.lock(); !ec && self && self->writing_) {
+                ++self->s_.feed.push_write_timeouts;
+                self->stream_.socket().close(ec);
+            }
+        });
+        asio::async_write(stream_, asio::buffer(*cur_),
+                          [self = shared_from_this(), then](beast::error_code ec, std::size_t) {
                               self->writing_ = false;
+                              self->timer_.cancel();
                               if (ec) {
                                   self->closed_ = true;
                                   return;
                               }
+                              then(*self);
                               self->write();
                           });
     }
 
     beast::tcp_stream stream_;
+    asio::steady_timer timer_;
     Shared& s_;
     PushQuery q_;
     std::uint64_t key_;
+    PushSlot slot_guard_;
     Conflator slot_;
     std::array<char, 512> rbuf_{};
-    std::string head_;
-    std::string out_;
+    std::shared_ptr<const std::string> cur_;
     bool writing_ = false;
     bool closed_ = false;
 };
+
+/// The whole 200 answer to a /getStockData target from the loop's cache (made when missing
+/// or out of date), or nullptr when the target is not a valid query of a known code with at
+/// most --max-bars bars (the caller answers the error).
+std::shared_ptr<const std::string> cached_answer(const Shared& s,
+                                                 LoopMetrics& m,
+                                                 std::string_view target);
 
 /// Everything a plain request can be answered with.
 class Router {
 public:
     explicit Router(Shared& s) : s_(s) {}
-    /// Fills `res` (status, body, content type); returns false when the request is a push
-    /// subscription instead (`push` and `ws` then say which).
+    /// Fills `res` (status, body, content type).
     void route(const Request& req, const Target& t, Response& res, LoopMetrics& m) const;
 
 private:
-    void bars_v1(const Target& t, std::string_view target, Response& res) const;
+    void bars_v1(const Target& t, std::string_view target, Response& res, LoopMetrics& m) const;
     void bars_v2(const Request& req, const Target& t, Response& res, LoopMetrics& m) const;
     void web_js(Response& res) const;
     Shared& s_;
@@ -269,57 +374,33 @@ void set_error(Response& res, http::status st, std::string_view message) {
     res.body() = std::move(body);
 }
 
-/// A loop's cache of reference-API answers by target, each valid while its code's change
-/// counter stays the same (the answer was made after the counter was read, so a hit is never
-/// older than the code's bars). Bounded: emptied when it holds kMaxCached answers.
-struct CachedAnswer {
-    std::uint64_t version = 0;
-    std::string body;
-};
-constexpr std::size_t kMaxCached = 4096;
-
-void Router::bars_v1(const Target& t, std::string_view target, Response& res) const {
+void Router::bars_v1(const Target& t,
+                     std::string_view target,
+                     Response& res,
+                     LoopMetrics& m) const {
+    if (const auto wire = cached_answer(s_, m, target)) {
+        res.result(http::status::ok);
+        res.set(http::field::content_type, "application/json");
+        res.body() = wire->substr(wire->find("\r\n\r\n") + 4);
+        return;
+    }
+    // Not an answer: say why.
     std::string error;
     const auto q = parse_bar_query(t, error);
     if (!q) {
         set_error(res, http::status::bad_request, error);
         return;
     }
-    thread_local std::unordered_map<std::string, CachedAnswer> cache;
-    const std::uint64_t version = s_.bars.version(q->code);
-    if (const auto it = cache.find(std::string(target));
-        it != cache.end() && version != 0 && it->second.version == version) {
-        res.result(http::status::ok);
-        res.set(http::field::content_type, "application/json");
-        res.body() = it->second.body;
-        return;
-    }
-    thread_local std::vector<Bar> bars;
-    bars.clear();
+    std::vector<Bar> bars;
     std::size_t n = 0;
     if (!s_.bars.range(q->code, q->period, q->start, q->end, s_.cfg.max_bars, bars, &n)) {
         set_error(res, http::status::not_found, "unknown code " + code_text(q->code));
         return;
     }
-    if (n > s_.cfg.max_bars) {
-        set_error(res, http::status::bad_request,
-                  "range holds " + std::to_string(n) + " bars; at most "
-                      + std::to_string(s_.cfg.max_bars)
-                      + " per request: narrow start..end (or use /v2/bars?last=N)");
-        return;
-    }
-    res.result(http::status::ok);
-    res.set(http::field::content_type, "application/json");
-    std::string& body = res.body();
-    body.reserve(64 + bars.size() * 180);
-    append_bars(body, q->code, bars);
-    body += '\n';
-    if (version != 0) {
-        if (cache.size() >= kMaxCached) {
-            cache.clear();
-        }
-        cache[std::string(target)] = CachedAnswer{version, body};
-    }
+    set_error(res, http::status::bad_request,
+              "range holds " + std::to_string(n) + " bars; at most "
+                  + std::to_string(s_.cfg.max_bars)
+                  + " per request: narrow start..end (or use /v2/bars?last=N)");
 }
 
 void Router::bars_v2(const Request& req, const Target& t, Response& res, LoopMetrics& m) const {
@@ -348,6 +429,7 @@ void Router::bars_v2(const Request& req, const Target& t, Response& res, LoopMet
         ++m.not_modified;
         return;
     }
+    const std::size_t max_bytes = s_.cfg.max_answer_kib * 1024;
     std::string& body = res.body();
     body += '{';
     std::vector<Bar> bars;
@@ -371,6 +453,15 @@ void Router::bars_v2(const Request& req, const Target& t, Response& res, LoopMet
         append_code(body, q->codes[i]);
         body += "\":";
         append_bars(body, q->codes[i], bars);
+        if (body.size() > max_bytes) {  // 100 codes x 5000 bars would be ~65 MB
+            res.body().clear();
+            res.body().shrink_to_fit();
+            ++s_.feed.answers_too_large;
+            set_error(res, http::status::bad_request,
+                      "the answer would exceed " + std::to_string(s_.cfg.max_answer_kib)
+                          + " KiB (--max-answer-kib): ask for fewer codes or bars");
+            return;
+        }
     }
     body += "}\n";
     res.result(http::status::ok);
@@ -390,6 +481,12 @@ void Router::web_js(Response& res) const {
     res.body() = s_.web_js;
 }
 
+void static_page(Response& res, std::string_view type, const std::string& body) {
+    res.result(http::status::ok);
+    res.set(http::field::content_type, type);
+    res.body() = body;
+}
+
 void Router::route(const Request& req, const Target& t, Response& res, LoopMetrics& m) const {
     if (req.method() != http::verb::get && req.method() != http::verb::head) {
         set_error(res, http::status::method_not_allowed, "only GET and HEAD");
@@ -397,21 +494,29 @@ void Router::route(const Request& req, const Target& t, Response& res, LoopMetri
         return;
     }
     if (t.path == "/getStockData") {
-        bars_v1(t, req.target(), res);
+        bars_v1(t, req.target(), res, m);
     } else if (t.path == "/v2/bars") {
         bars_v2(req, t, res, m);
     } else if (t.path == "/healthz") {
-        res.result(http::status::ok);
+        const auto [code, body] = health(s_);
+        res.result(static_cast<http::status>(code));
         res.set(http::field::content_type, "application/json");
-        res.body() = health_text(s_) + "\n";
+        res.set(http::field::cache_control, "no-store");
+        res.body() = body + "\n";
     } else if (t.path == "/metrics") {
         res.result(http::status::ok);
         res.set(http::field::content_type, "text/plain; version=0.0.4");
         res.body() = metrics_text(s_);
     } else if (t.path == "/") {
-        res.result(http::status::ok);
-        res.set(http::field::content_type, "text/html; charset=utf-8");
-        res.body() = index_html();
+        static_page(res, "text/html; charset=utf-8", index_html());
+        res.set("Content-Security-Policy", kCspPage);
+    } else if (t.path == "/app.js") {
+        static_page(res, "application/javascript", app_js());
+    } else if (t.path == "/app.css") {
+        static_page(res, "text/css", app_css());
+    } else if (t.path == "/favicon.svg" || t.path == "/favicon.ico") {
+        static_page(res, "image/svg+xml", favicon_svg());
+        res.set(http::field::cache_control, "max-age=86400");
     } else if (t.path == "/lightweight-charts.js") {
         web_js(res);
     } else {
@@ -420,16 +525,19 @@ void Router::route(const Request& req, const Target& t, Response& res, LoopMetri
     }
 }
 
-/// The fast path of the reference API. A loop's cache of whole answers to /getStockData
-/// targets: status line, headers and body in one buffer, written with one send. An entry
-/// holds its code's change counter and the value it had before the bars were read, so a hit
-/// (one hash lookup, one atomic load) is never older than the code's bars. Bounded: emptied
-/// when it holds kMaxCached answers. One per loop thread: no lock.
+/// The reference API's answers, whole (status line, headers and body in one buffer, written
+/// with one send), per loop: no lock. Keyed by the query, not the target's text: a target is
+/// looked up as it came (one hash), and when that misses it is parsed and looked up by its
+/// canonical form (`/getStockData?code=&period=&start=&end=`), so the %-encoded, reordered or
+/// otherwise spelled variants of one query share one entry. An entry holds its code's change
+/// counter and the value it had before the bars were read, so a hit (one lookup, one atomic
+/// load) is never older than the code's bars. Bounded by bytes (--cache-mib per loop): entries
+/// are dropped (in the map's order) until a new one fits.
 class WireCache {
 public:
-    /// The whole 200 answer to `target`, or nullptr when it is not one (an error, which
-    /// Beast's path then answers with its message).
-    std::shared_ptr<const std::string> get(const Shared& s, std::string_view target);
+    std::shared_ptr<const std::string> get(const Shared& s,
+                                           LoopMetrics& m,
+                                           std::string_view target);
 
 private:
     struct Entry {
@@ -443,11 +551,29 @@ private:
             return std::hash<std::string_view>{}(v);
         }
     };
+    std::shared_ptr<const std::string> make(const Shared& s, const BarQuery& q);
+    void insert(const Shared& s, LoopMetrics& m, std::string key, Entry e);
+
     std::unordered_map<std::string, Entry, Hash, std::equal_to<>> map_;
+    std::size_t bytes_ = 0;
     std::vector<Bar> bars_;
 };
 
-std::shared_ptr<const std::string> WireCache::get(const Shared& s, std::string_view target) {
+std::string canonical_target(const BarQuery& q) {
+    std::string k = "/getStockData?code=";
+    append_code(k, q.code);
+    k += "&period=";
+    k += period_name(q.period);
+    k += "&start=";
+    k += std::to_string(q.start);
+    k += "&end=";
+    k += std::to_string(q.end);
+    return k;
+}
+
+std::shared_ptr<const std::string> WireCache::get(const Shared& s,
+                                                  LoopMetrics& m,
+                                                  std::string_view target) {
     if (const auto it = map_.find(target);
         it != map_.end()
         && it->second.version->load(std::memory_order_acquire) == it->second.seen) {
@@ -463,35 +589,77 @@ std::shared_ptr<const std::string> WireCache::get(const Shared& s, std::string_v
     if (counter == nullptr) {
         return nullptr;
     }
+    std::string key = canonical_target(*q);
+    if (key != target) {
+        if (const auto it = map_.find(key);
+            it != map_.end() && counter->load(std::memory_order_acquire) == it->second.seen) {
+            return it->second.wire;
+        }
+    }
     const std::uint64_t seen = counter->load(std::memory_order_acquire);
+    auto wire = make(s, *q);
+    if (wire) {
+        insert(s, m, std::move(key), Entry{counter, seen, wire});
+    }
+    return wire;
+}
+
+std::shared_ptr<const std::string> WireCache::make(const Shared& s, const BarQuery& q) {
     bars_.clear();
     std::size_t n = 0;
-    if (!s.bars.range(q->code, q->period, q->start, q->end, s.cfg.max_bars, bars_, &n)
+    if (!s.bars.range(q.code, q.period, q.start, q.end, s.cfg.max_bars, bars_, &n)
         || n > s.cfg.max_bars) {
         return nullptr;
     }
     std::string body;
     body.reserve(64 + bars_.size() * 180);
-    append_bars(body, q->code, bars_);
+    append_bars(body, q.code, bars_);
     body += '\n';
     auto wire = std::make_shared<std::string>();
-    wire->reserve(body.size() + 128);
+    wire->reserve(body.size() + 256);
     wire->append(
         "HTTP/1.1 200 OK\r\nServer: md-gateway\r\nContent-Type: application/json\r\n"
-        "Content-Length: ");
+        "X-Content-Type-Options: nosniff\r\nContent-Security-Policy: ");
+    wire->append(kCspNone);
+    wire->append("\r\nContent-Length: ");
     wire->append(std::to_string(body.size()));
     wire->append("\r\n\r\n");
     wire->append(body);
-    if (map_.size() >= kMaxCached) {
-        map_.clear();
-    }
-    map_.insert_or_assign(std::string(target), Entry{counter, seen, wire});
     return wire;
+}
+
+void WireCache::insert(const Shared& s, LoopMetrics& m, std::string key, Entry e) {
+    const std::size_t cap = s.cfg.cache_mib * 1024 * 1024;
+    const auto cost = [](const std::string& k, const Entry& v) {
+        return k.size() + v.wire->size() + 64;
+    };
+    if (const auto it = map_.find(key); it != map_.end()) {
+        bytes_ -= cost(it->first, it->second);
+        map_.erase(it);
+    }
+    const std::size_t need = cost(key, e);
+    if (need > cap) {
+        return;  // served, not kept
+    }
+    while (bytes_ + need > cap && !map_.empty()) {
+        bytes_ -= cost(map_.begin()->first, map_.begin()->second);
+        map_.erase(map_.begin());
+    }
+    bytes_ += need;
+    map_.emplace(std::move(key), std::move(e));
+    m.cache_bytes.store(bytes_, std::memory_order_relaxed);
+    m.cache_entries.store(map_.size(), std::memory_order_relaxed);
 }
 
 WireCache& loop_cache() {
     thread_local WireCache cache;
     return cache;
+}
+
+std::shared_ptr<const std::string> cached_answer(const Shared& s,
+                                                 LoopMetrics& m,
+                                                 std::string_view target) {
+    return loop_cache().get(s, m, target);
 }
 
 /// What the front of a connection's input holds.
@@ -509,8 +677,30 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
            });
 }
 
-/// Headers that take a request off the fast path (connection handling, bodies, upgrades).
-bool fast_headers(std::string_view headers) noexcept {
+/// Is `host` (a Host header: name or address, then maybe :port) one this gateway answers to?
+/// IP literals and single-label names (localhost, an intranet host) always: a DNS-rebinding
+/// page reaches us under its own public name, which has a dot; other names only when given
+/// with --allow-host. No Host (HTTP/1.0): yes.
+bool host_allowed(std::string_view host, const std::vector<std::string>& allowed) noexcept {
+    if (host.empty()) {
+        return true;
+    }
+    if (host.front() == '[') {  // [IPv6]:port
+        return host.find(']') != std::string_view::npos;
+    }
+    std::string_view name = host.substr(0, host.rfind(':'));
+    if (std::all_of(name.begin(), name.end(),
+                    [](char c) { return (c >= '0' && c <= '9') || c == '.'; })
+        || name.find('.') == std::string_view::npos) {
+        return true;
+    }
+    return std::any_of(allowed.begin(), allowed.end(),
+                       [name](const std::string& a) { return iequals(name, a); });
+}
+
+/// Headers that take a request off the fast path (connection handling, bodies, upgrades, a
+/// Host not allowed: Beast's path answers it).
+bool fast_headers(std::string_view headers, const std::vector<std::string>& hosts) noexcept {
     while (!headers.empty()) {
         const std::size_t eol = headers.find("\r\n");
         const std::string_view line = headers.substr(0, eol);
@@ -520,6 +710,19 @@ bool fast_headers(std::string_view headers) noexcept {
             return false;
         }
         const std::string_view name = line.substr(0, colon);
+        if (iequals(name, "host")) {
+            std::string_view v = line.substr(colon + 1);
+            while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
+                v.remove_prefix(1);
+            }
+            while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) {
+                v.remove_suffix(1);
+            }
+            if (!host_allowed(v, hosts)) {
+                return false;
+            }
+            continue;
+        }
         for (const std::string_view no :
              {"connection", "content-length", "transfer-encoding", "upgrade", "expect"}) {
             if (iequals(name, no)) {
@@ -531,7 +734,10 @@ bool fast_headers(std::string_view headers) noexcept {
 }
 
 /// Classifies `in`; for Front::fast, `target` and the request's length `len`.
-Front classify(std::string_view in, std::string_view& target, std::size_t& len) noexcept {
+Front classify(std::string_view in,
+               const std::vector<std::string>& hosts,
+               std::string_view& target,
+               std::size_t& len) noexcept {
     constexpr std::string_view kGet = "GET /getStockData?";
     if (in.substr(0, std::min(in.size(), kGet.size())) != kGet.substr(0, in.size())) {
         return Front::other;
@@ -548,7 +754,7 @@ Front classify(std::string_view in, std::string_view& target, std::size_t& len) 
     }
     target = line.substr(4, line.size() - 4 - kVersion.size());
     if (target.find(' ') != std::string_view::npos
-        || !fast_headers(in.substr(eol + 2, end - eol))) {
+        || !fast_headers(in.substr(eol + 2, end - eol), hosts)) {
         return Front::other;
     }
     len = end + 4;
@@ -556,6 +762,23 @@ Front classify(std::string_view in, std::string_view& target, std::size_t& len) 
 }
 
 class HttpSession;
+
+/// May a page from `origin` subscribe? No Origin (not a browser): yes; the same origin as the
+/// Host the request was sent to: yes; one of --allow-origin (or "*"): yes.
+bool origin_allowed(std::string_view origin,
+                    std::string_view host,
+                    const std::vector<std::string>& allowed) noexcept {
+    if (origin.empty()) {
+        return true;
+    }
+    for (const std::string& a : allowed) {
+        if (a == "*" || iequals(origin, a)) {
+            return true;
+        }
+    }
+    const std::size_t p = origin.find("://");
+    return p != std::string_view::npos && !host.empty() && iequals(origin.substr(p + 3), host);
+}
 
 /// A loop's HTTP sessions, for the idle-timeout sweep: each session has a deadline (set when
 /// it starts reading a request), and a loop timer closes the ones past it. Cheaper than a
@@ -616,10 +839,10 @@ private:
         const std::string_view in(static_cast<const char*>(data.data()), data.size());
         std::string_view target;
         std::size_t len = 0;
-        switch (classify(in, target, len)) {
+        switch (classify(in, s_.cfg.allow_hosts, target, len)) {
             case Front::incomplete: read_more(); return;
             case Front::fast:
-                if (auto wire = loop_cache().get(s_, target)) {
+                if (auto wire = loop_cache().get(s_, m_, target)) {
                     t0_ = Clock::now();
                     buf_.consume(len);
                     write_wire(std::move(wire));
@@ -709,7 +932,13 @@ private:
         Request req = parser_->release();
         std::string error;
         const auto t = parse_target(req.target(), error);
-        if (t && (t->path == "/ws" || t->path == "/sse")) {
+        if (const auto host = req[http::field::host]; !host_allowed(host, s_.cfg.allow_hosts)) {
+            ++s_.feed.forbidden_host;
+            std::string msg = "host '";
+            msg += host.substr(0, 100);
+            msg += "' not served here (IP addresses, localhost and --allow-host names are)";
+            set_error(res_, http::status::misdirected_request, msg);
+        } else if (t && (t->path == "/ws" || t->path == "/sse")) {
             if (upgrade(req, *t)) {
                 return;
             }
@@ -737,14 +966,31 @@ private:
             set_error(res_, http::status::not_found, "unknown code " + code_text(q->code));
             return false;
         }
+        if (t.path == "/ws" && !websocket::is_upgrade(req)) {
+            set_error(res_, http::status::bad_request, "/ws needs a WebSocket upgrade");
+            return false;
+        }
+        if (!origin_allowed(req[http::field::origin], req[http::field::host],
+                            s_.cfg.allow_origins)) {
+            ++s_.feed.forbidden_origin;
+            std::string msg = "origin '";
+            msg += req[http::field::origin].substr(0, 100);
+            msg += "' may not subscribe (same origin, or --allow-origin)";
+            set_error(res_, http::status::forbidden, msg);
+            return false;
+        }
+        if (!reserve_push(s_)) {
+            ++s_.feed.push_refused;
+            set_error(res_, http::status::service_unavailable,
+                      "too many push clients: at most " + std::to_string(s_.cfg.max_push)
+                          + " (--max-push)");
+            res_.set(http::field::retry_after, "5");
+            return false;
+        }
         count(200);
         deadline_ = Clock::time_point::max();  // push sessions have their own timeouts
         stream_.socket().non_blocking(false, error_);
         if (t.path == "/ws") {
-            if (!websocket::is_upgrade(req)) {
-                set_error(res_, http::status::bad_request, "/ws needs a WebSocket upgrade");
-                return false;
-            }
             std::make_shared<WsSession>(stream_.release_socket(), s_, *q)->start(req);
             return true;
         }
@@ -759,6 +1005,12 @@ private:
             res_.content_length(boost::none);
         }
         res_.set(http::field::server, "md-gateway");
+        res_.set("X-Content-Type-Options", "nosniff");
+        if (res_.find("Content-Security-Policy") == res_.end()) {
+            res_.set("Content-Security-Policy", kCspNone);
+        }
+        res_.set("X-Frame-Options", "DENY");
+        res_.set("Referrer-Policy", "no-referrer");
         http::async_write(
             stream_, res_,
             [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_write(ec); });

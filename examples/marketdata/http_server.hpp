@@ -25,7 +25,10 @@ std::string listen(boost::asio::io_context& ioc,
 /// connections. Call once before the loops' listen(); empty when the address is free.
 std::string check_address_free(const std::string& addr_port);
 
-/// The page at `/`.
+/// The page at `/`, its script (/app.js), style (/app.css) and icon (/favicon.svg).
 const std::string& index_html();
+const std::string& app_js();
+const std::string& app_css();
+const std::string& favicon_svg();
 
 }  // namespace md::gw

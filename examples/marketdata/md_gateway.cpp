@@ -6,6 +6,7 @@
 // metrics). docs/MARKETDATA.md.
 #include <sys/resource.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -26,6 +27,22 @@ namespace {
 namespace asio = boost::asio;
 using md::gw::Config;
 
+/// The Redis password: from `file` (its first line), else $MD_REDIS_PASSWORD (never argv,
+/// which ps shows). False after printing why when the file cannot be read.
+bool read_password(const std::string& file, std::string& out) {
+    if (file.empty()) {
+        const char* env = std::getenv("MD_REDIS_PASSWORD");  // NOLINT(concurrency-mt-unsafe)
+        out = env != nullptr ? env : "";
+        return true;
+    }
+    std::ifstream in(file);
+    if (!in || !std::getline(in, out)) {
+        fmt::print(stderr, "md-gateway: --redis-password-file {}: cannot read it\n", file);
+        return false;
+    }
+    return true;
+}
+
 int parse_args(int argc, char** argv, Config& c) {
     CLI::App app{"", "md-gateway"};
     prizma::tools::init(
@@ -33,7 +50,10 @@ int parse_args(int argc, char** argv, Config& c) {
         "md-gateway [URI] [--feed URI[,URI]]... --http ADDR:PORT [--store DIR]\n"
         "                  [--redis HOST:PORT] [--recorder HOST:PORT] [--stream-id N]\n"
         "                  [--threads N] [--web DIR] [--max-bars N] [--idle-timeout SECONDS]\n"
-        "                  [--max-connections N]",
+        "                  [--max-connections N] [--max-push N] [--allow-origin ORIGIN]...\n"
+        "                  [--allow-host NAME]... [--push-write-timeout SECONDS]\n"
+        "                  [--heartbeat SECONDS] [--cache-mib N] [--max-answer-kib N]\n"
+        "                  [--redis-user NAME] [--redis-password-file FILE]",
         "Builds 1m/5m/15m/30m/60m/1d bars from the md-feed ticks on URI and serves them:\n"
         "  GET /getStockData?code=300525.SZ&period=1m&start=202308180930&end=202308181030\n"
         "  GET /v2/bars?codes=A,B&period=5m&last=N (or start, end; ETag / If-None-Match)\n"
@@ -76,6 +96,39 @@ int parse_args(int argc, char** argv, Config& c) {
     app.add_option("--max-connections", c.max_connections, "Open connections (default 20000)")
         ->type_name("N")
         ->check(prizma::tools::whole(1, 1'000'000));
+    app.add_option("--max-push", c.max_push,
+                   "WebSocket + SSE clients (default 1000; also count in --max-connections)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 1'000'000));
+    app.add_option("--allow-origin", c.allow_origins,
+                   "An Origin (https://host:port, or *) whose pages may use /ws and /sse; the "
+                   "page's own origin always may (repeat, or a comma list)")
+        ->delimiter(',')
+        ->type_name("ORIGIN");
+    app.add_option("--allow-host", c.allow_hosts,
+                   "A Host name with a dot answered besides IP addresses and one-label names "
+                   "(DNS rebinding guard; repeat, or a comma list)")
+        ->delimiter(',')
+        ->type_name("NAME");
+    app.add_option("--push-write-timeout", c.push_write_timeout_s,
+                   "Close a push client whose write is stuck this long (10)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_option("--heartbeat", c.heartbeat_s, "Push heartbeats with the feed state (5)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_option("--cache-mib", c.cache_mib, "Answer cache per loop, MiB (default 64)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 1'000'000));
+    app.add_option("--max-answer-kib", c.max_answer_kib, "Largest /v2 answer, KiB (8192)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 1'000'000));
+    app.add_option("--redis-user", c.redis_user, "Redis ACL user (AUTH user password)")
+        ->type_name("NAME");
+    std::string password_file;
+    app.add_option("--redis-password-file", password_file,
+                   "A file holding the Redis password (or MD_REDIS_PASSWORD)")
+        ->type_name("FILE");
     prizma::tools::ReplaySecurityArgs security;
     prizma::tools::add_replay_security_options(app, security, false);
     const int rc = prizma::tools::parse(app, argc, argv);
@@ -88,6 +141,9 @@ int parse_args(int argc, char** argv, Config& c) {
         return 2;
     }
     c.recorder_security = std::move(*sec);
+    if (!read_password(password_file, c.redis_password)) {
+        return 2;
+    }
     if (!uri.empty()) {
         c.feeds.push_back(uri);
     }

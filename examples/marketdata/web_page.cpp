@@ -8,7 +8,7 @@ namespace md::gw {
 const std::string& index_html() {
     static const std::string page = R"HTML(<!doctype html>
 <html><head><meta charset="utf-8"><title>md-gateway K-line</title>
-<style>body{font:14px sans-serif;margin:12px}#chart{width:900px;height:480px}</style>
+<link rel="stylesheet" href="/app.css"><link rel="icon" href="/favicon.svg" type="image/svg+xml">
 <script src="/lightweight-charts.js"></script></head>
 <body>
 <form id="f">code <input id="code" value="600000.SH" size="10">
@@ -17,8 +17,15 @@ period <select id="period"><option>1m</option><option>5m</option><option>15m</op
 <button>show</button> <span id="status">loading</span>
 last close <b id="last">-</b> updates <b id="updates">0</b></form>
 <div id="chart"></div>
-<script>
-'use strict';
+<script src="/app.js"></script></body></html>
+)HTML";
+    return page;
+}
+
+// The page's script and style are files of their own: the page's Content-Security-Policy
+// allows scripts and styles from this origin only (no inline code).
+const std::string& app_js() {
+    static const std::string js = R"JS('use strict';
 // Bars are labelled by their end minute in exchange time (YYYYMMDDHHMM); shown as UTC.
 function toTime(label) {
   const s = String(label);
@@ -64,9 +71,22 @@ async function show() {
 }
 document.getElementById('f').onsubmit = (e) => { e.preventDefault(); show(); };
 show();
-</script></body></html>
-)HTML";
-    return page;
+)JS";
+    return js;
+}
+
+const std::string& app_css() {
+    static const std::string css =
+        "body{font:14px sans-serif;margin:12px}#chart{width:900px;height:480px}\n";
+    return css;
+}
+
+const std::string& favicon_svg() {
+    static const std::string svg =
+        R"(<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">)"
+        R"(<rect x="3" y="4" width="4" height="8" fill="#e53935"/><rect x="4.5" y="1" width="1" height="14" fill="#e53935"/>)"
+        R"(<rect x="9" y="6" width="4" height="6" fill="#43a047"/><rect x="10.5" y="3" width="1" height="12" fill="#43a047"/></svg>)";
+    return svg;
 }
 
 }  // namespace md::gw

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "redis_store.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -208,6 +209,7 @@ bool parse_bar_json(std::string_view json, Bar& out) {
 
 std::unique_ptr<RedisStore> RedisStore::connect(const std::string& host_port,
                                                 bool lazy_slots,
+                                                const RedisAuth& auth,
                                                 std::string& error) {
     std::string host;
     int port = 0;
@@ -216,7 +218,8 @@ std::unique_ptr<RedisStore> RedisStore::connect(const std::string& host_port,
         return nullptr;
     }
     std::unique_ptr<RedisStore> s(new RedisStore());
-    if (s->node_for(host, port, error) < 0 || (!lazy_slots && !s->map_slots(error))) {
+    s->auth_ = auth;
+    if (s->node_for(host, port, error) < 0 || !s->learn_cluster(!lazy_slots, error)) {
         return nullptr;
     }
     return s;
@@ -247,6 +250,20 @@ int RedisStore::node_for(const std::string& host, int port, std::string& error) 
         return -1;
     }
     (void)redisSetTimeout(c, tv);
+    if (!auth_.password.empty()) {
+        Reply a;
+        a.r = static_cast<redisReply*>(
+            auth_.user.empty()
+                ? redisCommand(c, "AUTH %b", auth_.password.data(), auth_.password.size())
+                : redisCommand(c, "AUTH %b %b", auth_.user.data(), auth_.user.size(),
+                               auth_.password.data(), auth_.password.size()));
+        if (a.r == nullptr || a.r->type == REDIS_REPLY_ERROR) {
+            error = "redis " + host + ":" + std::to_string(port) + ": AUTH: "
+                    + (a.r != nullptr ? std::string(a.r->str, a.r->len) : std::string(c->errstr));
+            redisFree(c);
+            return -1;
+        }
+    }
     Reply r;
     r.r = static_cast<redisReply*>(redisCommand(c, "SCRIPT LOAD %s", kPutBarScript));
     if (r.r == nullptr || r.r->type != REDIS_REPLY_STRING) {
@@ -261,7 +278,7 @@ int RedisStore::node_for(const std::string& host, int port, std::string& error) 
     return static_cast<int>(nodes_.size() - 1);
 }
 
-bool RedisStore::map_slots(std::string& error) {
+bool RedisStore::learn_cluster(bool map, std::string& error) {
     Reply r;
     r.r = static_cast<redisReply*>(redisCommand(nodes_[0].ctx, "CLUSTER SLOTS"));
     if (r.r == nullptr) {
@@ -275,21 +292,51 @@ bool RedisStore::map_slots(std::string& error) {
     cluster_ = true;
     for (std::size_t i = 0; i < r.r->elements; ++i) {
         const redisReply* range = r.r->element[i];
-        if (range->elements < 3 || range->element[2]->elements < 2) {
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) {
             continue;
         }
+        for (std::size_t k = 2; k < range->elements; ++k) {  // the master, then replicas
+            const redisReply* n = range->element[k];
+            if (n->type == REDIS_REPLY_ARRAY && n->elements >= 2
+                && n->element[0]->type == REDIS_REPLY_STRING
+                && n->element[1]->type == REDIS_REPLY_INTEGER) {
+                std::string host(n->element[0]->str, n->element[0]->len);
+                const int port = static_cast<int>(n->element[1]->integer);
+                if (!member(host, port)) {
+                    members_.emplace_back(std::move(host), port);
+                }
+            }
+        }
         const redisReply* master = range->element[2];
+        if (!map || master->type != REDIS_REPLY_ARRAY || master->elements < 2
+            || range->element[0]->type != REDIS_REPLY_INTEGER
+            || range->element[1]->type != REDIS_REPLY_INTEGER) {
+            continue;
+        }
         const int node = node_for(std::string(master->element[0]->str, master->element[0]->len),
                                   static_cast<int>(master->element[1]->integer), error);
         if (node < 0) {
             return false;
         }
-        for (long long slot = range->element[0]->integer; slot <= range->element[1]->integer;
-             ++slot) {
+        for (long long slot = std::max(0LL, range->element[0]->integer);
+             slot <= std::min(16383LL, range->element[1]->integer); ++slot) {
             slot_node_.at(static_cast<std::size_t>(slot)) = node;
         }
     }
     return true;
+}
+
+bool RedisStore::member(const std::string& host, int port) const {
+    return std::find(members_.begin(), members_.end(), std::pair{host, port}) != members_.end();
+}
+
+int RedisStore::redirect_node(const std::string& host, int port, std::string& error) {
+    if (!member(host, port) && (!learn_cluster(false, error) || !member(host, port))) {
+        error = "redis: a redirection to " + host + ":" + std::to_string(port)
+                + ", not a member of the cluster (CLUSTER SLOTS): refused";
+        return -1;
+    }
+    return node_for(host, port, error);
 }
 
 bool RedisStore::run_one(const std::string& key,
@@ -323,7 +370,7 @@ bool RedisStore::run_one(const std::string& key,
         if (redirection(r.r, ask, host, port)) {
             ++redirections_;
             asks_ += ask ? 1U : 0U;
-            node = node_for(host, port, error);
+            node = redirect_node(host, port, error);
             if (node < 0) {
                 return false;
             }
@@ -382,7 +429,7 @@ bool RedisStore::run(const std::vector<std::pair<std::string, Args>>& cmds,
             if (redirection(r.r, ask, host, port)) {
                 ++redirections_;
                 asks_ += ask ? 1U : 0U;
-                const int to = node_for(host, port, error);
+                const int to = redirect_node(host, port, error);
                 if (to < 0) {
                     return false;
                 }

@@ -28,13 +28,22 @@ namespace md {
 /// CRC16 (XMODEM) slot of a key, with Redis's hash-tag rule.
 unsigned redis_slot(std::string_view key) noexcept;
 
+/// How to authenticate to every node (AUTH [user] password); no AUTH when password is empty.
+struct RedisAuth {
+    std::string user;
+    std::string password;
+};
+
 class RedisStore {
 public:
     /// Connects to HOST:PORT and, when it is a cluster node, to every master (with
     /// `lazy_slots`, only to the nodes MOVED replies name, as they come); nullptr and `error`
-    /// on failure.
+    /// on failure. A redirection (MOVED, ASK) is followed only to a member of the cluster as
+    /// CLUSTER SLOTS lists it (asked again once when a reply names another node): a node, or
+    /// anything between, cannot send the gateway's connections elsewhere.
     static std::unique_ptr<RedisStore> connect(const std::string& host_port,
                                                bool lazy_slots,
+                                               const RedisAuth& auth,
                                                std::string& error);
     ~RedisStore();
     RedisStore(const RedisStore&) = delete;
@@ -64,7 +73,12 @@ private:
     };
     RedisStore() = default;
     int node_for(const std::string& host, int port, std::string& error);
-    bool map_slots(std::string& error);
+    /// CLUSTER SLOTS: the members (masters and replicas); with `map`, the masters connected
+    /// and the slots mapped to them.
+    bool learn_cluster(bool map, std::string& error);
+    /// node_for() of a redirection's target, when it is a member (-1 and `error` if not).
+    int redirect_node(const std::string& host, int port, std::string& error);
+    [[nodiscard]] bool member(const std::string& host, int port) const;
     /// Runs commands (each with the key that routes it), pipelined per node; replies as text
     /// ("" for non-string replies, arrays flattened into `arrays`). False and `error` on a
     /// connection error or an error reply other than a redirection.
@@ -84,6 +98,8 @@ private:
                  Hop first = {-1, false});
 
     std::vector<Node> nodes_;
+    std::vector<std::pair<std::string, int>> members_;  // from CLUSTER SLOTS
+    RedisAuth auth_;
     std::vector<int> slot_node_ = std::vector<int>(16384, 0);
     bool cluster_ = false;
     std::uint64_t redirections_ = 0;

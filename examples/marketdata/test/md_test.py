@@ -18,6 +18,10 @@ redis      a second gateway joins the shared redis-server mid-feed: every bar in
            reference; a gateway started after the feed serves it all from Redis
 address    a second md-gateway (or any program) on an address in use is refused with a clear
            error; the first keeps all the connections on its per-core listeners
+limits     push sessions within --max-connections and --max-push, WebSocket message size and
+           idle clients, write timeouts, Origin and Host, answer caches bounded by bytes and
+           keyed by the query, /v2 answer cap, security headers; honest clients still served
+redis_auth Redis AUTH (file, environment), MOVED only to members CLUSTER SLOTS lists
 redis_cluster  the same on a 3-master cluster, then a code's slot migrating (SETSLOT
            MIGRATING/IMPORTING, MIGRATE): writes and reads follow ASK (counted)
 """
@@ -45,7 +49,8 @@ WORK = tempfile.mkdtemp(prefix="md-%s-" % CASE)
 FEED_ONE = ["--symbols", "40", "--day-ticks", "30000", "--seed", "11"]
 FEED_ARGS = FEED_ONE + ["--days", "2"]
 GROUPS = {"reference": 1, "restart": 2, "gap": 3, "http": 4, "push": 5, "web": 6, "redis": 7,
-          "redis_cluster": 8, "ab": 10, "recorder": 12, "address": 13}
+          "redis_cluster": 8, "ab": 10, "recorder": 12, "address": 13, "limits": 14,
+          "redis_auth": 15}
 URI = mdref.group_uri(GROUPS[CASE])
 RANGE = "&start=202308180000&end=202308222359"
 
@@ -618,6 +623,416 @@ def case_address():
     again.stop()
 
 
+def proc_rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def sse_open(port, path="/sse?code=600000.SH&period=1m", headers=b""):
+    """A raw SSE subscription: (socket, the answer's head)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        c = s.recv(4096)
+        if not c:
+            break
+        head += c
+    return s, head
+
+
+def ws_handshake(port, origin=None, path="/ws?code=600000.SH&period=1m"):
+    """A raw WebSocket handshake: (socket, status line)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    req = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" % (
+               path, port))
+    if origin:
+        req += "Origin: %s\r\n" % origin
+    s.sendall((req + "\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        c = s.recv(4096)
+        if not c:
+            break
+        head += c
+    return s, head.split(b"\r\n")[0]
+
+
+def closed_within(s, seconds):
+    """True when the peer closes `s` within `seconds` (what it sends meanwhile is read)."""
+    s.settimeout(0.2)
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if s.recv(65536) == b"":
+                return True
+        except socket.timeout:
+            pass
+        except OSError:
+            return True
+    return False
+
+
+def case_limits():
+    """Issue 35 item 4: push sessions inside --max-connections and --max-push, WebSocket
+    messages and idle clients bounded, Origin and Host checked, caches bounded by bytes and
+    keyed by the query, /v2 answers capped, security headers everywhere; each limit with an
+    honest client that is still served."""
+    import websocket  # python3-websocket
+    gw = mdref.Gateway(GATEWAY, URI, extra=[
+        "--max-connections", "40", "--max-push", "10", "--idle-timeout", "3",
+        "--push-write-timeout", "2", "--max-answer-kib", "64", "--cache-mib", "1",
+        "--allow-origin", "https://trader.example"])
+    good = "/getStockData?code=600000.SH&period=1m&start=202308180930&end=202308181030"
+    try:
+        mdref.run_feed(FEED, URI, *FEED_ONE, "--rate", "60000")
+        want = mdref.get(gw.port, good)[2]
+        assert len(json.loads(want)) == 60
+        check_push_caps(gw, good, want)
+        check_ws_bounds(gw, websocket)
+        check_origin_host(gw, good)
+        check_cache_bounds(gw, want)
+        check_v2_cap(gw)
+        check_security_headers(gw, good)
+        check_stalled_push(gw)
+        assert gw.proc.poll() is None
+    finally:
+        gw.stop()
+
+
+def check_push_caps(gw, good, want):
+    subs = [sse_open(gw.port) for _ in range(10)]
+    try:
+        assert all(h.startswith(b"HTTP/1.1 200") for _, h in subs), [h[:40] for _, h in subs]
+        wait_for("10 push clients", lambda: gw.metric("md_push_clients") == 10)
+        # Push sessions count as connections (they did not: 300 SSE at --max-connections 10).
+        assert gw.metric("md_http_connections") >= 10
+        s, head = sse_open(gw.port)
+        s.close()
+        assert head.startswith(b"HTTP/1.1 503") and b"--max-push" in head + s.recv(0), head
+        st, _, body = mdref.get(gw.port, "/sse?code=600000.SH&period=1m")
+        assert st == 503 and "too many push clients" in body, (st, body)
+        assert gw.metric("md_push_refused_total") >= 2
+        # Honest queries are still answered.
+        assert mdref.get(gw.port, good)[2] == want
+        # 10 push + 30 plain connections reach --max-connections 40: the rest are refused.
+        plain = [socket.create_connection(("127.0.0.1", gw.port)) for _ in range(40)]
+        wait_for("refused connections", lambda: plain_refused(gw) > 0, 10)
+        for p in plain:
+            p.close()
+        wait_for("connections closed", lambda: gw.metric("md_http_connections") <= 12, 10)
+    finally:
+        for s, _ in subs:
+            s.close()
+    wait_for("push clients gone", lambda: gw.metric("md_push_clients") == 0, 10)
+    s, head = sse_open(gw.port)  # a place again
+    s.close()
+    assert head.startswith(b"HTTP/1.1 200"), head
+
+
+def plain_refused(gw):
+    try:
+        return gw.metric("md_http_connections_refused_total")
+    except OSError:  # this very request may be the one refused
+        return 0
+
+
+def check_ws_bounds(gw, websocket):
+    rss0 = proc_rss_kib(gw.proc.pid)
+    # 16 clients (two rounds of 8: --max-push is 10) announce 16 MiB messages and send 1 MiB
+    # of each: closed at the header (a message over 4 KiB), nothing buffered.
+    for _ in range(2):
+        socks = []
+        for _ in range(8):
+            s, status = ws_handshake(gw.port)
+            assert status.startswith(b"HTTP/1.1 101"), status
+            s.sendall(b"\x81\xff" + (16 << 20).to_bytes(8, "big") + b"\0\0\0\0")
+            socks.append(s)
+        for s in socks:
+            try:
+                s.sendall(b"x" * (1 << 20))
+            except OSError:
+                pass
+        for s in socks:
+            assert closed_within(s, 10), "a 16 MiB WebSocket message was not refused"
+            s.close()
+        wait_for("push clients gone", lambda: gw.metric("md_push_clients") == 0, 10)
+    grew = proc_rss_kib(gw.proc.pid) - rss0
+    assert grew < 40 * 1024, "RSS grew by %d KiB" % grew
+    # A WebSocket client that never answers a ping is closed after --idle-timeout (3 s)...
+    silent, status = ws_handshake(gw.port)
+    assert status.startswith(b"HTTP/1.1 101")
+    # ...while an honest one (it answers pings as it reads) stays for twice that.
+    honest = websocket.create_connection("ws://127.0.0.1:%d/ws?code=600000.SH&period=1m" % gw.port,
+                                         timeout=1)
+    assert json.loads(honest.recv())["bar"]["code"] == "600000.SH"
+    errors = []
+
+    def read_honestly():  # reading answers the gateway's pings
+        t1 = time.time()
+        while time.time() - t1 < 7:
+            try:
+                honest.recv()
+            except websocket.WebSocketTimeoutException:
+                pass
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+                return
+
+    reader = threading.Thread(target=read_honestly)
+    reader.start()
+    t0 = time.time()
+    assert closed_within(silent, 10), "a silent WebSocket client was never closed"
+    assert time.time() - t0 >= 2, "closed before the idle timeout"
+    silent.close()
+    reader.join()
+    assert not errors and honest.connected, errors
+    honest.ping()
+    honest.close()
+
+
+def check_origin_host(gw, good):
+    for origin, want in (("https://evil.example", b"403"), ("null", b"403"),
+                         ("https://trader.example", b"101"),
+                         ("http://127.0.0.1:%d" % gw.port, b"101"), (None, b"101")):
+        s, status = ws_handshake(gw.port, origin)
+        s.close()
+        assert want in status, (origin, status)
+    s, head = sse_open(gw.port, headers=b"Origin: https://evil.example\r\n")
+    s.close()
+    assert head.startswith(b"HTTP/1.1 403"), head
+    assert gw.metric("md_http_forbidden_origin_total") == 3
+    # Host: a DNS-rebinding name is refused, on the fast path and Beast's alike.
+    for req in (b"GET " + good.encode() + b" HTTP/1.1\r\nHost: evil.example:80\r\n\r\n",
+                b"GET /healthz HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"):
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as s:
+            s.sendall(req)
+            assert s.recv(100).startswith(b"HTTP/1.1 421"), req
+    for host in ("localhost:%d" % gw.port, "127.0.0.1", "[::1]:80"):
+        assert mdref.get(gw.port, good, headers={"Host": host})[0] == 200, host
+    assert gw.metric("md_http_forbidden_host_total") == 2
+
+
+def check_cache_bounds(gw, want):
+    # Spellings of one query: %-escapes (either case), another parameter order. One entry per
+    # loop, however many spellings.
+    e0 = gw.metric("md_http_cache_entries")
+    for i in range(300):
+        hexfmt = "%%%02x" if i % 3 == 1 else "%%%02X"
+        code = "".join(hexfmt % ord(ch) if (i >> k) & 1 else ch
+                       for k, ch in enumerate("600000.SH"))
+        q = ["code=" + code, "period=1m", "start=202308180930", "end=202308181030"]
+        if i % 2:
+            q.reverse()
+        st, _, body = mdref.get(gw.port, "/getStockData?" + "&".join(q))
+        assert st == 200 and body == want, (q, st, body[:200])
+    assert gw.metric("md_http_cache_entries") <= e0 + 2, gw.metric("md_http_cache_entries")
+    # Many distinct queries: the cache stays within --cache-mib (1 MiB) per loop (2 loops), and
+    # every answer is still right.
+    for i in range(400):
+        path = "/getStockData?code=600000.SH&period=1m&start=2023081809%02d&end=202308181500" % (i % 60)
+        if i % 2:
+            path = path.replace("period=1m", "period=5m")
+        st, _, body = mdref.get(gw.port, path.replace("09%02d" % (i % 60), "09%02d" % (i % 60)))
+        assert st == 200
+    for i in range(300):
+        m = 30 + i // 3
+        st, _, _ = mdref.get(gw.port, "/getStockData?code=%s&period=1m&start=20230818%02d%02d"
+                             "&end=202308181500" % (("600000.SH", "300525.SZ", "000001.SZ")[i % 3],
+                                                    9 + m // 60, m % 60))
+        assert st == 200
+    assert gw.metric("md_http_cache_bytes") <= 2 * 1024 * 1024, gw.metric("md_http_cache_bytes")
+    assert mdref.get(gw.port, "/getStockData?code=600000.SH&period=1m&start=202308180930"
+                     "&end=202308181030")[2] == want
+
+
+def check_v2_cap(gw):
+    codes = ",".join(mdref.code_text(c) for c in mdref_codes(gw)[:30])
+    st, _, body = mdref.get(gw.port, "/v2/bars?codes=%s&period=1m&last=240" % codes)
+    assert st == 400 and "--max-answer-kib" in body, (st, body[:200])
+    assert gw.metric("md_http_answer_too_large_total") == 1
+    st, _, body = mdref.get(gw.port, "/v2/bars?codes=600000.SH&period=1m&last=100")
+    assert st == 200 and len(json.loads(body)["600000.SH"]) == 100
+
+
+def mdref_codes(gw):
+    """The first 30 codes md-feed lists (docs/MARKETDATA.md: 600000.SH, 300525.SZ, 000001.SZ,
+    then 600001.SH, 000002.SZ, 300001.SZ, ...)."""
+    assert gw.health()["codes"] >= 30
+    texts = ["600000.SH", "300525.SZ", "000001.SZ"]
+    for k in range(1, 10):
+        texts += ["%06d.SH" % (600000 + k), "%06d.SZ" % (1 + k), "%06d.SZ" % (300000 + k)]
+    return [mdref_code(t) for t in texts]
+
+
+def check_security_headers(gw, good):
+    for path in (good, "/", "/healthz", "/nope", "/app.js", "/favicon.ico",
+                 "/v2/bars?codes=600000.SH&period=1d&last=1"):
+        _, h, _ = mdref.get(gw.port, path)
+        assert h.get("X-Content-Type-Options") == "nosniff", (path, dict(h))
+        assert "frame-ancestors 'none'" in h.get("Content-Security-Policy", ""), (path, dict(h))
+    _, h, page = mdref.get(gw.port, "/")
+    assert "script-src" not in h["Content-Security-Policy"] and "default-src 'self'" in \
+        h["Content-Security-Policy"] and "<script>" not in page, h["Content-Security-Policy"]
+    _, h, _ = mdref.get(gw.port, "/favicon.ico")
+    assert h["Content-Type"] == "image/svg+xml"
+
+
+def check_stalled_push(gw):
+    # A client that subscribes and never reads: once its socket is full, the write pending
+    # over --push-write-timeout (2 s) closes it. A reading client on the same bars stays.
+    stalled = socket.create_connection(("127.0.0.1", gw.port))
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    stalled.sendall(b"GET /sse?code=600000.SH&period=1m HTTP/1.1\r\nHost: x\r\n\r\n")
+    reader = subprocess.Popen(["curl", "-sN", "--max-time", "60",
+                               "http://127.0.0.1:%d/sse?code=600000.SH&period=1m" % gw.port],
+                              stdout=subprocess.PIPE, text=True)
+    n0 = gw.health()["ticks"]
+    try:
+        n = mdref.run_feed(FEED, URI, *FEED_ONE, "--date", "20230821", "--rate", "10000")
+        gw.wait_ticks(n0 + n)
+        wait_for("the stalled client closed",
+                 lambda: gw.metric("md_push_write_timeouts_total") >= 1, 20)
+        assert gw.metric("md_sse_clients") == 1, gw.metric("md_sse_clients")
+    finally:
+        stalled.close()
+        reader.kill()
+        reader.wait()
+
+
+def case_redis_auth():
+    """Redis AUTH (a password from a file or MD_REDIS_PASSWORD), and MOVED followed only to
+    members of the cluster as CLUSTER SLOTS lists them."""
+    port = mdref.free_port()
+    d = os.path.join(WORK, "redis")
+    os.makedirs(d)
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", d,
+                             "--requirepass", "s3cret"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while "PONG" not in subprocess.run(["redis-cli", "-p", str(port), "-a", "s3cret",
+                                            "--no-auth-warning", "ping"],
+                                           capture_output=True, text=True).stdout:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        hp = "127.0.0.1:%d" % port
+        out = subprocess.run([GATEWAY, URI, "--http", "127.0.0.1:%d" % mdref.free_port(),
+                              "--redis", hp], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1 and ("NOAUTH" in out.stderr or "auth" in out.stderr.lower()), \
+            out.stderr
+        env = dict(os.environ, MD_REDIS_PASSWORD="wrong")
+        out = subprocess.run([GATEWAY, URI, "--http", "127.0.0.1:%d" % mdref.free_port(),
+                              "--redis", hp], capture_output=True, text=True, timeout=30, env=env)
+        assert out.returncode == 1 and "AUTH" in out.stderr, out.stderr
+        pw = os.path.join(WORK, "pw")
+        with open(pw, "w") as f:
+            f.write("s3cret\n")
+        gw = mdref.Gateway(GATEWAY, URI, extra=["--redis", hp, "--redis-password-file", pw])
+        try:
+            n = mdref.run_feed(FEED, URI, "--symbols", "10", "--day-ticks", "3000", "--rate",
+                               "30000")
+            gw.wait_ticks(n)
+            wait_for("a Redis write", lambda: gw.metric("md_redis_writes_total") > 0, 10)
+            assert gw.metric("md_redis_errors_total") == 0
+        finally:
+            gw.stop()
+    finally:
+        proc.terminate()
+        proc.wait()
+    check_moved_outside()
+
+
+def check_moved_outside():
+    """A cluster node (a fake one) that answers MOVED to a host outside the cluster: refused,
+    and nothing connects there."""
+    outsider = socket.socket()
+    outsider.bind(("127.0.0.1", 0))
+    outsider.listen()
+    outsider.settimeout(0.1)
+    fake = socket.socket()
+    fake.bind(("127.0.0.1", 0))
+    fake.listen()
+    fake_port, out_port = fake.getsockname()[1], outsider.getsockname()[1]
+    stop = threading.Event()
+
+    def serve():
+        fake.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                c, _ = fake.accept()
+            except socket.timeout:
+                continue
+            threading.Thread(target=fake_node, args=(c, fake_port, out_port), daemon=True).start()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        out = subprocess.run([GATEWAY, URI, "--http", "127.0.0.1:%d" % mdref.free_port(),
+                              "--redis", "127.0.0.1:%d" % fake_port], capture_output=True,
+                             text=True, timeout=30)
+        assert out.returncode == 1 and "not a member of the cluster" in out.stderr, out.stderr
+        try:
+            outsider.accept()
+            raise AssertionError("md-gateway connected to the host a MOVED named")
+        except socket.timeout:
+            pass
+    finally:
+        stop.set()
+        t.join()
+        fake.close()
+        outsider.close()
+
+
+def fake_node(c, port, out_port):
+    """RESP: SCRIPT LOAD and CLUSTER SLOTS answered (this node holds every slot), every other
+    command MOVED to out_port."""
+    buf = b""
+    try:
+        while True:
+            while True:
+                cmd, buf = resp_command(buf)
+                if cmd is None:
+                    break
+                name = b" ".join(cmd[:2]).upper()
+                if name.startswith(b"SCRIPT LOAD"):
+                    c.sendall(b"$40\r\n" + b"0" * 40 + b"\r\n")
+                elif name.startswith(b"CLUSTER SLOTS"):
+                    c.sendall(b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n" % port)
+                else:
+                    c.sendall(b"-MOVED 42 127.0.0.1:%d\r\n" % out_port)
+            data = c.recv(65536)
+            if not data:
+                return
+            buf += data
+    except OSError:
+        pass
+    finally:
+        c.close()
+
+
+def resp_command(buf):
+    """One RESP array of bulk strings from `buf`: (args, rest), or (None, buf)."""
+    if not buf.startswith(b"*") or b"\r\n" not in buf:
+        return None, buf
+    head, rest = buf.split(b"\r\n", 1)
+    args = []
+    for _ in range(int(head[1:])):
+        if b"\r\n" not in rest:
+            return None, buf
+        ln, rest2 = rest.split(b"\r\n", 1)
+        n = int(ln[1:])
+        if len(rest2) < n + 2:
+            return None, buf
+        args.append(rest2[:n])
+        rest = rest2[n + 2:]
+    return args, rest
+
+
 class Feed:
     """A md-feed process in the background."""
 
@@ -865,7 +1280,8 @@ def main():
         {"reference": case_reference, "restart": case_restart, "gap": case_gap,
          "http": case_http, "push": case_push, "redis": case_redis,
          "redis_cluster": lambda: case_redis(cluster=True), "ab": case_ab,
-         "recorder": case_recorder, "address": case_address}[CASE]()
+         "recorder": case_recorder, "address": case_address,
+         "limits": case_limits, "redis_auth": case_redis_auth}[CASE]()
         print("marketdata %s: ok" % CASE)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)

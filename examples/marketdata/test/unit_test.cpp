@@ -283,7 +283,11 @@ public:
             all.push_back(*msg);
         });
     }
+    void control(std::shared_ptr<const std::string> msg) override {
+        boost::asio::post(ioc_, [this, msg = std::move(msg)] { controls.push_back(*msg); });
+    }
     std::vector<std::uint64_t> written;
+    std::vector<std::string> controls;
     std::string last;
     std::vector<std::string> all;
 

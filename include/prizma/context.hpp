@@ -214,14 +214,20 @@ public:
     Result<void, Error> remove(Subscriber& subscriber);
 
     /// One duty cycle over every channel: receive, timers, send. Returns the work done
-    /// (0 = idle). Reads the clock once.
+    /// (0 = idle). Reads the clock once. Once wait() has slept, a channel whose transport
+    /// follows its wakeup fd (udp://) is read only when the Context's epoll reports it: the
+    /// first poll after wait() uses wait()'s events, a later one a single epoll_wait(0)
+    /// (when two or more channels can be skipped) instead of an empty receive per channel.
     int poll() noexcept;
     /// Steady-clock time (ns) of the next protocol timer; INT64_MAX when none.
     [[nodiscard]] std::int64_t next_deadline_ns() const noexcept;
     /// The same as a time point (time_point::max() when none).
     [[nodiscard]] std::chrono::steady_clock::time_point next_deadline() const noexcept;
-    /// Blocks until a transport is readable or the next timer is due (at most `max_wait`).
-    /// Channels that can only be busy-polled (mem://) make this return at once.
+    /// Blocks until a transport is readable or the next timer is due (at most `max_wait`):
+    /// arms every transport (one with datagrams already waiting returns at once), then one
+    /// epoll_pwait2 on the Context's epoll fd with a nanosecond timeout (the kernel adds the
+    /// calling thread's timer slack to it). Channels that can only be busy-polled (mem://)
+    /// make this return at once. Call poll() after it.
     void wait(std::chrono::nanoseconds max_wait) noexcept;
 
     /// For a Context inside someone else's event loop (epoll, Boost.Asio, libuv): an fd that

@@ -99,6 +99,11 @@ public:
     /// Prepares wakeup_fd() for a blocking wait. true: armed, nothing pending, safe to sleep;
     /// false: datagrams are already waiting (call poll_rx() instead of sleeping).
     [[nodiscard]] virtual Result<bool> arm_wakeup() noexcept = 0;
+    /// true when a poll_rx() now may be skipped while wakeup_fd() is not readable: the fd
+    /// is armed, level-triggered (readable for as long as datagrams wait) and nothing is held
+    /// in user space. A Context that sleeps then reads only the channels its epoll reports
+    /// (one epoll_wait instead of an empty receive per channel). Default: never skipped.
+    [[nodiscard]] virtual bool rx_follows_wakeup() const noexcept { return false; }
     /// The protocol no longer needs to reach `peer` (its session expired): drop any per-peer
     /// state such as a cached address handle.
     virtual void forget(const Endpoint& peer) noexcept { (void)peer; }

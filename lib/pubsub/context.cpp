@@ -71,6 +71,9 @@ struct Channel {
     std::string name;  ///< the URI, or the name given with a caller-made transport
     bool publisher = false;
     std::int64_t stamp_ns = 0;  ///< the time offered data is stamped with (see offer_stamp)
+    /// The Context's epoll saw nothing for this channel at its last look, and its transport
+    /// lets the next poll skip the receive (Transport::rx_follows_wakeup).
+    bool rx_idle = false;
 };
 
 }  // namespace detail
@@ -261,6 +264,9 @@ struct Context::Impl {
     stats::Writer stats;             // counters for prizma-stat (shared-memory file)
     std::string stats_error;         // why there is no stats file (empty: there is one, or off)
     std::int64_t stats_next_ns = 0;  // next update of it
+    /// Channel::rx_idle was set by the last epoll look and no poll has used it yet.
+    bool ready_fresh = false;
+    static constexpr int kWaitEvents = 16;
     Impl() = default;
     Impl(const Impl&) = delete;
     Impl& operator=(const Impl&) = delete;
@@ -276,6 +282,11 @@ struct Context::Impl {
     }
     void write_stats() noexcept;
     void publish_channel_names() noexcept;
+    /// Marks, from the n events epoll returned, which channels had nothing (n < 0: unknown).
+    void note_ready(const epoll_event* ev, int n) noexcept;
+    /// Before a poll with no fresh epoll look: one epoll_wait(0) for every channel, when it
+    /// saves at least two empty receives.
+    void look_ready() noexcept;
 
     Result<detail::Channel*, Error> add(std::string_view uri,
                                         const ChannelOptions& o,
@@ -641,13 +652,44 @@ bool Context::owner_checks_enabled() noexcept {
 #endif
 }
 
+void Context::Impl::note_ready(const epoll_event* ev, int n) noexcept {
+    ready_fresh = n >= 0 && n < kWaitEvents;  // a full array may have left some out
+    for (auto& ch : channels) {
+        const Transport& t = ch->session->transport();
+        bool ready = !ready_fresh;
+        const int fd = t.wakeup_fd();
+        for (int i = 0; i < n && !ready; ++i) {
+            ready = ev[i].data.fd == fd;
+        }
+        ch->rx_idle = !ready && t.rx_follows_wakeup();
+    }
+}
+
+void Context::Impl::look_ready() noexcept {
+    std::size_t skippable = 0;
+    for (const auto& ch : channels) {
+        skippable += ch->session->transport().rx_follows_wakeup() ? 1U : 0U;
+    }
+    if (skippable < 2 || !epoll.valid()) {
+        return;
+    }
+    std::array<epoll_event, kWaitEvents> ev{};
+    note_ready(ev.data(), ::epoll_wait(epoll.get(), ev.data(), kWaitEvents, 0));
+}
+
 int Context::poll() noexcept {
     impl_->owner.check("Context::poll");
     const std::int64_t now = now_ns();
     int work = 0;
-    for (auto& ch : impl_->channels) {
-        work += ch->session->do_work(now);
+    // After a sleep, only the channels epoll reported are read (the others' receive would
+    // come back empty): Context::wait's events for the first poll, one epoll_wait(0) after.
+    if (!impl_->ready_fresh) {
+        impl_->look_ready();
     }
+    for (auto& ch : impl_->channels) {
+        work += ch->session->do_work(now, !(impl_->ready_fresh && ch->rx_idle));
+    }
+    impl_->ready_fresh = false;
     if (now >= impl_->stats_next_ns && impl_->stats.enabled()) {
         impl_->write_stats();
         impl_->stats_next_ns = now + 100'000'000;  // 10 updates a second
@@ -701,18 +743,21 @@ void Context::wait(std::chrono::nanoseconds max_wait) noexcept {
         return;
     }
     const std::int64_t left = std::min<std::int64_t>(until - now, 60'000'000'000);
-    epoll_event ev{};
+    std::array<epoll_event, Impl::kWaitEvents> ev{};
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
     // Nanosecond timeout (Linux 5.11+): an rdma-preset timer is not overslept by up to 1 ms.
     timespec ts{};
     ts.tv_sec = left / 1'000'000'000;
     ts.tv_nsec = left % 1'000'000'000;
-    if (::epoll_pwait2(impl_->epoll.get(), &ev, 1, &ts, nullptr) >= 0 || errno != ENOSYS) {
+    const int n = ::epoll_pwait2(impl_->epoll.get(), ev.data(), Impl::kWaitEvents, &ts, nullptr);
+    if (n >= 0 || errno != ENOSYS) {
+        impl_->note_ready(ev.data(), n);
         return;
     }
 #endif
     const auto ms = static_cast<int>((left + 999'999) / 1'000'000);
-    (void)::epoll_wait(impl_->epoll.get(), &ev, 1, ms);
+    impl_->note_ready(ev.data(),
+                      ::epoll_wait(impl_->epoll.get(), ev.data(), Impl::kWaitEvents, ms));
 }
 
 namespace {

@@ -186,13 +186,13 @@ void Session::dispatch(const RxPacket& rx, std::int64_t now_ns) noexcept {
     }
 }
 
-int Session::do_work(std::int64_t now_ns) noexcept {
+int Session::do_work(std::int64_t now_ns, bool rx) noexcept {
     int work = 0;
     if (tx_count_ != 0) {  // what was offered since the last call leaves before rx is polled
         work += static_cast<int>(tx_count_);
         flush();
     }
-    if (now_ns >= next_rx_poll_ns_) {
+    if (rx && now_ns >= next_rx_poll_ns_) {
         auto r = transport_.poll_rx(rx_);
         if (!r) {
             ++counters_.rx_errors;

@@ -77,8 +77,9 @@ public:
     Session(Session&&) = delete;
     Session& operator=(Session&&) = delete;
 
-    /// One duty cycle: rx, timers, tx flush. Returns the amount of work done (0 = idle).
-    int do_work(std::int64_t now_ns) noexcept;
+    /// One duty cycle: rx (unless `rx` is false: the caller knows nothing arrived), timers,
+    /// tx flush. Returns the amount of work done (0 = idle).
+    int do_work(std::int64_t now_ns, bool rx = true) noexcept;
     /// Publishes one APDU and flushes it to the transport.
     Result<Sqn> publish(std::span<const std::byte> apdu, std::int64_t now_ns) noexcept;
     [[nodiscard]] std::int64_t next_deadline() const noexcept;

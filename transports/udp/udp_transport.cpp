@@ -768,6 +768,13 @@ Result<bool> UdpTransport::arm_wakeup() noexcept {
     return im.pending_pos == im.pending.size();
 }
 
+// Once armed, the sockets sit in ep level-triggered: ep is readable while either has a
+// datagram. Only segments already read (pending) would be missed.
+bool UdpTransport::rx_follows_wakeup() const noexcept {
+    const Impl& im = *impl_;
+    return im.watched && im.pending_pos == im.pending.size();
+}
+
 // Batches into sendmmsg; a run of downstream packets of one size (the last may be shorter)
 // becomes a single GSO message (UDP_SEGMENT): one pass through the stack for up to 64.
 // Gathers packets[consumed] into message m, and with GSO the downstream packets of the same

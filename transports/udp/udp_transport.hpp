@@ -126,6 +126,7 @@ public:
     [[nodiscard]] int wakeup_fd() const noexcept override;
     std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
     [[nodiscard]] Result<bool> arm_wakeup() noexcept override;
+    [[nodiscard]] bool rx_follows_wakeup() const noexcept override;
 
     /// A snapshot; rx_kernel_drops and rx_queued_bytes are read from the sockets (SO_MEMINFO)
     /// on each call.

@@ -53,7 +53,8 @@ int parse(int argc, char** argv, Args& a) {
         "Sends N messages of BYTES on PING_URI; prizma-pong echoes them on PONG_URI. Prints\n"
         "min/p50/p90/p99/p99.9/max round-trip time (RTT).",
         "Closed loop (default): one message in flight. --rate R: open loop at R msgs/s, RTT\n"
-        "measured from each message's scheduled send time (no coordinated omission).\n"
+        "measured from each message's scheduled send time (no coordinated omission), and\n"
+        "beside it from its actual send (JSON: rtt_from_send_ns).\n"
         "Exits 1 when prizma-pong does not answer, a reply is lost or --timeout runs out.");
     app.add_option("PING_URI", a.ping_uri,
                    "Channel the messages go out on (prizma-pong's PING_URI)")
@@ -125,7 +126,8 @@ public:
           sub_(sub),
           msg_(std::size_t{a.size}),
           timeout_ns_(static_cast<std::int64_t>(std::min(a.timeout, 1e9) * 1e9)),
-          total_(a.warmup + a.count) {
+          total_(a.warmup + a.count),
+          left_at_(a.rate > 0 ? total_ : 0) {
         for (std::size_t k = 16; k < msg_.size(); ++k) {
             msg_[k] = static_cast<std::byte>(k & 0xffU);
         }
@@ -209,6 +211,9 @@ private:
         std::memcpy(msg_.data(), &seq, 8);
         std::memcpy(msg_.data() + 8, &t, 8);
         for (;;) {
+            if (seq < left_at_.size()) {
+                left_at_[seq] = now_ns();  // open loop: when it really left, beside the schedule
+            }
             auto r = pub_.offer(msg_);
             if (r) {
                 pub_.flush();  // the message leaves now
@@ -250,6 +255,10 @@ private:
                 measure_start_ = sent_at;
             }
             hist_.record(static_cast<std::uint64_t>(std::max<std::int64_t>(0, t - sent_at)));
+            if (seq < left_at_.size()) {
+                from_send_.record(
+                    static_cast<std::uint64_t>(std::max<std::int64_t>(0, t - left_at_[seq])));
+            }
         }
         ++received_;
     }
@@ -333,14 +342,28 @@ private:
             "{{\"ping\":{},\"pong\":{},\"count\":{},\"size\":{},\"warmup\":{},\"mode\":\"{}\","
             "\"rate\":{},\"wait\":\"{}\",\"cpu\":{},\"preset\":{},\"recorded\":{},"
             "\"rtt_ns\":{{\"min\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"p99_9\":{},\"max\":{},"
-            "\"mean\":{:.0f}}},\"round_trips_per_sec\":{:.0f},\"loss_events\":{},\"repairs\":{},"
-            "\"timed_out\":{}}}\n",
+            "\"mean\":{:.0f}}},\"rtt_from_send_ns\":{},\"round_trips_per_sec\":{:.0f},"
+            "\"loss_events\":{},\"repairs\":{},\"timed_out\":{}}}\n",
             prizma::tools::json_string(a_.ping_uri), prizma::tools::json_string(a_.pong_uri),
             a_.count, a_.size, a_.warmup, mode(), a_.rate, a_.spin ? "spin" : "block", a_.cpu,
             prizma::tools::json_string(std::string(prizma::to_string(a_.opts.preset))),
             hist_.count(), hist_.min(), hist_.percentile(50), hist_.percentile(90),
-            hist_.percentile(99), hist_.percentile(99.9), hist_.max(), hist_.mean(), per_sec,
-            losses_, repaired, timed_out ? "true" : "false");
+            hist_.percentile(99), hist_.percentile(99.9), hist_.max(), hist_.mean(),
+            from_send_json(), per_sec, losses_, repaired, timed_out ? "true" : "false");
+    }
+
+    /// Open loop: the RTT from each message's actual send as JSON; null in closed loop (where
+    /// the schedule is the send).
+    [[nodiscard]] std::string from_send_json() const {
+        if (left_at_.empty()) {
+            return "null";
+        }
+        const auto& h = from_send_;
+        return fmt::format(
+            "{{\"min\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"p99_9\":{},\"max\":{},"
+            "\"mean\":{:.0f}}}",
+            h.min(), h.percentile(50), h.percentile(90), h.percentile(99), h.percentile(99.9),
+            h.max(), h.mean());
     }
 
     void print_text(double per_sec, std::uint64_t repaired) const {
@@ -359,6 +382,13 @@ private:
             us(hist_.min()), us(hist_.percentile(50)), us(hist_.percentile(90)),
             us(hist_.percentile(99)), us(hist_.percentile(99.9)), us(hist_.max()),
             hist_.mean() / 1e3, hist_.count());
+        if (!left_at_.empty()) {
+            // The line above counts from the schedule (the sender's own lateness included:
+            // no coordinated omission); this one from when each message really left.
+            fmt::print("  RTT us from the actual send: p50 {:.2f}  p99 {:.2f}  p99.9 {:.2f}\n",
+                       us(from_send_.percentile(50)), us(from_send_.percentile(99)),
+                       us(from_send_.percentile(99.9)));
+        }
         fmt::print("  {:.0f} round trips/s; loss events {}, repairs {}\n", per_sec, losses_,
                    repaired);
     }
@@ -373,7 +403,9 @@ private:
     std::int64_t timeout_ns_;
     std::uint64_t total_;  ///< warm-up + measured round trips
     std::uint64_t losses_ = 0;
-    prizma::tools::Histogram hist_;
+    prizma::tools::Histogram hist_;       ///< from the scheduled send (closed loop: the send)
+    std::vector<std::int64_t> left_at_;   ///< open loop: when message i really left
+    prizma::tools::Histogram from_send_;  ///< open loop: from the actual send
     std::uint64_t received_ = 0;
     std::int64_t measure_start_ = 0;  ///< send time of the first measured message
     std::int64_t next_progress_ = 0;
@@ -384,6 +416,7 @@ int run(int argc, char** argv) {
     if (const int rc = parse(argc, argv, a); rc >= 0) {
         return rc;
     }
+    prizma::tools::precise_timers();
     if (a.cpu >= 0) {
         if (const std::string e = prizma::tools::pin_to_cpu(a.cpu); !e.empty()) {
             fmt::print(stderr, "prizma-ping: {}\n", e);

@@ -152,6 +152,7 @@ int run(int argc, char** argv) {
     if (const int rc = parse_args(argc, argv, a); rc >= 0) {
         return rc;
     }
+    prizma::tools::precise_timers();
     if (a.cpu >= 0) {
         if (const std::string e = prizma::tools::pin_to_cpu(a.cpu); !e.empty()) {
             fmt::print(stderr, "prizma-pong: {}\n", e);

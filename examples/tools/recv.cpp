@@ -283,6 +283,7 @@ int run(int argc, char** argv) {
     if (const int rc = parse_args(argc, argv, a); rc >= 0) {
         return rc;
     }
+    prizma::tools::precise_timers();
     auto ctx = prizma::tools::make_context("prizma-recv");
     if (!ctx) {
         return 1;

@@ -3,6 +3,7 @@
 // runner thread owns the Context; every message arrives once, FIFO per producer.
 #include <pthread.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,4 +210,41 @@ TEST_CASE("AgentRunner pins its thread, names it, takes a strategy of the user's
     prizma::AgentRunner unpinned(
         ctx, prizma::BusySpin{}, [] { return 0; }, bad);
     CHECK(unpinned.cpu_error() == std::errc::invalid_argument);
+}
+
+namespace {
+
+/// The timer slack (ns) of an AgentRunner's thread, read on that thread.
+long runner_slack(prizma::Context& ctx, const prizma::RunnerOptions& opts) {
+    std::atomic<long> slack{-1};
+    prizma::AgentRunner runner(
+        ctx, prizma::BusySpin{},
+        [&] {
+            if (slack.load() < 0) {
+                slack.store(::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0));
+            }
+            return 0;
+        },
+        opts);
+    CHECK_FALSE(runner.timer_slack_error());
+    while (slack.load() < 0) {
+        std::this_thread::yield();
+    }
+    return slack.load();
+}
+
+}  // namespace
+
+TEST_CASE("AgentRunner sets its thread's timer slack: 1 us unless told", "[unit][runner]") {
+    auto ctx = prizma::Context::create().value();
+    const long inherited = ::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    REQUIRE(inherited > 0);
+    CHECK(runner_slack(ctx, {}) == 1000);
+    prizma::RunnerOptions opts;
+    opts.timer_slack = std::chrono::microseconds(20);
+    CHECK(runner_slack(ctx, opts) == 20000);
+    opts.timer_slack = std::chrono::nanoseconds(0);  // at least 1 ns (0 would mean "default")
+    CHECK(runner_slack(ctx, opts) == 1);
+    opts.timer_slack.reset();  // kept as inherited from the creating thread
+    CHECK(runner_slack(ctx, opts) == inherited);
 }

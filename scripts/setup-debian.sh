@@ -12,6 +12,8 @@ packages=(
     # examples/marketdata (md-gateway and its tests)
     libboost-dev liblmdb-dev curl openssl python3-websocket python3-selenium chromium
     chromium-driver wrk nginx-light libhiredis-dev redis-server redis-tools
+    # examples/execlog (execlog-fix: a FIX 4.4 drop-copy acceptor on QuickFIX)
+    libquickfix-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -59,7 +59,7 @@ struct Archive {
                 fmt::print(stderr, "{}: LOSS: records [{}, {}) journaled as lost\n", kTool,
                            e.sequence, e.sequence + e.count);
             } else if (e.kind == prizma::StreamEventKind::record
-                       && execlog::type_byte(e.payload) > 7) {
+                       && execlog::type_byte(e.payload) > execlog::kMaxRecordType) {
                 ++unknown;
             }
             return true;

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # The ExecLog fan-out on this host (docs/EXECLOG.md): a hot-standby pair of matching engines
-# (execlog-core) and the four consumers (archiver, risk, FIX renderer, monitor) over UDP
+# (execlog-core) and the four consumers (archiver, risk, FIX drop copy, monitor) over UDP
 # multicast on loopback. Midway the active core is killed with -9 and restarted as the
 # standby. Ends with one line per consumer and an agreement check: the archive contiguous,
-# the risk state equal to an independent reference model, the FIX output exactly the
-# archive's ExecutionReports; exits 0 only when everything agrees and nothing was lost or
+# the risk state equal to an independent reference model, every FIX session's store exactly
+# its account's messages of the archive; exits 0 only when everything agrees and nothing was lost or
 # doubled.
 #   examples/execlog/demo.sh [BIN_DIR]   (default build/release/examples/execlog)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bin=$(cd "${1:-$here/../../build/release/examples/execlog}" && pwd)
+bin=$(cd "${1:-$here/../../build/release/examples/execlog}" 2>/dev/null && pwd) || {
+    echo "demo: no directory '${1:-$here/../../build/release/examples/execlog}'" >&2; exit 2; }
+for p in execlog-core execlog-archiver execlog-risk execlog-fix execlog-monitor execlog-dump; do
+    [ -x "$bin/$p" ] || { echo "demo: no $p in '$bin' (build the execlog target)" >&2; exit 2; }
+done
 # A loopback of our own when root may make one, so that nothing else on the host hears or
 # disturbs the demo. The second core publishes from 127.0.0.2 (lo's without set-up): each
 # publisher needs its own unicast NAK address (docs/URI.md).
@@ -30,7 +34,9 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "demo: FAIL: $*"; tail -n 5 "$work"/*.log; exit 1; }
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+fix_port=$(free_port)
 
 "$bin/execlog-archiver" "$uri&flow=tagged&flow_tag=21" --journal "$work/journal" \
     --listen "127.0.0.1:$port" >"$work/archiver.log" 2>&1 &
@@ -40,7 +46,7 @@ for _ in $(seq 100); do grep -q "replay on" "$work/archiver.log" && break; sleep
     --state "$work/risk.state" --exit-at-end --print-ms 1000 >"$work/risk.log" 2>&1 &
 risk=$!; pids+=("$risk")
 "$bin/execlog-fix" "$uri&flow=tagged&flow_tag=23" --replay "127.0.0.1:$port" \
-    --output "$work/fix.out" --delimiter pipe --exit-at-end >"$work/fix.log" 2>&1 &
+    --listen "$fix_port" --store "$work/fix" --exit-at-end >"$work/fix.log" 2>&1 &
 fix=$!; pids+=("$fix")
 "$bin/execlog-monitor" "$uri" --exit-at-end --interval-ms 1000 >"$work/monitor.log" 2>&1 &
 mon=$!; pids+=("$mon")
@@ -87,7 +93,7 @@ assert first == 0 and not problems, problems
 assert entries[-1].rec["type"] == ref.SESSION_END, "no session end in the archive"
 with open(work + "/risk.state") as f:
     assert f.read() == ref.reference_risk_state(entries), "risk state != reference model"
-fix, msgs = ref.check_fix(work + "/fix.out", entries, "|")
+fix, msgs = ref.check_fix_stores(work + "/fix", entries, range(1, 1001))
 assert not fix, fix
 for name in ("risk", "fix", "archiver"):
     text = open("%s/%s.log" % (work, name)).read()
@@ -98,7 +104,8 @@ assert gaps and int(gaps[-1][0]) == end and int(gaps[-1][1]) == 0, gaps
 print("archive: records [0, %d) contiguous, no loss entry" % end)
 print("risk:    state identical to the reference model (%d account x instrument positions)"
       % sum(1 for l in open(work + "/risk.state") if l.startswith("pos ")))
-print("fix:     %d ExecutionReports, each record's exactly once, in order, checksums good" % msgs)
+print("fix:     %d messages in 1000 FIX sessions' stores, each record's exactly once, in order"
+      % msgs)
 print("monitor: every record seen, no gap")
 PY
 echo "demo: OK: every consumer agrees; nothing lost, nothing doubled"

@@ -82,7 +82,7 @@ int run(int argc, char** argv) {
             case prizma::StreamEventKind::record:
                 ++records;
                 expect = e.sequence + 1;
-                unknown += execlog::type_byte(e.payload()) > 7 ? 1U : 0U;
+                unknown += execlog::type_byte(e.payload()) > execlog::kMaxRecordType ? 1U : 0U;
                 if (!quiet) {
                     print_record(stdout, e);
                 }

@@ -58,7 +58,7 @@ struct View {
         ++records;
         next = e.sequence + 1;
         const std::uint8_t t = execlog::type_byte(e.payload);
-        unknown += t < 1 || t > 7 ? 1U : 0U;
+        unknown += t < 1 || t > execlog::kMaxRecordType ? 1U : 0U;
         ended = ended || t == static_cast<std::uint8_t>(execlog::RecordType::session_end);
         const std::string src = execlog::tsi_text(e.source);
         ++first_copies[src];

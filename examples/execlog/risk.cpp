@@ -67,11 +67,15 @@ private:
 
 /// What a checkpoint holds, copied out of the engine cheaply (flat vectors) so that it can be
 /// formatted on the checkpoint thread.
+// The state file counts records by type: [0] not 112 bytes, [1..9] each type, [10] unknown.
+constexpr std::size_t kUnknownSlot = execlog::kMaxRecordType + 1;
+constexpr std::size_t kTypeSlots = kUnknownSlot + 1;
+
 struct Snapshot {
     std::uint64_t next = 0;
     std::uint64_t lost = 0;
     std::uint64_t divergences = 0;
-    std::array<std::uint64_t, 9> types{};
+    std::array<std::uint64_t, kTypeSlots> types{};
     std::vector<std::pair<std::uint16_t, std::int64_t>> last_px;  // by instrument
     std::vector<Positions::Row> rows;                             // any order
     [[nodiscard]] std::string text();
@@ -81,7 +85,7 @@ std::string Snapshot::text() {
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
         return std::pair(a.account, a.instrument) < std::pair(b.account, b.instrument);
     });
-    std::string s = fmt::format("execlog-risk-state 1\nnext {}\nlost {}\ndivergences {}\ntypes",
+    std::string s = fmt::format("execlog-risk-state 2\nnext {}\nlost {}\ndivergences {}\ntypes",
                                 next, lost, divergences);
     for (const auto t : types) {
         s += fmt::format(" {}", t);
@@ -119,7 +123,7 @@ private:
     bool trade(std::uint64_t sequence, const execlog::Record& r);
     Positions pos_;
     std::map<std::uint16_t, std::int64_t> last_px_;
-    std::array<std::uint64_t, 9> types_{};  // [type 1..7], [8] unknown, [0] bad size
+    std::array<std::uint64_t, kTypeSlots> types_{};  // [type 1..9], [10] unknown, [0] bad size
     std::uint64_t lost_ = 0;
     std::uint64_t divergences_ = 0;
     bool ended_ = false;
@@ -189,7 +193,7 @@ bool Risk::apply(const prizma::StreamEvent& e) {
             }
             return true;
         case execlog::DecodeStatus::unknown_type:
-            if (types_[8]++ < 10) {
+            if (types_[kUnknownSlot]++ < 10) {
                 fmt::print(stderr, "{}: record {}: unknown record type {} (skipped)\n", kTool,
                            e.sequence, execlog::type_byte(e.payload));
             }
@@ -223,7 +227,7 @@ std::string Risk::load(const std::string& path, std::uint64_t& next) {
     std::string line;
     std::string word;
     bool complete = false;
-    if (!std::getline(f, line) || line != "execlog-risk-state 1") {
+    if (!std::getline(f, line) || line != "execlog-risk-state 2") {
         return fmt::format("'{}' is not an execlog-risk state file", path);
     }
     while (std::getline(f, line)) {
@@ -289,7 +293,7 @@ void Risk::print(std::FILE* out, std::uint64_t next) const {
         "worst account {} P&L {:.2f}, lost {}, divergences {}, unknown types {}\n",
         kTool, next, trades, acct.size(), static_cast<double>(gross) / 100,
         static_cast<double>(total) / 100, worst, static_cast<double>(worst_pnl) / 100, lost_,
-        divergences_, types_[8]);
+        divergences_, types_[kUnknownSlot]);
     (void)std::fflush(out);
 }
 

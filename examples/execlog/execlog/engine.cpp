@@ -23,6 +23,27 @@ Record Engine::reject(const Input& in, Reject why) {
     return r;
 }
 
+Record Engine::reject_change(const Input& in, const Order* o, Reject why) {
+    ++counters_.rejected;
+    Record r = o != nullptr ? base(*o, RecordType::accepted, in.time_ns) : Record{};
+    r.type =
+        in.kind == Input::Kind::cancel ? RecordType::cancel_rejected : RecordType::replace_rejected;
+    r.reason = why;
+    r.time_ns = in.time_ns;
+    r.order_id = in.target_order;
+    r.request_id = in.request_id;
+    // The order's current request; of an order that is not resting the engine keeps nothing,
+    // and its id is the request that made it (order id = request number).
+    r.orig_request_id = o != nullptr ? o->request_id : in.target_order;
+    r.account = in.account;  // the requester's: the reject is its report
+    if (o == nullptr) {
+        r.side = in.side;
+        r.ord_type = in.ord_type;
+        r.tif = in.tif;
+    }
+    return r;
+}
+
 Record Engine::base(const Order& o, RecordType type, std::uint64_t time_ns) {
     Record r;
     r.type = type;
@@ -123,11 +144,11 @@ void Engine::new_order(const Input& in, std::vector<Record>& out) {
 void Engine::cancel(const Input& in, std::vector<Record>& out) {
     const auto it = orders_.find(in.target_order);
     if (it == orders_.end()) {
-        out.push_back(reject(in, Reject::unknown_order));
+        out.push_back(reject_change(in, nullptr, Reject::unknown_order));
         return;
     }
     if (it->second.account != in.account) {
-        out.push_back(reject(in, Reject::not_owner));
+        out.push_back(reject_change(in, &it->second, Reject::not_owner));
         return;
     }
     Order& o = it->second;
@@ -144,16 +165,16 @@ void Engine::cancel(const Input& in, std::vector<Record>& out) {
 void Engine::replace(const Input& in, std::vector<Record>& out) {
     const auto it = orders_.find(in.target_order);
     if (it == orders_.end()) {
-        out.push_back(reject(in, Reject::unknown_order));
+        out.push_back(reject_change(in, nullptr, Reject::unknown_order));
         return;
     }
     Order& o = it->second;
     if (o.account != in.account) {
-        out.push_back(reject(in, Reject::not_owner));
+        out.push_back(reject_change(in, &o, Reject::not_owner));
         return;
     }
     if (const Reject why = check_limits(in, false, o.cum); why != Reject::none) {
-        out.push_back(reject(in, why));
+        out.push_back(reject_change(in, &o, why));
         return;
     }
     unrest(o);

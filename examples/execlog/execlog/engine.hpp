@@ -89,6 +89,8 @@ private:
     void unrest(Order& o);
     /// The rejection of `in` (counted).
     Record reject(const Input& in, Reject why);
+    /// The rejection of a cancel or replace `in` (counted); `o` the order it names, if resting.
+    Record reject_change(const Input& in, const Order* o, Reject why);
     /// A price or quantity check of a new order or a replace: Reject::none if it passes (the
     /// replaced order's filled quantity `cum` counts against kMaxQty).
     Reject check_limits(const Input& in, bool market, std::uint32_t cum);

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "execlog/fix.hpp"
 
-#include <charconv>
-#include <limits>
-
 #include <fmt/core.h>
 
 namespace execlog {
@@ -27,34 +24,147 @@ std::uint64_t magnitude(std::int64_t v) {
     return v < 0 ? 0 - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
 }
 
-std::string price_text(std::int64_t ticks) {
-    const std::uint64_t a = magnitude(ticks);
-    return fmt::format("{}{}.{:02}", ticks < 0 ? "-" : "", a / 100, a % 100);
-}
-
-// notional / cum in units (100 ticks) to 4 decimals, truncated: floor(|notional| x 100 / cum)
-// / 10^4, computed without the product (notional may be near the int64 limit).
-std::string avg_text(std::int64_t notional, std::uint32_t cum) {
-    if (cum == 0) {
-        return "0";
-    }
-    const std::uint64_t n = magnitude(notional);
-    const std::uint64_t ticks = n / cum;
-    const std::uint64_t hundredths = n % cum * 100 / cum;  // n % cum < 2^32: no overflow
-    return fmt::format("{}{}.{:04}", notional < 0 ? "-" : "", ticks / 100,
-                       ticks % 100 * 100 + hundredths);
-}
-
-char side_char(Side s) {
-    return s == Side::buy ? '1' : '2';
-}
-
-struct Field {
-    std::string_view tag;
-    std::string_view value;
+/// One order's view of a record: what its ExecutionReport says.
+struct Leg {
+    std::uint64_t order_id = 0;
+    std::uint64_t request_id = 0;
+    std::uint32_t account = 0;
+    Side side = Side::buy;
+    std::uint32_t order_qty = 0;
+    OrdType ord_type = OrdType::limit;
+    std::int64_t price = 0;  // 0: no Price(44)
+    Tif tif = Tif::day;
+    std::uint32_t leaves = 0;
+    std::uint32_t cum = 0;
+    std::int64_t notional = 0;
 };
 
+// FIX 4.4 OrdStatus(39) of a live order: New, or Partially filled once something traded.
+char live_status(std::uint32_t cum) {
+    return cum == 0 ? '0' : '1';
+}
+
+char fill_status(std::uint32_t leaves) {
+    return leaves == 0 ? '2' : '1';
+}
+
+std::string reject_text(const Record& r) {
+    if (r.type == RecordType::rejected && r.reason == Reject::unknown_order) {
+        return "duplicate order id";  // a new order: the only way it names a known order
+    }
+    return std::string(to_string(r.reason));
+}
+
+using Fields = std::vector<std::pair<int, std::string>>;
+
+void add(Fields& f, int tag, std::string value) {
+    f.emplace_back(tag, std::move(value));
+}
+
+/// An ExecutionReport (35=8) of `l`; `exec_type`, `status`; the record's own extras.
+FixMessage report(std::uint64_t sequence,
+                  int leg_no,
+                  const Leg& l,
+                  char exec_type,
+                  char status,
+                  const Record& r) {
+    FixMessage m;
+    m.msg_type = '8';
+    m.account = l.account;
+    Fields& f = m.fields;
+    add(f, 37, fmt::format("{}", l.order_id));
+    add(f, 11, fmt::format("{}", l.request_id));
+    if (r.type == RecordType::cancelled || r.type == RecordType::replaced) {
+        add(f, 41, fmt::format("{}", r.orig_request_id));
+    }
+    add(f, 17, fmt::format("{}-{}", sequence, leg_no));
+    add(f, 150, std::string(1, exec_type));
+    add(f, 39, std::string(1, status));
+    add(f, 1, fmt::format("{}", l.account));
+    add(f, 55, fmt::format("S{}", r.instrument));
+    add(f, 54, l.side == Side::buy ? "1" : "2");
+    add(f, 38, fmt::format("{}", l.order_qty));
+    add(f, 40, fmt::format("{}", static_cast<int>(l.ord_type)));
+    if (l.price > 0) {
+        add(f, 44, fix_price(l.price));
+    }
+    add(f, 59, fmt::format("{}", static_cast<int>(l.tif)));
+    if (exec_type == 'F') {
+        add(f, 32, fmt::format("{}", r.last_qty));
+        add(f, 31, fix_price(r.price));
+    }
+    add(f, 151, fmt::format("{}", l.leaves));
+    add(f, 14, fmt::format("{}", l.cum));
+    add(f, 6, fix_avg_px(l.notional, l.cum));
+    if (exec_type == '8') {
+        add(f, 103, fmt::format("{}", ord_rej_reason(r.reason)));
+        add(f, 58, reject_text(r));
+    }
+    add(f, 60, fix_time(r.time_ns));
+    return m;
+}
+
+/// An OrderCancelReject (35=9). FIX 4.4 defines no Symbol or Side on it; OrderID "NONE" when
+/// the order is unknown (FIX 4.4 Vol. 4, OrderCancelReject).
+FixMessage cancel_reject(const Record& r) {
+    FixMessage m;
+    m.msg_type = '9';
+    m.account = r.account;
+    Fields& f = m.fields;
+    const bool unknown = r.reason == Reject::unknown_order;
+    add(f, 37, unknown ? std::string("NONE") : fmt::format("{}", r.order_id));
+    add(f, 11, fmt::format("{}", r.request_id));
+    add(f, 41, fmt::format("{}", r.orig_request_id));
+    add(f, 39, std::string(1, unknown ? '8' : live_status(r.cum)));
+    add(f, 1, fmt::format("{}", r.account));
+    add(f, 60, fix_time(r.time_ns));
+    add(f, 434, r.type == RecordType::cancel_rejected ? "1" : "2");
+    add(f, 102, fmt::format("{}", cxl_rej_reason(r.reason)));
+    add(f, 58, reject_text(r));
+    return m;
+}
+
+Leg order_leg(const Record& r) {
+    Leg l;
+    l.order_id = r.order_id;
+    l.request_id = r.request_id;
+    l.account = r.account;
+    l.side = r.side;
+    l.order_qty = r.order_qty;
+    l.ord_type = r.ord_type;
+    l.price = r.ord_type == OrdType::limit ? r.price : 0;
+    l.tif = r.tif;
+    l.leaves = r.leaves;
+    l.cum = r.cum;
+    l.notional = r.notional;
+    return l;
+}
+
 }  // namespace
+
+int ord_rej_reason(Reject why) noexcept {
+    switch (why) {
+        case Reject::unknown_instrument: return 1;  // Unknown symbol
+        case Reject::bad_quantity: return 13;       // Incorrect quantity
+        case Reject::unknown_order: return 6;       // Duplicate order (a reused order id)
+        case Reject::none:
+        case Reject::bad_price:
+        case Reject::not_owner: break;
+    }
+    return 99;  // Other (4.4 has no invalid-price code), with Text(58)
+}
+
+int cxl_rej_reason(Reject why) noexcept {
+    switch (why) {
+        case Reject::unknown_order: return 1;  // Unknown order
+        case Reject::not_owner: return 2;      // Broker / Exchange Option
+        case Reject::none:
+        case Reject::unknown_instrument:
+        case Reject::bad_quantity:
+        case Reject::bad_price: break;
+    }
+    return 99;  // Other, with Text(58)
+}
 
 std::string fix_time(std::uint64_t time_ns) {
     const std::uint64_t s = time_ns / 1'000'000'000;
@@ -68,251 +178,68 @@ std::string fix_time(std::uint64_t time_ns) {
                        sod / 60 % 60, sod % 60, ms);
 }
 
-/// One ExecutionReport's values.
-struct FixRenderer::Leg {
-    std::uint64_t sequence = 0;
-    int leg = 1;
-    char exec_type = '0';
-    char ord_status = '0';
-    const Record* r = nullptr;
-    std::uint64_t order_id = 0;
-    std::uint64_t request_id = 0;
-    std::uint64_t orig_request_id = 0;
-    std::uint32_t account = 0;
-    Side side = Side::buy;
-    std::uint32_t order_qty = 0;
-    OrdType ord_type = OrdType::limit;
-    std::int64_t price = 0;  // 0: no Price(44)
-    Tif tif = Tif::day;
-    std::uint32_t last_qty = 0;  // trade legs
-    std::uint32_t leaves = 0;
-    std::uint32_t cum = 0;
-    std::int64_t notional = 0;
-};
-
-void FixRenderer::message(const Leg& l, std::string& out) {
-    const char d = delim_;
-    body_.clear();
-    const auto f = [&](int tag, const auto& value) {
-        fmt::format_to(std::back_inserter(body_), "{}={}{}", tag, value, d);
-    };
-    const std::string time = fix_time(l.r->time_ns);
-    f(35, '8');
-    f(49, "PRIZMA");
-    f(56, fmt::format("A{}", l.account));
-    f(34, msg_seq_++);
-    f(52, time);
-    f(37, l.order_id);
-    f(11, l.request_id);
-    if (l.orig_request_id != 0) {
-        f(41, l.orig_request_id);
-    }
-    f(17, fmt::format("{}-{}", l.sequence, l.leg));
-    f(150, l.exec_type);
-    f(39, l.ord_status);
-    f(1, l.account);
-    f(55, fmt::format("S{}", l.r->instrument));
-    f(54, side_char(l.side));
-    f(38, l.order_qty);
-    f(40, static_cast<int>(l.ord_type));
-    if (l.price > 0) {
-        f(44, price_text(l.price));
-    }
-    f(59, static_cast<int>(l.tif));
-    if (l.exec_type == 'F') {
-        f(32, l.last_qty);
-        f(31, price_text(l.r->price));
-    }
-    f(151, l.leaves);
-    f(14, l.cum);
-    f(6, avg_text(l.notional, l.cum));
-    if (l.exec_type == '8') {
-        f(103, static_cast<int>(l.r->reason));
-        f(58, to_string(l.r->reason));
-    }
-    f(60, time);
-    const std::size_t start = out.size();
-    fmt::format_to(std::back_inserter(out), "8=FIX.4.4{}9={}{}", d, body_.size(), d);
-    out += body_;
-    unsigned sum = 0;
-    for (std::size_t i = start; i < out.size(); ++i) {
-        sum += static_cast<unsigned char>(out[i]);
-    }
-    fmt::format_to(std::back_inserter(out), "10={:03}{}", sum % 256, d);
+std::string fix_price(std::int64_t ticks) {
+    const std::uint64_t a = magnitude(ticks);
+    return fmt::format("{}{}.{:02}", ticks < 0 ? "-" : "", a / 100, a % 100);
 }
 
-std::size_t FixRenderer::render(std::uint64_t sequence, const Record& r, std::string& out) {
-    Leg l;
-    l.sequence = sequence;
-    l.r = &r;
-    l.order_id = r.order_id;
-    l.request_id = r.request_id;
-    l.orig_request_id = r.orig_request_id;
-    l.account = r.account;
-    l.side = r.side;
-    l.order_qty = r.order_qty;
-    l.ord_type = r.ord_type;
-    l.price = r.ord_type == OrdType::limit ? r.price : 0;
-    l.tif = r.tif;
-    l.leaves = r.leaves;
-    l.cum = r.cum;
-    l.notional = r.notional;
+std::string fix_avg_px(std::int64_t notional, std::uint32_t cum) {
+    if (cum == 0) {
+        return "0";
+    }
+    // |notional| / cum ticks = q + rem / cum; in 1/10,000 units: q x 100 + rem x 100 / cum,
+    // computed without the product (notional may be near the int64 limit).
+    const std::uint64_t n = magnitude(notional);
+    std::uint64_t ticks = n / cum;
+    const std::uint64_t rem = n % cum * 100;  // n % cum < 2^32: no overflow
+    std::uint64_t frac = rem / cum;           // 0..99
+    if (2 * (rem % cum) >= cum) {             // half away from zero
+        ++frac;
+    }
+    if (frac == 100) {
+        frac = 0;
+        ++ticks;
+    }
+    return fmt::format("{}{}.{:04}", notional < 0 ? "-" : "", ticks / 100,
+                       ticks % 100 * 100 + frac);
+}
+
+std::size_t fix_messages(std::uint64_t sequence, const Record& r, std::vector<FixMessage>& out) {
+    Leg l = order_leg(r);
     switch (r.type) {
-        case RecordType::accepted:
-            l.exec_type = '0';
-            l.ord_status = '0';
-            break;
+        case RecordType::session_end: return 0;
+        case RecordType::accepted: out.push_back(report(sequence, 1, l, '0', '0', r)); return 1;
         case RecordType::rejected:
-            l.exec_type = '8';
-            l.ord_status = '8';
             l.leaves = 0;
             l.cum = 0;
-            break;
-        case RecordType::cancelled:
-            l.exec_type = '4';
-            l.ord_status = '4';
-            break;
+            l.notional = 0;
+            out.push_back(report(sequence, 1, l, '8', '8', r));
+            return 1;
+        case RecordType::cancelled: out.push_back(report(sequence, 1, l, '4', '4', r)); return 1;
         case RecordType::replaced:
-            l.exec_type = '5';
-            l.ord_status = '5';
-            break;
-        case RecordType::expired:
-            l.exec_type = 'C';
-            l.ord_status = 'C';
-            break;
-        case RecordType::session_end: return 0;
-        case RecordType::trade: {
-            l.exec_type = 'F';
-            l.ord_status = r.leaves == 0 ? '2' : '1';
-            l.price = 0;
-            l.last_qty = r.last_qty;
-            message(l, out);
-            Leg m = l;
-            m.leg = 2;
-            m.order_id = r.maker_order_id;
-            m.request_id = r.maker_request_id;
-            m.account = r.maker_account;
-            m.side = r.side == Side::buy ? Side::sell : Side::buy;
-            m.order_qty = r.maker_leaves + r.maker_cum;
-            m.ord_type = OrdType::limit;
-            m.tif = Tif::day;
-            m.leaves = r.maker_leaves;
-            m.cum = r.maker_cum;
-            m.notional = r.maker_notional;
-            m.ord_status = r.maker_leaves == 0 ? '2' : '1';
-            message(m, out);
-            return 2;
-        }
+            // FIX 4.4: ExecType Replaced; OrdStatus the order's state after it (5 is retired).
+            out.push_back(report(sequence, 1, l, '5', live_status(r.cum), r));
+            return 1;
+        case RecordType::expired: out.push_back(report(sequence, 1, l, 'C', 'C', r)); return 1;
+        case RecordType::cancel_rejected:
+        case RecordType::replace_rejected: out.push_back(cancel_reject(r)); return 1;
+        case RecordType::trade: break;
     }
-    message(l, out);
-    return 1;
-}
-
-namespace {
-
-/// The value of `tag` in the message [b, e), or empty.
-std::string_view field(std::string_view msg, std::string_view tag, char d) {
-    const std::string key = fmt::format("{}{}=", d, tag);
-    const auto at = msg.find(key);
-    if (at == std::string_view::npos) {
-        return {};
-    }
-    const auto v = at + key.size();
-    const auto end = msg.find(d, v);
-    return msg.substr(v, end == std::string_view::npos ? std::string_view::npos : end - v);
-}
-
-template <typename T>
-bool number(std::string_view s, T& v) {
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    return ec == std::errc{} && end == s.data() + s.size() && !s.empty();
-}
-
-/// The length of the whole valid message at the start of `s`, or 0 with `why` set. Every
-/// length read from the file is checked against what is left of it before it is used.
-std::size_t valid_message(std::string_view s, char d, std::string& why) {
-    const std::string head = fmt::format("8=FIX.4.4{}9=", d);
-    if (s.substr(0, head.size()) != head) {
-        why = head.substr(0, s.size()) == s ? "a message cut short in its header"
-                                            : "no message header (8=FIX.4.4, 9=)";
-        return 0;
-    }
-    const auto len_end = s.find(d, head.size());
-    if (len_end == std::string_view::npos) {
-        why = "a message cut short in its BodyLength(9)";
-        return 0;
-    }
-    const std::string_view len_text = s.substr(head.size(), len_end - head.size());
-    std::uint64_t body = 0;
-    if (!number(len_text, body)) {
-        why = fmt::format("BodyLength(9) '{}' is not a number", len_text.substr(0, 24));
-        return 0;
-    }
-    constexpr std::size_t kTrailer = 7;  // "10=NNN" and the delimiter
-    const std::size_t body_at = len_end + 1;
-    if (body > s.size() - body_at || s.size() - body_at - body < kTrailer) {
-        why = fmt::format("BodyLength(9) {} runs past the end of the file ({} bytes left)", body,
-                          s.size() - body_at);
-        return 0;
-    }
-    const std::size_t sum_at = body_at + body;
-    if (s.substr(sum_at, 3) != "10=" || s[sum_at + kTrailer - 1] != d) {
-        why = fmt::format("no CheckSum(10) where BodyLength(9) {} ends", body);
-        return 0;
-    }
-    unsigned sum = 0;
-    for (std::size_t i = 0; i < sum_at; ++i) {
-        sum += static_cast<unsigned char>(s[i]);
-    }
-    unsigned want = 0;
-    if (!number(s.substr(sum_at + 3, 3), want) || want != sum % 256) {
-        why = fmt::format("CheckSum(10) '{}' is not {:03}", s.substr(sum_at + 3, 3), sum % 256);
-        return 0;
-    }
-    return sum_at + kTrailer;
-}
-
-}  // namespace
-
-FixRecovery recover_fix(std::string_view content, char d) {
-    FixRecovery r;
-    std::size_t at = 0;
-    std::uint64_t messages = 0;
-    while (at < content.size()) {
-        const std::size_t n = valid_message(content.substr(at), d, r.problem);
-        if (n == 0) {
-            r.problem_at = at;
-            return r;
-        }
-        const std::string_view msg = content.substr(at, n);
-        const std::string_view exec_id = field(msg, "17", d);
-        const auto dash = exec_id.find('-');
-        std::uint64_t seq = 0;
-        int leg = 0;
-        std::uint64_t msg_seq = 0;
-        if (dash == std::string_view::npos || !number(exec_id.substr(0, dash), seq)
-            || !number(exec_id.substr(dash + 1), leg) || !number(field(msg, "34", d), msg_seq)
-            || seq == std::numeric_limits<std::uint64_t>::max()
-            || msg_seq == std::numeric_limits<std::uint64_t>::max()) {
-            r.problem = "a message without a valid ExecID(17) or MsgSeqNum(34)";
-            r.problem_at = at;
-            return r;
-        }
-        at += n;
-        ++messages;
-        const int legs = field(msg, "150", d) == "F" ? 2 : 1;
-        if (leg == legs) {  // the record's last message: complete
-            r.keep_bytes = at;
-            r.next_sequence = seq + 1;
-            r.next_msg_seq = msg_seq + 1;
-            r.messages = messages;
-        }
-    }
-    if (r.keep_bytes != content.size()) {
-        r.problem = "the last record's messages are incomplete";
-        r.problem_at = r.keep_bytes;
-    }
-    return r;
+    l.price = 0;
+    out.push_back(report(sequence, 1, l, 'F', fill_status(r.leaves), r));
+    Leg m;
+    m.order_id = r.maker_order_id;
+    m.request_id = r.maker_request_id;
+    m.account = r.maker_account;
+    m.side = r.side == Side::buy ? Side::sell : Side::buy;
+    m.order_qty = r.maker_leaves + r.maker_cum;
+    m.ord_type = OrdType::limit;
+    m.tif = Tif::day;
+    m.leaves = r.maker_leaves;
+    m.cum = r.maker_cum;
+    m.notional = r.maker_notional;
+    out.push_back(report(sequence, 2, m, 'F', fill_status(r.maker_leaves), r));
+    return 2;
 }
 
 }  // namespace execlog

@@ -25,7 +25,15 @@ enum class RecordType : std::uint8_t {
     replaced = 5,     ///< new price and quantity; the order loses its time priority
     expired = 6,      ///< the unfilled rest of an IOC or market order: `last_qty`
     session_end = 7,  ///< the input is over: `order_id` = inputs processed
+    /// A cancel or replace request refused (`reason`): `order_id` the order it named,
+    /// `orig_request_id` its current request (OrigClOrdID); when the order is resting (not the
+    /// owner, bad quantity or price) the order's own fields (instrument, side, quantities);
+    /// when it is not (unknown order), those are zero.
+    cancel_rejected = 8,
+    replace_rejected = 9,
 };
+/// The highest record type (types 1..kMaxRecordType are known).
+inline constexpr std::uint8_t kMaxRecordType = 9;
 enum class Side : std::uint8_t { buy = 1, sell = 2 };
 enum class OrdType : std::uint8_t { market = 1, limit = 2 };  // FIX tag 40 values
 enum class Tif : std::uint8_t { day = 0, ioc = 3 };           // FIX tag 59 values
@@ -120,7 +128,7 @@ inline DecodeStatus decode(std::span<const std::byte> in, Record& r) noexcept {
         return DecodeStatus::bad_size;
     }
     const auto t = get<std::uint8_t>(in, 0);
-    if (t < 1 || t > 7) {
+    if (t < 1 || t > kMaxRecordType) {
         return DecodeStatus::unknown_type;
     }
     r.type = static_cast<RecordType>(t);
@@ -158,6 +166,8 @@ inline std::string_view to_string(RecordType t) noexcept {
         case RecordType::replaced: return "replaced";
         case RecordType::expired: return "expired";
         case RecordType::session_end: return "session_end";
+        case RecordType::cancel_rejected: return "cancel_rejected";
+        case RecordType::replace_rejected: return "replace_rejected";
     }
     return "unknown";
 }

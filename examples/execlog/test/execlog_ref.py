@@ -5,10 +5,13 @@ Nothing here shares code with the C++ programs: the risk reference model and the
 are written again from the documented record layout, so a mistake in either side shows up.
   read_journal(dump_bin, journal)  -> entries from `execlog-dump`
   reference_risk_state(entries)    -> the text execlog-risk's --state file must hold
-  check_fix(path, entries, delim)  -> every message verified (BodyLength, CheckSum) and equal,
-                                      field by field and in order, to the records' expected ones
+  check_fix_stores(dir, entries, accounts) -> every session's store (QuickFIX FileStore) holds
+                                      its records' messages once, in order, field by field
+                                      (BodyLength, CheckSum, MsgSeqNum, CompIDs verified)
 """
 import datetime
+import os
+import re
 import subprocess
 
 FIELDS = ("type side ord_type tif instrument reason time order_id request_id orig_request_id "
@@ -63,7 +66,7 @@ def reference_risk_state(entries, divergences=0):
     """execlog-risk's state after all of `entries`, computed from the trades alone."""
     pos = {}
     last = {}
-    types = [0] * 9
+    types = [0] * 11
     lost = 0
     nxt = 0
     for e in entries:
@@ -76,7 +79,7 @@ def reference_risk_state(entries, divergences=0):
             continue
         nxt = e.seq + 1
         if e.kind == 'U':
-            types[0 if e.size != 112 else 8] += 1
+            types[0 if e.size != 112 else 10] += 1
             continue
         r = e.rec
         types[r['type']] += 1
@@ -91,7 +94,7 @@ def reference_risk_state(entries, divergences=0):
             p[1] -= sign * q * px
             p[2 if sign > 0 else 3] += q
         last[instr] = px
-    lines = ["execlog-risk-state 1", "next %d" % nxt, "lost %d" % lost,
+    lines = ["execlog-risk-state 2", "next %d" % nxt, "lost %d" % lost,
              "divergences %d" % divergences, "types " + " ".join(str(t) for t in types)]
     lines += ["last %d %d" % (i, last[i]) for i in sorted(last)]
     lines += ["pos %d %d %d %d %d %d" % (a, i, *pos[(a, i)]) for (a, i) in sorted(pos)]
@@ -103,10 +106,12 @@ def _price(t):
 
 
 def _avg(notional, cum):
+    """notional / cum ticks in units to 4 decimals, rounded half away from zero (exact:
+    Python's integers)."""
     if cum == 0:
         return "0"
-    a = notional * 100 // cum
-    return "%d.%04d" % (a // 10000, a % 10000)
+    a = (2 * abs(notional) * 100 + cum) // (2 * cum)
+    return "%s%d.%04d" % ("-" if notional < 0 else "", a // 10000, a % 10000)
 
 
 _SECONDS = {}
@@ -123,40 +128,59 @@ def _time(ns):
 
 REASONS = {0: "none", 1: "unknown instrument", 2: "bad quantity", 3: "bad price",
            4: "unknown order", 5: "not the order's account"}
-EXEC = {1: ('0', '0'), 2: ('8', '8'), 4: ('4', '4'), 5: ('5', '5'), 6: ('C', 'C')}
+# FIX 4.4 OrdRejReason(103) and CxlRejReason(102) of the record's reason (docs/EXECLOG.md).
+ORD_REJ = {1: 1, 2: 13, 3: 99, 4: 6, 5: 99, 0: 99}
+CXL_REJ = {4: 1, 5: 2, 2: 99, 3: 99, 1: 99, 0: 99}
+# ExecType, OrdStatus by record type; None: OrdStatus from the order's state.
+EXEC = {1: ('0', '0'), 2: ('8', '8'), 4: ('4', '4'), 5: ('5', None), 6: ('C', 'C')}
+CANCEL_REJECTED, REPLACE_REJECTED = 8, 9
+
+
+def _text(r):
+    if r['type'] == 2 and r['reason'] == 4:
+        return "duplicate order id"
+    return REASONS[r['reason']]
 
 
 def expected_messages(seq, r):
-    """The ExecutionReports of record `seq` as lists of (tag, value), without 8/9/10/34."""
-    if r['type'] == SESSION_END:
+    """Record `seq`'s application messages: [(account, MsgType, [(tag, value), ...])], the
+    body only (no 8, 9, 10, 34, 35, 49, 52, 56)."""
+    t = r['type']
+    if t == SESSION_END:
         return []
-    legs = []
-    if r['type'] == TRADE:
-        taker = dict(order=r['order_id'], req=r['request_id'], orig=r['orig_request_id'],
-                     acct=r['account'], side=r['side'], qty=r['order_qty'], ordtype=r['ord_type'],
-                     price=0, tif=r['tif'], leaves=r['leaves'], cum=r['cum'],
-                     notional=r['notional'], exec='F', status='2' if r['leaves'] == 0 else '1')
-        maker = dict(order=r['maker_order_id'], req=r['maker_request_id'], orig=r['orig_request_id'],
-                     acct=r['maker_account'], side=3 - r['side'],
-                     qty=r['maker_leaves'] + r['maker_cum'], ordtype=2, price=0, tif=0,
-                     leaves=r['maker_leaves'], cum=r['maker_cum'], notional=r['maker_notional'],
-                     exec='F', status='2' if r['maker_leaves'] == 0 else '1')
+    if t in (CANCEL_REJECTED, REPLACE_REJECTED):
+        unknown = r['reason'] == 4
+        f = [('37', 'NONE' if unknown else str(r['order_id'])), ('11', str(r['request_id'])),
+             ('41', str(r['orig_request_id'])),
+             ('39', '8' if unknown else ('1' if r['cum'] else '0')), ('1', str(r['account'])),
+             ('60', _time(r['time'])), ('434', '1' if t == CANCEL_REJECTED else '2'),
+             ('102', str(CXL_REJ[r['reason']])), ('58', _text(r))]
+        return [(r['account'], '9', f)]
+    if t == TRADE:
+        taker = dict(order=r['order_id'], req=r['request_id'], acct=r['account'], side=r['side'],
+                     qty=r['order_qty'], ordtype=r['ord_type'], price=0, tif=r['tif'],
+                     leaves=r['leaves'], cum=r['cum'], notional=r['notional'], exec='F',
+                     status='2' if r['leaves'] == 0 else '1')
+        maker = dict(order=r['maker_order_id'], req=r['maker_request_id'], acct=r['maker_account'],
+                     side=3 - r['side'], qty=r['maker_leaves'] + r['maker_cum'], ordtype=2,
+                     price=0, tif=0, leaves=r['maker_leaves'], cum=r['maker_cum'],
+                     notional=r['maker_notional'], exec='F',
+                     status='2' if r['maker_leaves'] == 0 else '1')
         legs = [taker, maker]
     else:
-        ex, st = EXEC[r['type']]
-        rejected = r['type'] == 2
-        legs = [dict(order=r['order_id'], req=r['request_id'], orig=r['orig_request_id'],
-                     acct=r['account'], side=r['side'], qty=r['order_qty'], ordtype=r['ord_type'],
+        ex, st = EXEC[t]
+        rejected = t == 2
+        legs = [dict(order=r['order_id'], req=r['request_id'], acct=r['account'], side=r['side'],
+                     qty=r['order_qty'], ordtype=r['ord_type'],
                      price=r['price'] if r['ord_type'] == 2 else 0, tif=r['tif'],
                      leaves=0 if rejected else r['leaves'], cum=0 if rejected else r['cum'],
-                     notional=r['notional'], exec=ex, status=st)]
+                     notional=0 if rejected else r['notional'], exec=ex,
+                     status=st if st else ('1' if r['cum'] else '0'))]
     out = []
     for n, l in enumerate(legs, 1):
-        t = _time(r['time'])
-        f = [('35', '8'), ('49', 'PRIZMA'), ('56', 'A%d' % l['acct']), ('52', t),
-             ('37', str(l['order'])), ('11', str(l['req']))]
-        if l['orig']:
-            f.append(('41', str(l['orig'])))
+        f = [('37', str(l['order'])), ('11', str(l['req']))]
+        if t in (4, 5):
+            f.append(('41', str(r['orig_request_id'])))
         f += [('17', '%d-%d' % (seq, n)), ('150', l['exec']), ('39', l['status']),
               ('1', str(l['acct'])), ('55', 'S%d' % r['instrument']), ('54', str(l['side'])),
               ('38', str(l['qty'])), ('40', str(l['ordtype']))]
@@ -167,83 +191,156 @@ def expected_messages(seq, r):
             f += [('32', str(r['last_qty'])), ('31', _price(r['price']))]
         f += [('151', str(l['leaves'])), ('14', str(l['cum'])), ('6', _avg(l['notional'], l['cum']))]
         if l['exec'] == '8':
-            f += [('103', str(r['reason'])), ('58', REASONS[r['reason']])]
-        f.append(('60', t))
-        out.append(f)
+            f += [('103', str(ORD_REJ[r['reason']])), ('58', _text(r))]
+        f.append(('60', _time(r['time'])))
+        out.append((l['acct'], '8', f))
     return out
 
 
-def parse_fix(data, delim):
-    """Splits a renderer's output into messages; checks BodyLength(9) and CheckSum(10)."""
-    msgs = []
-    at = 0
-    d = delim.encode()
-    while at < len(data):
-        head = b"8=FIX.4.4" + d + b"9="
-        if data[at:at + len(head)] != head:
-            raise AssertionError("no message header at byte %d" % at)
-        le = data.index(d, at + len(head))
-        body_len = int(data[at + len(head):le])
-        body_start = le + 1
-        ck = body_start + body_len
-        if data[ck:ck + 3] != b"10=" or data[ck + 6:ck + 7] != d:
-            raise AssertionError("BodyLength wrong at byte %d" % at)
-        want = sum(data[at:ck]) % 256
-        if int(data[ck + 3:ck + 6]) != want:
-            raise AssertionError("CheckSum wrong at byte %d" % at)
-        fields = [tuple(x.split(b"=", 1)) for x in data[body_start:ck].split(d)[:-1]]
-        msgs.append([(k.decode(), v.decode()) for k, v in fields])
-        at = ck + 7
+SOH = b"\x01"
+HEADER_TAGS = {"8", "9", "35", "34", "49", "52", "56", "10"}
+
+
+def parse_message(raw):
+    """[(tag, value)] of one SOH-delimited message; raises AssertionError when its
+    BodyLength(9) or CheckSum(10) is wrong."""
+    head = b"8=FIX.4.4" + SOH + b"9="
+    if not raw.startswith(head):
+        raise AssertionError("no FIX.4.4 header")
+    le = raw.index(SOH, len(head))
+    body_start = le + 1
+    ck = body_start + int(raw[len(head):le])
+    if raw[ck:ck + 3] != b"10=" or raw[ck + 6:ck + 7] != SOH or len(raw) != ck + 7:
+        raise AssertionError("BodyLength wrong")
+    if int(raw[ck + 3:ck + 6]) != sum(raw[:ck]) % 256:
+        raise AssertionError("CheckSum wrong")
+    return [(k.decode(), v.decode()) for k, v in
+            (x.split(b"=", 1) for x in raw[:ck].split(SOH)[:-1])]
+
+
+def read_store(store_dir, sender, account):
+    """The messages a QuickFIX FileStore holds for session sender->A<account>: {MsgSeqNum:
+    bytes}, from its header file's (seq, offset, size) entries (the last entry of a sequence
+    number wins, as QuickFIX reads it)."""
+    base = os.path.join(store_dir, "FIX.4.4-%s-A%d" % (sender, account))
+    try:
+        with open(base + ".header") as f:
+            header = f.read().split()
+        with open(base + ".body", "rb") as f:
+            body = f.read()
+    except FileNotFoundError:
+        return {}
+    msgs = {}
+    for entry in header:
+        seq, off, size = (int(x) for x in entry.split(","))
+        msgs[seq] = body[off:off + size]
     return msgs
 
 
-def expected_fix(entries, delim='|'):
-    """The whole output a renderer must have written for `entries`: (bytes, messages)."""
-    out = []
-    n = 0
-    for e in entries:
-        if e.kind != 'R':
-            continue
-        for fields in expected_messages(e.seq, e.rec):
-            n += 1
-            fields.insert(3, ('34', str(n)))
-            body = "".join("%s=%s%s" % (k, v, delim) for k, v in fields).encode()
-            head = b"8=FIX.4.4%s9=%d%s" % (delim.encode(), len(body), delim.encode())
-            out.append(head + body)
-            out.append(b"10=%03d%s" % ((sum(head) + sum(body)) % 256, delim.encode()))
-    return b"".join(out), n
+TIME_RE = re.compile(r"^\d{8}-\d\d:\d\d:\d\d\.\d{3}$")
 
 
-def check_fix(path, entries, delim='|'):
-    """Returns (problems, messages): problems empty when the file is exactly the records'
-    reports, once each, in order (BodyLength and CheckSum as computed here)."""
-    with open(path, 'rb') as f:
-        data = f.read()
-    want, n = expected_fix(entries, delim)
-    if data == want:
-        return [], n
-    return check_fix_detail(data, entries, delim), n
-
-
-def check_fix_detail(data, entries, delim):
-    """Why the output differs: message by message."""
-    msgs = parse_fix(data, delim)
-    want = []
+def expected_by_account(entries):
+    want = {}
     for e in entries:
         if e.kind == 'R':
-            want += expected_messages(e.seq, e.rec)
+            for acct, mtype, fields in expected_messages(e.seq, e.rec):
+                want.setdefault(acct, []).append((mtype, fields))
+    return want
+
+
+def check_session(acct, got, want, sender='PRIZMA'):
+    """got: [(MsgSeqNum, [(tag, value)])] of one session's application messages in sequence
+    order; want: [(MsgType, body fields)]. Problems, empty when each is there once, in order,
+    field for field."""
     problems = []
-    if len(msgs) != len(want):
-        problems.append("%d messages, expected %d" % (len(msgs), len(want)))
-    for i, (m, w) in enumerate(zip(msgs, want)):
-        seqnum = [v for k, v in m if k == '34']
-        body = [(k, v) for k, v in m if k != '34']
-        if seqnum != [str(i + 1)]:
-            problems.append("message %d: MsgSeqNum %s" % (i + 1, seqnum))
-        if body != w:
-            diff = [(a, b) for a, b in zip(body, w) if a != b][:3]
-            problems.append("message %d differs from its record: %s (lengths %d/%d)"
-                            % (i + 1, diff, len(body), len(w)))
+    if len(got) != len(want):
+        problems.append("A%d: %d messages, expected %d" % (acct, len(got), len(want)))
+    last = 0
+    for i, ((seq, fields), (mtype, body)) in enumerate(zip(got, want)):
+        d = dict(fields)
+        if len(d) != len(fields):
+            problems.append("A%d message %d: a tag twice" % (acct, seq))
+        if seq <= last:
+            problems.append("A%d: MsgSeqNum %d after %d" % (acct, seq, last))
+        last = seq
+        if (d.get("35"), d.get("49"), d.get("56"), d.get("34")) != (mtype, sender, "A%d" % acct, str(seq)):
+            problems.append("A%d message %d: header %s" % (acct, seq, [(k, v) for k, v in fields
+                                                                        if k in HEADER_TAGS]))
+        if not TIME_RE.match(d.get("52", "")):
+            problems.append("A%d message %d: SendingTime %r" % (acct, seq, d.get("52")))
+        gb = {k: v for k, v in fields if k not in HEADER_TAGS and k not in ("43", "122")}
+        if gb != dict(body):
+            diff = sorted(set(gb.items()) ^ set(body))[:4]
+            problems.append("A%d message %d (#%d) differs from its record: %s" % (acct, seq, i + 1, diff))
         if len(problems) > 5:
             break
     return problems
+
+
+def check_fix_stores(store_dir, entries, accounts, sender='PRIZMA'):
+    """Every account's session store holds exactly its records' messages, once, in order.
+    Returns (problems, messages)."""
+    want = expected_by_account(entries)
+    problems = []
+    total = 0
+    for acct in accounts:
+        stored = read_store(store_dir, sender, acct)
+        got = []
+        for seq in sorted(stored):
+            try:
+                fields = parse_message(stored[seq])
+            except AssertionError as e:
+                problems.append("A%d message %d: %s" % (acct, seq, e))
+                continue
+            if dict(fields).get("35") in ("8", "9"):
+                got.append((seq, fields))
+        total += len(got)
+        problems += check_session(acct, got, want.get(acct, []), sender)
+        if len(problems) > 5:
+            break
+    missing = sorted(set(want) - set(accounts))
+    if missing:
+        problems.append("accounts without a session: %s" % missing[:5])
+    return problems, total
+
+
+def read_client_log(path):
+    """execlog-fix-client's --out: {account: [(MsgSeqNum, PossDup, [(tag, value)])]}."""
+    got = {}
+    with open(path, "rb") as f:
+        for line in f:
+            acct, seq, dup, raw = line.rstrip(b"\n").split(b" ", 3)
+            fields = parse_message(raw.replace(b"|", SOH))
+            got.setdefault(int(acct[1:]), []).append((int(seq), dup == b"Y", fields))
+    return got
+
+
+def check_client_logs(paths_accounts, entries):
+    """Each client's sessions received their records' messages once each, in order (resent
+    ones included, PossDupFlag or not). Returns (problems, messages, resent)."""
+    want = expected_by_account(entries)
+    problems = []
+    total = resent = 0
+    for path, accounts in paths_accounts:
+        got = read_client_log(path) if os.path.exists(path) else {}
+        for acct in accounts:
+            msgs = got.get(acct, [])
+            total += len(msgs)
+            resent += sum(1 for m in msgs if m[1])
+            problems += check_session(acct, [(q, f) for q, _, f in msgs], want.get(acct, []))
+    return problems, total, resent
+
+
+def client_counts(path):
+    """{account: messages} so far in a client's --out (a line being written is not counted)."""
+    counts = {}
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.endswith(b"\n"):
+                    a = int(line.split(b" ", 1)[0][1:])
+                    counts[a] = counts.get(a, 0) + 1
+    except FileNotFoundError:
+        pass
+    return counts

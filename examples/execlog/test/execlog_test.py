@@ -29,7 +29,7 @@ import execlog_ref as ref  # noqa: E402
 
 CASES = ["consistency", "kill_core", "kill_consumers", "sigstop", "loss", "kill_archiver",
          "order_file", "bad_orders", "unknown_type", "divergence", "stale_epoch", "loss_netns",
-         "silent_tail", "order_limits", "fix_bad_tail"]
+         "silent_tail", "order_limits", "fix_sessions"]
 RATE = 10000        # orders per second of input time (~16,000 records/s)
 COUNT = 20000       # orders per trial (2 s of stream, ~32,000 records)
 FAULT_COUNT = 30000  # fault trials: 3 s of stream, faults within its first 2 s
@@ -83,10 +83,15 @@ class Proc:
         with open(self.log, errors="replace") as f:
             return f.read()
 
-    def wait_for(self, pattern, timeout=10):
+    def this_run(self):
+        """The log since the last start."""
+        text = self.text()
+        return text[text.rfind("---- start %d\n" % self.starts):]
+
+    def wait_for(self, pattern, timeout=10, this_run=False):
         end = time.time() + timeout
         while time.time() < end:
-            if re.search(pattern, self.text()):
+            if re.search(pattern, self.this_run() if this_run else self.text()):
                 return True
             if self.p.poll() is not None:
                 break
@@ -106,6 +111,7 @@ class Session:
         self.fix_keys, self.fix_args = fix_keys, tuple(fix_args)  # the FIX renderer's own
         self.ns = ns  # {role: (network namespace, its address)}, or None: all on this loopback
         self.replay_port = free_port() if ns is None else 7700
+        self.fix_port = free_port() if ns is None else 7701
         self.procs = {}
         self.cores = []
 
@@ -144,13 +150,16 @@ class Session:
             time.sleep(0.02)
         self.add("risk", "execlog-risk", self.sub_uri(22, "risk"), "--state", d + "/risk.state",
                  "--replay", replay, "--exit-at-end", "--print-ms", "0", *sec).start()
-        self.add("fix", "execlog-fix", self.sub_uri(23, "fix") + self.fix_keys, "--output",
-                 d + "/fix.out", "--delimiter", "pipe", "--replay", replay, "--exit-at-end",
-                 *sec, *self.fix_args).start()
+        self.add("fix", "execlog-fix", self.sub_uri(23, "fix") + self.fix_keys, "--listen",
+                 str(self.fix_port), "--store", d + "/fix", "--replay", replay,
+                 *(() if "--no-exit-at-end" in self.fix_args else ("--exit-at-end",)),
+                 *sec, *(a for a in self.fix_args if a != "--no-exit-at-end")).start()
         self.add("monitor", "execlog-monitor", self.uri_for("monitor") + self.ck, "--exit-at-end",
                  "--interval-ms", "500").start()
         for n in ("risk", "fix", "monitor"):
             self.procs[n].wait_for("from sequence|records/s|^", 10)
+        # execlog-fix makes its thousand sessions' stores first (~1.5 s under ASan, fresh).
+        self.procs["fix"].wait_for("listening on port", 20)
 
     def core_uri(self, name, role="core_a"):
         """core-a publishes from 127.0.0.1, core-b from .2, any other core from .3 (lo's); in
@@ -220,7 +229,7 @@ class Session:
                 p.p.wait()
 
     def verify(self, late=(), expect_divergence=False, expect_unknown=0, expect_logs=None,
-               epoch=1, records=None):
+               epoch=1, records=None, fix_clients=False):
         """Everything agrees: returns the summary line, raises Fail otherwise."""
         entries = ref.read_journal(os.path.join(self.bin, "execlog-dump"), self.dir + "/journal")
         for name, pattern in (expect_logs or {}).items():
@@ -256,17 +265,25 @@ class Session:
                 nxt = int(re.search(r"^next (\d+)", f.read(), re.M).group(1))
             if nxt != end:
                 raise Fail("risk: next %d, archive end %d" % (nxt, end))
-        # State and FIX output are nobody else's business: written 0600 (umask or not).
-        for name in ("risk.state", "fix.out"):
-            mode = os.stat(os.path.join(self.dir, name)).st_mode & 0o777
+        # State and FIX sessions are nobody else's business: written 0600 (umask or not).
+        fixdir = os.path.join(self.dir, "fix")
+        for path in [os.path.join(self.dir, "risk.state")] + [
+                os.path.join(fixdir, n) for n in os.listdir(fixdir)]:
+            mode = os.stat(path).st_mode & 0o777
             if mode != 0o600:
-                raise Fail("%s: mode %o, expected 600" % (name, mode))
-        try:
-            fix_problems, msgs = ref.check_fix(self.dir + "/fix.out", entries, '|')
-        except AssertionError as e:
-            fix_problems, msgs = [str(e)], 0
+                raise Fail("%s: mode %o, expected 600" % (path, mode))
+        fix_problems, msgs = ref.check_fix_stores(fixdir, entries, range(1, 1001))
         if fix_problems and not expect_divergence:
             raise Fail("fix: %s" % fix_problems)
+        clients = ""
+        if fix_clients:
+            cp, cn, resent = ref.check_client_logs(
+                [(c.log.replace(".log", ".txt"), accts) for c, accts in self.fix_clients], entries)
+            if cp:
+                raise Fail("fix clients: %s" % cp[:5])
+            if resent == 0:
+                raise Fail("fix clients: no message came by resend: the gap was not tested")
+            clients = ", clients got %d messages exact (%d by resend)" % (cn, resent)
         mon = self.procs["monitor"].text()
         m = re.findall(r"final: records (\d+), next (\d+), gaps (\d+)", mon)
         # A restarted monitor joins mid-stream with no state and no archiver: its own gaps
@@ -277,9 +294,26 @@ class Session:
             if "LOSS" in self.procs[n].text():
                 raise Fail("%s reported a loss" % n)
         return ("archive [0, %d) contiguous, risk = reference model (%d trades), fix %d messages "
-                "exact, monitor saw %s records" % (end, sum(1 for e in entries if e.kind == 'R'
-                                                           and e.rec['type'] == ref.TRADE),
-                                                  msgs, m[-1][0]))
+                "exact in their sessions%s, monitor saw %s records"
+                % (end, sum(1 for e in entries if e.kind == 'R' and e.rec['type'] == ref.TRADE),
+                   msgs, clients, m[-1][0]))
+
+
+def wait_archive(s, timeout=60):
+    """The archive's entries once it holds the session end (the risk engine has applied it)."""
+    if s.procs["risk"].wait(timeout) is None:
+        raise Fail("risk did not reach the session end")
+    want = int(re.findall(r"final: next (\d+)", s.procs["risk"].text())[-1])
+    dump = os.path.join(s.bin, "execlog-dump")
+    end = time.time() + timeout
+    while True:
+        out = subprocess.run([dump, s.dir + "/journal", "--quiet"], capture_output=True, text=True)
+        m = re.search(r"records \[\d+, (\d+)\)", out.stderr)
+        if m and int(m.group(1)) >= want:
+            return ref.read_journal(dump, s.dir + "/journal")
+        if time.time() > end:
+            raise Fail("the archive did not reach %d" % want)
+        time.sleep(0.2)
 
 
 def run_trial(args, case_idx, trial, rnd, plan_fn, **kw):
@@ -445,8 +479,8 @@ ORDER_FILE = """# A hand-checked session (docs/EXECLOG.md, "Order file"): TIME_N
 # (type, order_id, last_qty, price, leaves) of each record the file must make.
 ORDER_FILE_RECORDS = [(1, 1, 0, 1000, 100), (1, 2, 0, 990, 60), (3, 2, 60, 1000, 0),
                       (1, 3, 0, 0, 50), (3, 3, 40, 1000, 10), (6, 3, 10, 0, 0),
-                      (1, 4, 0, 1010, 10), (5, 4, 0, 1005, 20), (2, 4, 0, 0, 0),
-                      (4, 4, 20, 1005, 0), (2, 4, 0, 0, 0), (2, 9, 0, 1000, 0), (7, 9, 0, 0, 0)]
+                      (1, 4, 0, 1010, 10), (5, 4, 0, 1005, 20), (8, 4, 0, 1005, 20),
+                      (4, 4, 20, 1005, 0), (8, 4, 0, 0, 0), (2, 9, 0, 1000, 0), (7, 9, 0, 0, 0)]
 
 
 def one_session(args, idx, rnd, plan, count=None, verify_kw=None, **kw):
@@ -506,7 +540,7 @@ LIMITS_RECORDS = [(2, 1, 0, 2**63 - 1, 0, 3, 0), (2, 2, 0, MAX_PRICE + 1, 0, 3, 
                   (1, 3, 0, MAX_PRICE, MAX_QTY, 0, 0), (1, 4, 0, 0, MAX_QTY, 0, 0),
                   (3, 4, MAX_QTY, MAX_PRICE, 0, 0, MAX_PRICE * MAX_QTY),
                   (1, 5, 0, 1000, 10, 0, 0), (1, 6, 0, 1000, 4, 0, 0), (3, 6, 4, 1000, 0, 0, 4000),
-                  (2, 5, 0, 1000, 0, 2, 0), (5, 5, 0, 1000, MAX_QTY - 4, 0, 4000),
+                  (9, 5, 0, 1000, 6, 2, 4000), (5, 5, 0, 1000, MAX_QTY - 4, 0, 4000),
                   (2, 9, 0, 1000, 0, 2, 0), (7, 9, 0, 0, 0, 0, 0)]
 
 
@@ -531,36 +565,84 @@ def case_order_limits(args, idx, rnd):
     return ok
 
 
-def case_fix_bad_tail(args, idx, rnd):
-    """execlog-fix is stopped mid-stream and a tail whose BodyLength(9) is 999999999 is added
-    to its output (what a corrupt write could leave). Restarted, it must say what it discards
-    and why, keep every whole record before it, and resume there: its output must again be
-    exactly the archive's reports, each once."""
-    tail = b"8=FIX.4.4|9=999999999|35=8|49=PRIZMA|56=A1|34=77|"
+def case_fix_sessions(args, idx, rnd):
+    """Firms' drop-copy clients (execlog-fix-client: QuickFIX initiators, every message cracked
+    by QuickFIX's FIX 4.4 classes and checked) log on as several accounts. One client drops
+    half its sessions for a while mid-stream and logs on again (the acceptor's MsgSeqNum moved
+    on: resend from the store); execlog-fix itself is killed -9 and restarted (its sessions
+    recover from their stores); a second client logs on only after the session end (all of
+    its day by resend). Every account's executions must arrive once each, in order, equal to
+    the archive's; the stores too."""
+    accounts_a = [1, 2, 3, 5, 8, 13, 21, 34]
+    accounts_b = [55, 89, 144, 233]
 
     def plan(s, r):
+        client = os.path.join(s.bin, "execlog-fix-client")
+        a = s.add("client-a", "execlog-fix-client", "--port", str(s.fix_port), "--accounts",
+                  ",".join(map(str, accounts_a)), "--out", s.dir + "/client-a.txt",
+                  "--gap-after-ms", "%d" % r.randrange(300, 900), "--gap-ms", "1500",
+                  "--gap-accounts", "4")
+        assert os.path.exists(client)
+        a.start()
         s.start_cores()
-        t = r.uniform(0.6, 1.2)
-        sleep_until(s, t)
+        a.wait_for("logged on", 10)
+        # Killed once its checkpoint is past record 5000, 0-300 ms after a checkpoint.
         fix = s.procs["fix"]
+        state = s.dir + "/fix/execlog-fix.state"
+        deadline = time.time() + 20
+        while True:
+            try:
+                with open(state) as f:
+                    m = re.search(r"^next (\d+)", f.read(), re.M)
+            except FileNotFoundError:
+                m = None
+            if m and int(m.group(1)) > 5000:
+                break
+            if time.time() > deadline:
+                raise Fail("execlog-fix's checkpoint did not pass record 5000")
+            time.sleep(0.02)
+        time.sleep(r.uniform(0, 0.3))
+        t = time.time() - s.t_a
+        fix.kill9()
+        time.sleep(r.uniform(0.1, 0.4))
+        fix.start()
+        fix.wait_for(r"already in the sessions' stores", 10, this_run=True)
+        resumed = re.findall(r"from sequence (\d+); (\d+) messages of later records already",
+                             fix.this_run())[-1]
+        if int(resumed[0]) == 0:
+            raise Fail("execlog-fix restarted from record 0: its checkpoint was not read")
+        # Until every record is in the sessions: fix has applied the session end.
+        fix.wait_for(r"session end at record \d+", 60, this_run=True)
+        b = s.add("client-b", "execlog-fix-client", "--port", str(s.fix_port), "--accounts",
+                  ",".join(map(str, accounts_b)), "--out", s.dir + "/client-b.txt").start()
+        s.fix_clients = [(a, accounts_a), (b, accounts_b)]
+        # Every message of the archive's records at its client, then the clients and fix stop.
+        want = {}
+        entries = wait_archive(s)
+        for acct, msgs in ref.expected_by_account(entries).items():
+            want[acct] = len(msgs)
+        end = time.time() + 30
+        for c, accts in s.fix_clients:
+            while True:
+                got = ref.client_counts(c.log.replace(".log", ".txt"))
+                if all(got.get(x, 0) >= want.get(x, 0) for x in accts):
+                    break
+                if time.time() > end:
+                    raise Fail("%s: messages %s, expected %s" % (c.name, got, {x: want.get(x, 0) for x in accts}))
+                time.sleep(0.1)
+        for c, _ in s.fix_clients:
+            c.signal(signal.SIGTERM)
+            if c.wait(10) != 0:
+                raise Fail("%s: exit %s (a message broke FIX 4.4's rules?)" % (c.name, c.p.returncode))
         fix.signal(signal.SIGTERM)
         if fix.wait(10) != 0:
             raise Fail("fix did not stop cleanly on SIGTERM")
-        path = s.dir + "/fix.out"
-        kept = os.path.getsize(path)
-        with open(path, "ab") as f:
-            f.write(tail)
-        fix.start()
-        fix.wait_for(r"from sequence [1-9]", 10)
-        want = (r"BodyLength\(9\) 999999999 runs past the end of the file \(\d+ bytes left\) at "
-                r"byte %d: keeping \d+ messages \(%d bytes, records before \d+\), discarding the "
-                r"%d bytes after them" % (kept, kept, len(tail)))
-        if not re.search(want, fix.text()):
-            raise Fail("fix: no '%s' in its log" % want)
-        return ("stopped fix at %.2f s; appended a %d-byte tail with BodyLength 999999999 to its "
-                "%d bytes" % (t, len(tail), kept))
+        return ("clients for %d accounts; 4 sessions dropped for 1.5 s; execlog-fix killed at "
+                "%.2f s and restarted (from record %s, %s messages already stored); 4 more "
+                "accounts logged on after the end" % (len(accounts_a), t, *resumed))
 
-    return one_session(args, idx, rnd, plan)
+    return one_session(args, idx, rnd, plan, fix_args=("--no-exit-at-end",),
+                       verify_kw={"fix_clients": True})
 
 
 def case_bad_orders(args, idx, rnd):

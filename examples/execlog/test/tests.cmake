@@ -23,7 +23,7 @@ set_tests_properties(execlog.public_headers_only PROPERTIES LABELS execlog TIMEO
 # name, trials in CI, trials under long
 set(EXECLOG_CASES consistency 1 10 kill_core 1 20 kill_consumers 1 20 kill_archiver 1 20 sigstop 1 10
     loss 1 10 loss_netns 1 10 order_file 1 0 bad_orders 1 0 unknown_type 1 0 divergence 1 0
-    stale_epoch 1 0 silent_tail 1 5 order_limits 1 0 fix_bad_tail 1 5)
+    stale_epoch 1 0 silent_tail 1 5 order_limits 1 0 fix_sessions 1 5)
 list(LENGTH EXECLOG_CASES n)
 math(EXPR last "${n} - 1")
 foreach(i RANGE 0 ${last} 3)
@@ -52,8 +52,17 @@ set_tests_properties(execlog.demo PROPERTIES LABELS "execlog;integration" TIMEOU
 # the FIX file's recovery (test/unit_test.cpp).
 find_package(Catch2 2.13 REQUIRED)
 add_executable(execlog_unit_tests ${CMAKE_CURRENT_LIST_DIR}/unit_test.cpp)
-target_link_libraries(execlog_unit_tests PRIVATE execlog_common Catch2::Catch2WithMain
+target_link_libraries(execlog_unit_tests PRIVATE execlog_common execlog_quickfix Catch2::Catch2WithMain
                       $<BUILD_INTERFACE:prizma_warnings>)
 set_target_properties(execlog_unit_tests PROPERTIES CXX_EXTENSIONS OFF)
 add_test(NAME execlog.unit COMMAND execlog_unit_tests)
 set_tests_properties(execlog.unit PROPERTIES LABELS execlog TIMEOUT 60)
+
+# The firms' side of execlog.fix_sessions: a QuickFIX initiator that cracks every message with
+# QuickFIX's FIX 4.4 classes (test/fix_client.cpp; C++14 like execlog/fix_acceptor.cpp).
+add_executable(execlog-fix-client ${CMAKE_CURRENT_LIST_DIR}/fix_client.cpp)
+target_include_directories(execlog-fix-client SYSTEM PRIVATE ${QUICKFIX_INCLUDE_DIR})
+target_link_libraries(execlog-fix-client PRIVATE ${QUICKFIX_LIBRARY} $<BUILD_INTERFACE:prizma_warnings>)
+set_target_properties(execlog-fix-client PROPERTIES CXX_STANDARD 14 CXX_STANDARD_REQUIRED ON
+                      CXX_EXTENSIONS OFF)
+add_dependencies(execlog execlog-fix-client)

@@ -22,6 +22,7 @@
 #include "execlog/engine.hpp"
 #include "execlog/feed.hpp"
 #include "execlog/fix.hpp"
+#include "execlog/fix_acceptor.hpp"
 #include "execlog/record.hpp"
 
 namespace {
@@ -288,8 +289,10 @@ TEST_CASE("a replace may not take an order's quantity past kMaxQty", "[execlog][
     rep.price = 1000;
     out = run(e, rep);
     REQUIRE(out.size() == 1);
-    CHECK(out[0].type == RecordType::rejected);
+    CHECK(out[0].type == RecordType::replace_rejected);
     CHECK(out[0].reason == Reject::bad_quantity);
+    CHECK(out[0].orig_request_id == 1);  // the order's request: its OrigClOrdID
+    CHECK(out[0].cum == 4);              // the order as it stands
     CHECK(e.counters().out_of_range == 1);
     rep.request_id = 4;
     rep.qty = kMaxQty - 4;
@@ -302,15 +305,14 @@ TEST_CASE("a replace may not take an order's quantity past kMaxQty", "[execlog][
 
 namespace {
 
-/// The value of `tag` in the first message of `fix` ('|'-delimited), or "-".
-std::string tag_value(const std::string& fix, const std::string& tag) {
-    const std::string key = "|" + tag + "=";
-    const auto at = fix.find(key);
-    if (at == std::string::npos) {
-        return "-";
+/// The value of `tag` in `m`, or "-".
+std::string tag_value(const execlog::FixMessage& m, int tag) {
+    for (const auto& [t, v] : m.fields) {
+        if (t == tag) {
+            return v;
+        }
     }
-    const auto v = at + key.size();
-    return fix.substr(v, fix.find('|', v) - v);
+    return "-";
 }
 
 execlog::Record accepted(std::uint64_t id) {
@@ -349,97 +351,142 @@ TEST_CASE("FIX prices and AvgPx at the engine's limits and past them", "[execlog
     r.last_qty = execlog::kMaxQty;
     r.cum = execlog::kMaxQty;
     r.notional = execlog::kMaxPrice * execlog::kMaxQty;
-    execlog::FixRenderer fix('|');
-    std::string out;
-    REQUIRE(fix.render(1, r, out) == 2);
-    CHECK(tag_value(out, "31") == "92233720368.54");
-    CHECK(tag_value(out, "6") == "92233720368.5400");  // notional x 100 would not fit an int64
+    std::vector<execlog::FixMessage> out;
+    REQUIRE(execlog::fix_messages(1, r, out) == 2);
+    CHECK(tag_value(out[0], 31) == "92233720368.54");
+    CHECK(tag_value(out[0], 6) == "92233720368.5400");  // notional x 100 would not fit an int64
+    CHECK(out[0].account == 7);
+    CHECK(out[1].account == 8);
+    CHECK(tag_value(out[1], 54) == "2");  // the resting order's side
+    CHECK(tag_value(out[0], 17) == "1-1");
+    CHECK(tag_value(out[1], 17) == "1-2");
     // Fields off the wire are not trusted: no overflow on the most negative values either.
     r.price = std::numeric_limits<std::int64_t>::min();
     r.notional = std::numeric_limits<std::int64_t>::min();
     r.cum = 1;
     out.clear();
-    REQUIRE(fix.render(2, r, out) == 2);
-    CHECK(tag_value(out, "31") == "-92233720368547758.08");
-    CHECK(tag_value(out, "6") == "-92233720368547758.0800");
-    r.notional = 10001;  // over 3 lots: 3333.67 ticks, shown as 33.3366 (truncated)
-    r.cum = 3;
-    out.clear();
-    REQUIRE(fix.render(3, r, out) == 2);
-    CHECK(tag_value(out, "6") == "33.3366");
+    REQUIRE(execlog::fix_messages(2, r, out) == 2);
+    CHECK(tag_value(out[0], 31) == "-92233720368547758.08");
+    CHECK(tag_value(out[0], 6) == "-92233720368547758.0800");
 }
 
-TEST_CASE("FIX recovery keeps the whole records before a bad tail, and says why",
-          "[execlog][fix]") {
-    execlog::FixRenderer fix('|');
-    std::string good;
-    (void)fix.render(0, accepted(1), good);
-    (void)fix.render(1, accepted(2), good);
-    (void)fix.render(2, trade(3), good);  // two messages
-    const auto check_kept = [&](const execlog::FixRecovery& rec) {
-        CHECK(rec.keep_bytes == good.size());
-        CHECK(rec.next_sequence == 3);
-        CHECK(rec.next_msg_seq == 5);
-        CHECK(rec.messages == 4);
-    };
-    SECTION("a whole file") {
-        const auto rec = execlog::recover_fix(good, '|');
-        check_kept(rec);
-        CHECK(rec.problem.empty());
-    }
-    SECTION("BodyLength 999999999") {
-        const auto rec = execlog::recover_fix(good + "8=FIX.4.4|9=999999999|35=8|49=PRIZMA|", '|');
-        check_kept(rec);
-        CHECK(rec.problem_at == good.size());
-        CHECK(rec.problem
-              == "BodyLength(9) 999999999 runs past the end of the file (15 bytes left)");
-    }
-    SECTION("a BodyLength that wraps the offset past 2^64 (it threw std::out_of_range)") {
-        const std::string tail = "8=FIX.4.4|9=18446744073709551580|35=8|49=PRIZMA|";
-        execlog::FixRecovery rec;
-        REQUIRE_NOTHROW(rec = execlog::recover_fix(good + tail, '|'));
-        check_kept(rec);
-        CHECK(rec.problem.find("BodyLength(9) 18446744073709551580 runs past the end")
-              != std::string::npos);
-        REQUIRE_NOTHROW(rec = execlog::recover_fix(tail, '|'));
-        CHECK(rec.keep_bytes == 0);
-        CHECK(rec.next_sequence == 0);
-    }
-    SECTION("a BodyLength that is no number, or too big for one") {
-        auto rec = execlog::recover_fix(good + "8=FIX.4.4|9=99999999999999999999|35=8|", '|');
-        check_kept(rec);
-        CHECK(rec.problem == "BodyLength(9) '99999999999999999999' is not a number");
-        rec = execlog::recover_fix(good + "8=FIX.4.4|9=-5|35=8|", '|');
-        check_kept(rec);
-        CHECK(rec.problem == "BodyLength(9) '-5' is not a number");
-    }
-    SECTION("a torn tail: each prefix of a next message") {
-        std::string next;
-        (void)execlog::FixRenderer('|', 5).render(3, accepted(4), next);
-        for (std::size_t n = 1; n < next.size(); ++n) {
-            const auto rec = execlog::recover_fix(good + next.substr(0, n), '|');
-            INFO(n << " bytes: " << rec.problem);
-            CHECK(rec.keep_bytes == good.size());
-            CHECK(!rec.problem.empty());
+TEST_CASE("FIX AvgPx is rounded half away from zero to its 4 decimals", "[execlog][fix]") {
+    CHECK(execlog::fix_avg_px(10001, 3) == "33.3367");  // 3333.666... ticks
+    CHECK(execlog::fix_avg_px(10000, 3) == "33.3333");
+    CHECK(execlog::fix_avg_px(1, 200) == "0.0001");  // 0.00005: half, away from zero
+    CHECK(execlog::fix_avg_px(1, 201) == "0.0000");
+    CHECK(execlog::fix_avg_px(-1, 200) == "-0.0001");
+    CHECK(execlog::fix_avg_px(19999, 2) == "99.9950");
+    CHECK(execlog::fix_avg_px(199999, 2000) == "1.0000");  // 0.999995: the carry reaches the units
+    CHECK(execlog::fix_avg_px(5, 0) == "0");
+    // (2^63 - 1) / 3 ticks = 30744573456182586.0233... units: exact where a double is not.
+    CHECK(execlog::fix_avg_px(std::numeric_limits<std::int64_t>::max(), 3)
+          == "30744573456182586.0233");
+}
+
+TEST_CASE("FIX 4.4 codes: OrdRejReason, CxlRejReason, ExecType and OrdStatus", "[execlog][fix]") {
+    using execlog::Reject;
+    CHECK(execlog::ord_rej_reason(Reject::unknown_instrument) == 1);  // Unknown symbol
+    CHECK(execlog::ord_rej_reason(Reject::bad_quantity) == 13);       // Incorrect quantity
+    CHECK(execlog::ord_rej_reason(Reject::bad_price) == 99);          // Other
+    CHECK(execlog::ord_rej_reason(Reject::unknown_order) == 6);       // Duplicate order
+    CHECK(execlog::cxl_rej_reason(Reject::unknown_order) == 1);       // Unknown order
+    CHECK(execlog::cxl_rej_reason(Reject::not_owner) == 2);           // Broker/Exchange option
+    CHECK(execlog::cxl_rej_reason(Reject::bad_quantity) == 99);
+
+    std::vector<execlog::FixMessage> out;
+    execlog::Record rej = accepted(5);
+    rej.type = execlog::RecordType::cancel_rejected;
+    rej.reason = Reject::unknown_order;
+    rej.order_id = 3;
+    rej.orig_request_id = 3;
+    rej.leaves = 0;
+    REQUIRE(execlog::fix_messages(9, rej, out) == 1);
+    CHECK(out[0].msg_type == '9');
+    CHECK(tag_value(out[0], 37) == "NONE");  // FIX 4.4: the order is unknown
+    CHECK(tag_value(out[0], 41) == "3");
+    CHECK(tag_value(out[0], 39) == "8");
+    CHECK(tag_value(out[0], 434) == "1");
+    CHECK(tag_value(out[0], 102) == "1");
+    CHECK(tag_value(out[0], 17) == "-");  // no ExecID on an OrderCancelReject
+    CHECK(tag_value(out[0], 55) == "-");  // nor Symbol, nor Side: 4.4 defines none there
+
+    out.clear();
+    rej.type = execlog::RecordType::replace_rejected;
+    rej.reason = Reject::not_owner;
+    rej.cum = 4;
+    REQUIRE(execlog::fix_messages(10, rej, out) == 1);
+    CHECK(tag_value(out[0], 37) == "3");
+    CHECK(tag_value(out[0], 39) == "1");  // the order stands, partially filled
+    CHECK(tag_value(out[0], 434) == "2");
+    CHECK(tag_value(out[0], 102) == "2");
+
+    out.clear();
+    execlog::Record rep = accepted(6);
+    rep.type = execlog::RecordType::replaced;
+    rep.orig_request_id = 2;
+    REQUIRE(execlog::fix_messages(11, rep, out) == 1);
+    CHECK(tag_value(out[0], 150) == "5");
+    CHECK(tag_value(out[0], 39) == "0");  // not 5: retired in 4.4; the order's state
+    CHECK(tag_value(out[0], 41) == "2");
+    rep.cum = 3;
+    out.clear();
+    (void)execlog::fix_messages(12, rep, out);
+    CHECK(tag_value(out[0], 39) == "1");
+
+    out.clear();
+    execlog::Record bad = accepted(7);
+    bad.type = execlog::RecordType::rejected;
+    bad.reason = Reject::bad_quantity;
+    REQUIRE(execlog::fix_messages(13, bad, out) == 1);
+    CHECK(tag_value(out[0], 150) == "8");
+    CHECK(tag_value(out[0], 39) == "8");
+    CHECK(tag_value(out[0], 103) == "13");
+    CHECK(tag_value(out[0], 151) == "0");
+
+    out.clear();
+    execlog::Record end;
+    end.type = execlog::RecordType::session_end;
+    CHECK(execlog::fix_messages(14, end, out) == 0);
+}
+
+TEST_CASE(
+    "a session's store: messages kept while nobody is logged on, counted after a "
+    "checkpoint",
+    "[execlog][fix]") {
+    TempDir dir;
+    const std::string store = (dir.path / "store").string();
+    execlog::FixAcceptorOptions o;
+    o.port = 1;  // never started: no socket
+    o.store_dir = store;
+    o.first_account = 7;
+    o.last_account = 8;
+    std::string err;
+    {
+        auto fix = execlog::FixAcceptor::create(o, err);
+        REQUIRE(fix != nullptr);
+        CHECK(fix->has_session(7));
+        CHECK_FALSE(fix->has_session(9));
+        CHECK(fix->next_sender_seq(7) == 1);
+        std::vector<execlog::FixMessage> out;
+        (void)execlog::fix_messages(1, accepted(1), out);
+        (void)execlog::fix_messages(2, trade(2), out);  // A7, then A8
+        for (const auto& m : out) {
+            REQUIRE(fix->send(m.account, m.msg_type, m.fields, err));
         }
-        const auto rec = execlog::recover_fix(good + next, '|');
-        CHECK(rec.keep_bytes == good.size() + next.size());
-        CHECK(rec.next_sequence == 4);
+        CHECK_FALSE(fix->send(9, '8', out[0].fields, err));
+        CHECK(err == "no session for account 9");
+        CHECK(fix->next_sender_seq(7) == 3);
+        CHECK(fix->next_sender_seq(8) == 2);
+        CHECK(fix->app_messages_since(7, 1) == 2);
+        CHECK(fix->app_messages_since(7, 2) == 1);
+        CHECK(fix->app_messages_since(8, 1) == 1);
+        CHECK(fix->logged_on() == 0);
     }
-    SECTION("a trade with one of its two legs: the record is not complete") {
-        std::string t;
-        (void)execlog::FixRenderer('|', 5).render(3, trade(4), t);
-        const std::string first_leg = t.substr(0, t.find("8=FIX", 1));
-        const auto rec = execlog::recover_fix(good + first_leg, '|');
-        check_kept(rec);
-        CHECK(rec.problem == "the last record's messages are incomplete");
-    }
-    SECTION("a bad CheckSum in the middle: nothing after it is kept") {
-        std::string bad = good;
-        bad[bad.find("|10=") + 4] = bad[bad.find("|10=") + 4] == '9' ? '8' : '9';
-        const auto rec = execlog::recover_fix(bad, '|');
-        CHECK(rec.keep_bytes == 0);
-        CHECK(rec.problem_at == 0);
-        CHECK(rec.problem.find("CheckSum(10)") == 0);
-    }
+    // A restart reads the same stores: the sequence numbers go on.
+    auto again = execlog::FixAcceptor::create(o, err);
+    REQUIRE(again != nullptr);
+    CHECK(again->next_sender_seq(7) == 3);
+    CHECK(again->app_messages_since(7, 1) == 2);
+    CHECK(again->app_messages_since(7, 99) == 2);  // a base past the end: the store was reset
 }

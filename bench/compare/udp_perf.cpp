@@ -4,8 +4,11 @@
 //
 //   udp_perf send GROUP PORT COUNT SIZE mmsg|gso [RATE]   sendmmsg batches of 32, or UDP_SEGMENT
 //   udp_perf recv GROUP PORT COUNT SIZE TIMEOUT_S [gro]    recvmmsg busy-poll (MSG_DONTWAIT)
-//   udp_perf pong GROUP_A PORT_A GROUP_B PORT_B            echo A onto B, busy-poll
-//   udp_perf ping GROUP_A PORT_A GROUP_B PORT_B COUNT SIZE WARMUP
+//   udp_perf pong GROUP_A PORT_A GROUP_B PORT_B [block]    echo A onto B, busy-poll
+//   udp_perf ping GROUP_A PORT_A GROUP_B PORT_B COUNT SIZE WARMUP [block]
+//
+// ping/pong `block`: recv(MSG_DONTWAIT), and when it finds nothing, epoll_wait on the socket
+// (what a sleeping component does); both set a 1 us timer slack, as prizma's tools do.
 //
 // Multicast always leaves through 127.0.0.1 (IP_MULTICAST_IF), never the default route. Every
 // result is one JSON line on stdout. recv stops at COUNT datagrams' worth of messages or 0.5 s
@@ -13,6 +16,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,8 +56,8 @@ std::int64_t now_ns() {
     std::fprintf(stderr,
                  "usage: udp_perf send GROUP PORT COUNT SIZE mmsg|gso [RATE]\n"
                  "       udp_perf recv GROUP PORT COUNT SIZE TIMEOUT_S [gro]\n"
-                 "       udp_perf pong GROUP_A PORT_A GROUP_B PORT_B\n"
-                 "       udp_perf ping GROUP_A PORT_A GROUP_B PORT_B COUNT SIZE WARMUP\n");
+                 "       udp_perf pong GROUP_A PORT_A GROUP_B PORT_B [block]\n"
+                 "       udp_perf ping GROUP_A PORT_A GROUP_B PORT_B COUNT SIZE WARMUP [block]\n");
     std::exit(2);
 }
 
@@ -259,32 +264,66 @@ int do_recv(char** av, int ac) {
     return got >= count ? 0 : 1;
 }
 
-// Busy-polls fd for one datagram into buf; returns its length or -1 after timeout_ns.
-long recv_spin(int fd, std::byte* buf, std::size_t cap, std::int64_t timeout_ns) {
-    const std::int64_t until = now_ns() + timeout_ns;
-    for (;;) {
-        const ssize_t r = recv(fd, buf, cap, MSG_DONTWAIT);
-        if (r >= 0) {
-            return r;
-        }
-        if (errno != EAGAIN && errno != EINTR) {
-            die("recv");
-        }
-        if (now_ns() > until) {
-            return -1;
+// How ping and pong wait for a datagram: busy-polling, or sleeping in epoll_wait (ep >= 0).
+struct Waiter {
+    int fd = -1;
+    int ep = -1;
+    explicit Waiter(int sock, bool block) : fd(sock) {
+        (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+        if (block) {
+            ep = epoll_create1(EPOLL_CLOEXEC);
+            epoll_event ev{};
+            ev.events = EPOLLIN;
+            ev.data.fd = fd;
+            if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+                die("epoll");
+            }
         }
     }
+    // One datagram into buf; its length, or -1 after timeout_ns.
+    long recv(std::byte* buf, std::size_t cap, std::int64_t timeout_ns) const {
+        const std::int64_t until = now_ns() + timeout_ns;
+        for (;;) {
+            const ssize_t r = ::recv(fd, buf, cap, MSG_DONTWAIT);
+            if (r >= 0) {
+                return r;
+            }
+            if (errno != EAGAIN && errno != EINTR) {
+                die("recv");
+            }
+            const std::int64_t left = until - now_ns();
+            if (left < 0) {
+                return -1;
+            }
+            if (ep >= 0) {
+                epoll_event ev{};
+                (void)epoll_wait(
+                    ep, &ev, 1,
+                    static_cast<int>(std::min<std::int64_t>(left / 1'000'000 + 1, 1000)));
+            }
+        }
+    }
+};
+
+bool block_arg(int ac, char** av, int at) {
+    if (ac <= at) {
+        return false;
+    }
+    if (std::string(av[at]) != "block") {
+        usage();
+    }
+    return true;
 }
 
-int do_pong(char** av) {
+int do_pong(int ac, char** av) {
     const sockaddr_in a = group_addr(av[2], num(av[3]));
     const sockaddr_in b = group_addr(av[4], num(av[5]));
-    const int rx = rx_socket(a);
+    const Waiter rx(rx_socket(a), block_arg(ac, av, 6));
     const int tx = tx_socket();
     std::vector<std::byte> buf(65536);
     std::fprintf(stderr, "udp_perf: pong ready\n");
     for (;;) {
-        const long n = recv_spin(rx, buf.data(), buf.size(), 3'600'000'000'000);
+        const long n = rx.recv(buf.data(), buf.size(), 3'600'000'000'000);
         if (n > 0
             && sendto(tx, buf.data(), static_cast<std::size_t>(n), 0,
                       reinterpret_cast<const sockaddr*>(&b), sizeof b)
@@ -294,7 +333,7 @@ int do_pong(char** av) {
     }
 }
 
-int do_ping(char** av) {
+int do_ping(int ac, char** av) {
     const sockaddr_in a = group_addr(av[2], num(av[3]));
     const sockaddr_in b = group_addr(av[4], num(av[5]));
     const std::uint64_t count = num(av[6]);
@@ -303,7 +342,7 @@ int do_ping(char** av) {
     if (size < 8 || size > 65000 || count == 0) {
         usage();
     }
-    const int rx = rx_socket(b);
+    const Waiter rx(rx_socket(b), block_arg(ac, av, 9));
     const int tx = tx_socket();
     std::vector<std::byte> out(size);
     std::vector<std::byte> in(65536);
@@ -318,7 +357,7 @@ int do_ping(char** av) {
             die("sendto");
         }
         for (;;) {  // wait for this seq; a stale echo of a lost round is skipped
-            const long n = recv_spin(rx, in.data(), in.size(), 1'000'000'000);
+            const long n = rx.recv(in.data(), in.size(), 1'000'000'000);
             if (n < 0) {
                 if (i == 0) {
                     std::fprintf(stderr, "udp_perf: no pong within 1 s\n");
@@ -371,11 +410,11 @@ int main(int ac, char** av) {
     if (mode == "recv" && (ac == 7 || ac == 8)) {
         return do_recv(av, ac);
     }
-    if (mode == "pong" && ac == 6) {
-        return do_pong(av);
+    if (mode == "pong" && (ac == 6 || ac == 7)) {
+        return do_pong(ac, av);
     }
-    if (mode == "ping" && ac == 9) {
-        return do_ping(av);
+    if (mode == "ping" && (ac == 9 || ac == 10)) {
+        return do_ping(ac, av);
     }
     usage();
 }

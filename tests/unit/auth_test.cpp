@@ -312,7 +312,8 @@ TEST_CASE("auth: key rotation: receivers holding both keys take either", "[unit]
     CHECK(rcv.session->counters().auth_refused == 0);
 }
 
-TEST_CASE("auth: channels over mem and udp with key_file= and ChannelOptions", "[unit][auth][process]") {
+TEST_CASE("auth: channels over mem and udp with key_file= and ChannelOptions",
+          "[unit][auth][process]") {
     const std::string file = write_key_file(std::string("5 ") + kHex1 + "\n");
     const std::string wrong = write_key_file(std::string("5 ") + kHex2 + "\n");
     auto ctx = Context::create();

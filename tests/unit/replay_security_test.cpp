@@ -361,7 +361,8 @@ TEST_CASE("replay tls: certificates both ways, a wrong one refused", "[unit][rep
     CHECK_FALSE(prizma::ReplayServer::start(so).has_value());
 }
 
-TEST_CASE("replay: plaintext only on loopback unless insecure", "[unit][replay][security][process]") {
+TEST_CASE("replay: plaintext only on loopback unless insecure",
+          "[unit][replay][security][process]") {
     const TempDir dir;
     make_journal(dir.path, 10);
     prizma::ReplayServerOptions o;
@@ -460,7 +461,8 @@ TEST_CASE("replay: a client that never reads its end frame loses its place",
     }
 }
 
-TEST_CASE("replay client: connect never blocks and has a deadline", "[unit][replay][security][process]") {
+TEST_CASE("replay client: connect never blocks and has a deadline",
+          "[unit][replay][security][process]") {
     // A listener whose accept queue is full (backlog 0, never accepted): new SYNs go
     // unanswered, so a blocking connect would hang.
     sockaddr_in sa{};

@@ -3,12 +3,14 @@
 // the limits and GID tables of the NICs prizma's users own (irdma, mlx5, bnxt_re), SA replies,
 // and the address-handle fields and MADs that follow, checked field by field. Issue 19.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -412,7 +414,8 @@ TEST_CASE("verbs SA membership count: the first member joins, the last one leave
     CHECK(PortMembership::count(dir, key).value() == 0);
 }
 
-TEST_CASE("verbs SA membership count: a member killed with -9 is not counted", "[verbs][policy][process]") {
+TEST_CASE("verbs SA membership count: a member killed with -9 is not counted",
+          "[verbs][policy][process]") {
     using prizma::verbs::PortMembership;
     const std::string dir = temp_dir() + "/sa";
     const std::string key = "dev-1-mgid";
@@ -444,6 +447,72 @@ TEST_CASE("verbs SA membership count: a member killed with -9 is not counted", "
     (*me)->leave([&](bool l) { last = l; });
     CHECK(last);  // the killed child's file no longer counts
     CHECK(PortMembership::count(dir, key).value() == 0);
+    ::close(ready[0]);
+    ::close(ready[1]);
+}
+
+TEST_CASE("verbs SA membership directory: made 0770, refused when others may write it",
+          "[verbs][policy]") {
+    using prizma::verbs::PortMembership;
+    const std::string dir = temp_dir() + "/sa";
+    const std::string key = "dev-1-mgid";
+    const ::mode_t old = ::umask(022);
+    auto m = PortMembership::enter(dir, key, ok_join);
+    ::umask(old);
+    REQUIRE(m);
+    struct stat st {};
+    REQUIRE(::stat(dir.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0770);  // past the umask: the members' group may share it
+    REQUIRE(::stat((dir + "/" + key + ".lock").c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0660);
+    (*m)->leave([](bool) {});
+    // Writable by every user: anyone could hold the key lock or plant member files.
+    REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+    auto open_dir = PortMembership::enter(dir, key, ok_join);
+    REQUIRE_FALSE(open_dir);
+    CHECK_THAT(open_dir.error().message(), Catch::Contains(dir) && Catch::Contains("every user"));
+    REQUIRE(::chmod(dir.c_str(), 0775) == 0);  // group-writable, others not: accepted
+    CHECK(PortMembership::enter(dir, key, ok_join));
+    if (::geteuid() == 0) {  // another user's directory
+        REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
+        auto theirs = PortMembership::enter(dir, key, ok_join);
+        REQUIRE_FALSE(theirs);
+        CHECK_THAT(theirs.error().message(), Catch::Contains("another user"));
+    }
+}
+
+TEST_CASE("verbs SA membership: a key lock held by a stuck process is an error in time",
+          "[verbs][policy][process]") {
+    using prizma::verbs::PortMembership;
+    const std::string dir = temp_dir() + "/sa";
+    const std::string key = "dev-1-mgid";
+    REQUIRE(PortMembership::count(dir, key).value() == 0);  // creates the directory
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // takes the key lock and never lets go
+        const int fd = ::open((dir + "/" + key + ".lock").c_str(), O_RDWR | O_CREAT, 0660);
+        const char c = fd >= 0 && ::flock(fd, LOCK_EX) == 0 ? '1' : '0';
+        (void)::write(ready[1], &c, 1);
+        ::pause();
+        ::_exit(0);
+    }
+    char c = 0;
+    REQUIRE(::read(ready[0], &c, 1) == 1);
+    REQUIRE(c == '1');
+    const auto t0 = std::chrono::steady_clock::now();
+    auto m = PortMembership::enter(dir, key, ok_join, std::chrono::milliseconds(200));
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    REQUIRE_FALSE(m);
+    CHECK(m.error().code() == std::errc::timed_out);
+    CHECK_THAT(m.error().message(), Catch::Contains(key + ".lock") && Catch::Contains("200 ms"));
+    CHECK(waited >= std::chrono::milliseconds(200));
+    REQUIRE(::kill(child, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    // The holder gone, its lock went with it: the next member enters.
+    CHECK(PortMembership::enter(dir, key, ok_join, std::chrono::milliseconds(200)));
     ::close(ready[0]);
     ::close(ready[1]);
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,13 +23,22 @@ namespace prizma::verbs {
 /// file unlocked, removes it and does not count it.
 class PortMembership {
 public:
+    /// How long a member waits for the key lock (another member's join or leave) before
+    /// failing with Errc timed_out: never an unbounded wait.
+    static constexpr std::chrono::milliseconds kPatience{10'000};
+
     /// Enters under the key lock and calls `join(first)` there (first: no live member
     /// before us). A failed join leaves no member file behind.
     static Result<std::unique_ptr<PortMembership>, Error> enter(
         const std::string& dir,
         const std::string& key,
-        const std::function<Result<void, Error>(bool first)>& join);
-    /// The default directory: $PRIZMA_SA_LOCK_DIR, else /tmp/prizma-sa (created mode 1777).
+        const std::function<Result<void, Error>(bool first)>& join,
+        std::chrono::milliseconds patience = kPatience);
+    /// The default directory: $PRIZMA_SA_LOCK_DIR; else /run/prizma-sa for root, or for a
+    /// user who may write it (an admin made it for a group: `install -d -m 2770 -g GROUP
+    /// /run/prizma-sa`); else $XDG_RUNTIME_DIR/prizma-sa, else /tmp/prizma-sa-UID (that
+    /// user's processes only). A directory is created 0770 and used only when it belongs to
+    /// this user or root and no one outside its group may write it; files are 0660.
     static std::string default_dir();
 
     /// Leaves under the key lock and calls `leave(last)` there (last: no live member after
@@ -50,6 +60,7 @@ private:
     std::string key_;
     std::string file_;
     posix::UniqueFd fd_;
+    std::chrono::milliseconds patience_ = kPatience;
 };
 
 }  // namespace prizma::verbs

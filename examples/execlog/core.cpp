@@ -20,6 +20,7 @@
 #include <prizma/prizma.hpp>
 
 #include "../tools/cli.hpp"
+#include "../tools/replay_cli.hpp"
 #include "execlog/engine.hpp"
 #include "execlog/feed.hpp"
 #include "execlog/input.hpp"
@@ -43,6 +44,9 @@ struct Args {
     bool spin = false;
     std::string fault;
     std::string anchor_file;
+    std::string archive;  ///< HOST:PORT of the archiver: asked whether the session has ended
+    prizma::tools::ReplaySecurityArgs archive_security;
+    prizma::ReplaySecurity archive_sec;
 };
 
 struct Fault {
@@ -93,6 +97,7 @@ struct Listener {
 struct SavedState {
     std::uint32_t epoch = 0;
     std::uint64_t next = 0;
+    bool ended = false;  ///< this core published the session end (sequence next - 1)
 };
 
 std::optional<SavedState> load_state(const std::string& dir) {
@@ -104,7 +109,49 @@ std::optional<SavedState> load_state(const std::string& dir) {
     std::string k2;
     SavedState s;
     if (f >> k1 >> s.epoch >> k2 >> s.next && k1 == "epoch" && k2 == "next") {
+        std::string k3;
+        s.ended = f >> k3 && k3 == "ended";
         return s;
+    }
+    return std::nullopt;
+}
+
+/// Asks the archiver whether its journal holds the session end of `epoch` at or after `from`.
+/// Returns its sequence, or nullopt (not there, or the archiver could not say: `why` set).
+std::optional<std::uint64_t> archived_session_end(const Args& a,
+                                                  std::uint64_t from,
+                                                  std::string& why) {
+    const auto hp = execlog::parse_host_port(a.archive);
+    prizma::ReplayRequest req;
+    req.stream_id = a.stream_id;
+    req.from = from;
+    prizma::ReplayClientOptions opt;
+    opt.security = a.archive_sec;
+    auto c = prizma::ReplayClient::connect(hp->first, hp->second, req, opt);
+    if (!c) {
+        why = c.error().message();
+        return std::nullopt;
+    }
+    const std::int64_t until = prizma::Context::now_ns() + 30'000'000'000;
+    prizma::JournalEntry e;
+    while (!c->done() && prizma::Context::now_ns() < until && !execlog::stop_requested()) {
+        const auto got = c->next(e);
+        if (!got) {
+            why = c->error_text().empty() ? got.error().message() : c->error_text();
+            return std::nullopt;
+        }
+        if (!*got) {
+            c->wait(std::chrono::milliseconds(100));
+            continue;
+        }
+        if (e.kind == prizma::StreamEventKind::record && e.epoch == a.epoch
+            && execlog::type_byte(e.payload())
+                   == static_cast<std::uint8_t>(execlog::RecordType::session_end)) {
+            return e.sequence;
+        }
+    }
+    if (!c->done()) {
+        why = "no answer in 30 s";
     }
     return std::nullopt;
 }
@@ -127,6 +174,7 @@ public:
 
 private:
     int join();
+    [[nodiscard]] bool session_over(const std::optional<SavedState>& saved) const;
     bool fast_forward(std::uint64_t target, Listener* live);
     bool publish_pending();
     bool offer(const execlog::Record& r);
@@ -158,6 +206,7 @@ private:
     std::optional<execlog::Checkpointer> checkpoint_;
     bool warned_ = false;
     bool inputs_done_ = false;
+    bool ended_ = false;  // the session end is published
 };
 
 // Runs inputs silently until the records they make pass `target` (the live stream's next
@@ -239,6 +288,9 @@ void Core::save_state(bool final) {
         fmt::print(stderr, "{}: warning: {}\n", kTool, err);
     }
     std::string text = fmt::format("epoch {}\nnext {}\n", a_.epoch, produced_);
+    if (final && ended_) {
+        text += "ended\n";  // a restart refuses to publish this session again
+    }
     if (final) {
         if (const std::string err = checkpoint_->finish(text); !err.empty() && !warned_) {
             fmt::print(stderr, "{}: warning: {}\n", kTool, err);
@@ -247,6 +299,38 @@ void Core::save_state(bool final) {
     }
     // Written off the publishing loop: an fdatasync must not hold the stream back.
     checkpoint_->submit(std::move(text));
+}
+
+// The session-end guard: a core never publishes a session again that has ended, by its own
+// saved state or by the archive (--archive). True (said why) when it has.
+bool Core::session_over(const std::optional<SavedState>& saved) const {
+    if (saved && saved->epoch == a_.epoch && saved->ended) {
+        fmt::print(stderr,
+                   "{}: the session of stream {} epoch {} has ended: this core published its "
+                   "end at record {} ('{}/core.state'); refusing to publish it again\n",
+                   kTool, a_.stream_id, a_.epoch, saved->next - 1, a_.state_dir);
+        return true;
+    }
+    if (a_.archive.empty()) {
+        return false;
+    }
+    const std::uint64_t from =
+        saved && saved->epoch == a_.epoch && saved->next > 0 ? saved->next - 1 : 0;
+    std::string why;
+    if (const auto end = archived_session_end(a_, from, why)) {
+        fmt::print(stderr,
+                   "{}: the session of stream {} epoch {} has ended: the archive ({}) holds its "
+                   "end at record {}; refusing to publish it again\n",
+                   kTool, a_.stream_id, a_.epoch, a_.archive, *end);
+        return true;
+    }
+    if (!why.empty()) {
+        fmt::print(stderr,
+                   "{}: warning: could not ask the archive ({}) whether the session has ended: "
+                   "{}; going on\n",
+                   kTool, a_.archive, why);
+    }
+    return false;
 }
 
 // Listens for the live stream, then regenerates the input silently up to where it is.
@@ -283,6 +367,9 @@ int Core::join() {
     const auto saved = load_state(a_.state_dir);
     std::uint64_t target = 0;
     const bool follow = live.heard && live.epoch == a_.epoch;
+    if (!follow && session_over(saved)) {
+        return 0;
+    }
     if (follow) {
         target = live.next;
         fmt::print("{}: live stream heard at sequence {}: joining as the standby\n", kTool, target);
@@ -319,6 +406,7 @@ int Core::finish() {
     if (!stopped && !offer(execlog::Engine::session_end(inputs_, last_time_ns_))) {
         return 1;
     }
+    ended_ = !stopped;
     save_state(true);
     const double secs = static_cast<double>(prizma::Context::now_ns() - started_ns_) / 1e9;
     fmt::print("{}: {} records in {:.3f} s: {:.0f} records/s\n", kTool,
@@ -468,9 +556,23 @@ int run(int argc, char** argv) {
     app.add_option("--fault", a.fault, "Test fault: unknown-type@SEQ or diverge@SEQ");
     app.add_option("--anchor-file", a.anchor_file,
                    "Write the wall-clock time input 0 is due there (latency measurements)");
+    app.add_option("--archive", a.archive,
+                   "The archiver's replay service, HOST:PORT: with no live stream, ask it whether "
+                   "the session has ended before publishing");
+    prizma::tools::add_replay_security_options(app, a.archive_security, false);
     if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
         return rc;
     }
+    if (!a.archive.empty() && !execlog::parse_host_port(a.archive)) {
+        fmt::print(stderr, "{}: --archive '{}': want HOST:PORT\n", kTool, a.archive);
+        return 2;
+    }
+    auto sec = prizma::tools::replay_security(a.archive_security);
+    if (!sec) {
+        fmt::print(stderr, "{}: {}\n", kTool, sec.error().message());
+        return 2;
+    }
+    a.archive_sec = std::move(*sec);
     const auto fault = parse_fault(a.fault);
     if (!fault) {
         fmt::print(stderr, "{}: --fault '{}': want unknown-type@SEQ or diverge@SEQ\n", kTool,

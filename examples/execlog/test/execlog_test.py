@@ -29,7 +29,7 @@ import execlog_ref as ref  # noqa: E402
 
 CASES = ["consistency", "kill_core", "kill_consumers", "sigstop", "loss", "kill_archiver",
          "order_file", "bad_orders", "unknown_type", "divergence", "stale_epoch", "loss_netns",
-         "silent_tail", "order_limits", "fix_sessions"]
+         "silent_tail", "order_limits", "fix_sessions", "session_end_guard"]
 RATE = 10000        # orders per second of input time (~16,000 records/s)
 COUNT = 20000       # orders per trial (2 s of stream, ~32,000 records)
 FAULT_COUNT = 30000  # fault trials: 3 s of stream, faults within its first 2 s
@@ -643,6 +643,36 @@ def case_fix_sessions(args, idx, rnd):
 
     return one_session(args, idx, rnd, plan, fix_args=("--no-exit-at-end",),
                        verify_kw={"fix_clients": True})
+
+
+def case_session_end_guard(args, idx, rnd):
+    """A core never publishes a finished session again. The standby is killed -9 mid-stream
+    (its saved state is behind); the active core finishes the session. Restarted after the
+    end, the active core refuses by its own state ('ended'), the standby by the archive
+    (--archive): both say so and exit 0 without publishing."""
+    def plan(s, r):
+        arch = ("--archive", "127.0.0.1:%d" % s.replay_port)
+        s.start_cores(a_extra=arch, b_extra=arch)
+        t = r.uniform(0.8, 1.6)
+        sleep_until(s, t)
+        b = s.cores[1]
+        b.kill9()
+        wait_archive(s)
+        a = s.cores[0]
+        if a.wait(30) != 0:
+            raise Fail("core-a did not finish the session")
+        for core, why in ((a, r"this core published its end at record \d+ \('[^']+'\)"),
+                          (b, r"the archive \(127\.0\.0\.1:\d+\) holds its end at record \d+")):
+            core.start()
+            if core.wait(20) != 0:
+                raise Fail("%s restarted after the end: exit %s" % (core.name, core.p.returncode))
+            run = core.this_run()
+            if not re.search(why + "; refusing to publish it again", run) or "publishing from" in run:
+                raise Fail("%s restarted after the end: %s" % (core.name, run.strip()[-400:]))
+        return ("killed the standby at %.2f s; after the end both cores restarted and refused "
+                "(own state, archive)" % t)
+
+    return one_session(args, idx, rnd, plan)
 
 
 def case_bad_orders(args, idx, rnd):

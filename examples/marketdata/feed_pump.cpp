@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <utility>
 
 #include <fmt/core.h>
 
@@ -155,6 +156,16 @@ bool FeedPump::open_stores(std::string& error) {
     }
     s_.feed.bars_loaded = loaded;
     s_.feed.gaps = s_.bars.gaps().size();
+    // What /healthz reports after a restart: the stores' bars, codes and feed position.
+    Loaded& l = s_.loaded;
+    l.bars = loaded;
+    l.codes = s_.bars.codes().size();
+    for (const auto& [id, f] : feeds_) {
+        l.last_channel_seq = std::max(l.last_channel_seq, f.last_seq);
+    }
+    l.stream_next = position_ ? position_->next : 0;
+    l.from = store_ && redis_ ? "lmdb+redis" : store_ ? "lmdb" : redis_ ? "redis" : "none";
+    s_.feed.last_channel_seq = l.last_channel_seq;
     return true;
 }
 
@@ -165,6 +176,7 @@ FeedPump::FeedPump(asio::io_context& ioc, Shared& shared, prizma::Context ctx)
       fd_(ioc),
       deadline_(ioc),
       flush_timer_(ioc),
+      heartbeat_timer_(ioc),
       sink_([this](Code c, Period p, const Bar& b) { note_bar(c, p, b); }) {}
 
 FeedPump::~FeedPump() {
@@ -175,8 +187,46 @@ FeedPump::~FeedPump() {
 
 void FeedPump::start() {
     ctx_.adopt_owner_thread();
+    update_state();
     run_once();
     schedule_flush();
+    schedule_heartbeat();
+}
+
+void FeedPump::schedule_heartbeat() {
+    heartbeat_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(s_.cfg.heartbeat_s)));
+    heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec && !stopped_) {
+            update_state();
+            if (s_.hub.any()) {
+                s_.hub.broadcast(state_message(s_, "heartbeat"));
+                ++s_.feed.heartbeats;
+            }
+            schedule_heartbeat();
+        }
+    });
+}
+
+void FeedPump::update_state() {
+    const double age = last_record_age_s(s_);
+    FeedState st = FeedState::live;
+    if (join_ && !join_->counters().merged) {
+        st = FeedState::catching_up;
+    } else if (age < 0 || age > s_.cfg.down_after_s) {
+        st = FeedState::down;
+    } else if (age > s_.cfg.stale_after_s) {
+        st = FeedState::stale;
+    }
+    const int before = s_.feed.state.exchange(static_cast<int>(st));
+    if (before == static_cast<int>(st)) {
+        return;
+    }
+    ++s_.feed.state_changes;
+    fmt::print(stderr, "md-gateway: feed {} -> {} (last record {:.1f} s ago)\n",
+               kFeedStateNames.at(static_cast<std::size_t>(before)),
+               kFeedStateNames.at(static_cast<std::size_t>(st)), age);
+    s_.hub.broadcast(state_message(s_, "state"));
 }
 
 void FeedPump::schedule_flush() {
@@ -184,6 +234,7 @@ void FeedPump::schedule_flush() {
     flush_timer_.async_wait([this](const boost::system::error_code& ec) {
         if (!ec && !stopped_) {
             copy_stream_counters();
+            update_state();
             check_lost_tail();
             flush_store();
             schedule_flush();
@@ -196,6 +247,7 @@ void FeedPump::stop() {
     ++generation_;
     deadline_.cancel();
     flush_timer_.cancel();
+    heartbeat_timer_.cancel();
     fd_.cancel();
     flush_store();
 }
@@ -222,6 +274,15 @@ void FeedPump::run_once() {
         }
         if (spent || (work == 0 && n == 0)) {
             break;
+        }
+    }
+    if (std::exchange(record_seen_, false)) {
+        s_.feed.last_record_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::steady_clock::now().time_since_epoch())
+                                         .count(),
+                                     std::memory_order_relaxed);
+        if (s_.feed.state.load(std::memory_order_relaxed) != static_cast<int>(FeedState::live)) {
+            update_state();  // recovered: say so at once, before the bars go out
         }
     }
     flush_push();
@@ -289,6 +350,7 @@ void FeedPump::on_event(const prizma::StreamEvent& e) {
     switch (e.kind) {
         case prizma::StreamEventKind::record:
             ++s_.feed.records;
+            record_seen_ = true;
             position_ = StreamPosition{e.epoch, 0, e.sequence + 1};
             batch_.stream = position_;
             on_message(e.payload);

@@ -64,6 +64,10 @@ private:
     bool open_stores(std::string& error);
     void flush_push();
     void check_lost_tail();
+    /// The feed's state from the last record's age (and a replay or fill in progress); a
+    /// change is pushed to every client.
+    void update_state();
+    void schedule_heartbeat();
 
     struct DirtyKey {
         std::uint64_t code_period;
@@ -89,6 +93,8 @@ private:
     boost::asio::posix::stream_descriptor fd_;
     boost::asio::steady_timer deadline_;
     boost::asio::steady_timer flush_timer_;
+    boost::asio::steady_timer heartbeat_timer_;
+    bool record_seen_ = false;  // in this slice
     std::uint64_t generation_ = 0;
     bool stopped_ = false;
     std::map<std::uint64_t, FeedPosition> feeds_;

@@ -224,18 +224,65 @@ std::string metrics_text(const Shared& s) {
             f.forbidden_origin);
     counter(out, "md_http_forbidden_host_total", "Requests refused for their Host (421).",
             f.forbidden_host);
+    out +=
+        "# HELP md_feed_state The feed's state (1 for the current one).\n"
+        "# TYPE md_feed_state gauge\n";
+    for (std::size_t i = 0; i < kFeedStateNames.size(); ++i) {
+        out += fmt::format("md_feed_state{{state=\"{}\"}} {}\n", kFeedStateNames.at(i),
+                           f.state.load() == static_cast<int>(i) ? 1 : 0);
+    }
+    gauge(out, "md_feed_last_record_age_seconds",
+          "Seconds since the last stream record (-1: none yet).", last_record_age_s(s));
+    counter(out, "md_feed_state_changes_total", "Feed state changes (pushed to clients).",
+            f.state_changes);
+    counter(out, "md_push_heartbeats_total", "Heartbeats pushed (to all clients, each round).",
+            f.heartbeats);
     counter(out, "md_http_answer_too_large_total", "/v2 answers over --max-answer-kib (400).",
             f.answers_too_large);
     return out;
 }
 
+double last_record_age_s(const Shared& s) {
+    const std::int64_t at = s.feed.last_record_ns.load(std::memory_order_relaxed);
+    if (at == 0) {
+        return -1;
+    }
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    return static_cast<double>(now - at) * 1e-9;
+}
+
+namespace {
+
+const char* state_name(const Shared& s) {
+    return kFeedStateNames.at(static_cast<std::size_t>(s.feed.state.load()));
+}
+
+std::string age_json(double age) {
+    return age < 0 ? std::string("null") : fmt::format("{:.3f}", age);
+}
+
+}  // namespace
+
+std::string state_message(const Shared& s, const char* type) {
+    return fmt::format(R"({{"type":"{}","state":"{}","age_s":{},"last_channel_seq":{}}})", type,
+                       state_name(s), age_json(last_record_age_s(s)),
+                       s.feed.last_channel_seq.load());
+}
+
 std::string health_text(const Shared& s) {
     const FeedMetrics& f = s.feed;
+    const Loaded& l = s.loaded;
     return fmt::format(
-        R"({{"status":"ok","ticks":{},"last_channel_seq":{},"codes":{},"gaps":{},)"
-        R"("loss_events":{},"bars_loaded":{},"pid":{},"uptime_s":{:.1f}}})",
-        f.ticks.load(), f.last_channel_seq.load(), s.bars.codes().size(), f.gaps.load(),
-        f.loss_events.load(), f.bars_loaded.load(), ::getpid(),
+        R"({{"status":"{}","last_record_age_s":{},"stale_after_s":{},"ticks":{},)"
+        R"("last_channel_seq":{},"codes":{},"gaps":{},"loss_events":{},"bars_loaded":{},)"
+        R"("loaded":{{"from":"{}","bars":{},"codes":{},"last_channel_seq":{},)"
+        R"("stream_next":{}}},"push_clients":{},"pid":{},"uptime_s":{:.1f}}})",
+        state_name(s), age_json(last_record_age_s(s)), s.cfg.stale_after_s, f.ticks.load(),
+        f.last_channel_seq.load(), s.bars.codes().size(), f.gaps.load(), f.loss_events.load(),
+        f.bars_loaded.load(), l.from, l.bars, l.codes, l.last_channel_seq, l.stream_next,
+        f.push_clients.load(), ::getpid(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count());
 }
 
@@ -244,7 +291,8 @@ std::string health_text(const Shared& s) {
 namespace md::gw {
 
 std::pair<int, std::string> health(const Shared& s) {
-    return {200, health_text(s)};
+    const bool live = s.feed.state.load() == static_cast<int>(FeedState::live);
+    return {live ? 200 : 503, health_text(s)};
 }
 
 }  // namespace md::gw

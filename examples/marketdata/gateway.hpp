@@ -48,7 +48,20 @@ struct Config {
     std::size_t max_answer_kib = 8192;       // one /v2 answer
     std::string redis_user;                  // Redis ACL user (AUTH user password)
     std::string redis_password;              // from --redis-password-file or MD_REDIS_PASSWORD
+
+    // Feed liveness (docs/MARKETDATA.md, "Feed liveness").
+    double stale_after_s = 5;  // no record for this long: stale (/healthz 503)
+    double down_after_s = 30;  // no record for this long (or none yet): down
 };
+
+/// What the gateway knows of its feed (FeedPump::update_state()).
+enum class FeedState : int {
+    down = 0,         // no record yet, or none for down_after
+    live = 1,         // a record within stale_after
+    stale = 2,        // none for stale_after
+    catching_up = 3,  // replaying what it missed (recorder) or filling it (Redis)
+};
+inline constexpr std::array<const char*, 4> kFeedStateNames{"down", "live", "stale", "catching_up"};
 
 /// Latency histogram bounds in seconds (Prometheus `le`), +Inf implied.
 inline constexpr std::array<double, 10> kLatencyBounds{0.0001, 0.00025, 0.0005, 0.001, 0.0025,
@@ -110,6 +123,19 @@ struct FeedMetrics {
     std::atomic<std::uint64_t> forbidden_origin{0};     // /ws, /sse from another Origin
     std::atomic<std::uint64_t> forbidden_host{0};       // a Host header not allowed
     std::atomic<std::uint64_t> answers_too_large{0};    // /v2 over cfg.max_answer_kib
+    std::atomic<int> state{static_cast<int>(FeedState::down)};
+    std::atomic<std::int64_t> last_record_ns{0};  // steady clock; 0: none yet
+    std::atomic<std::uint64_t> state_changes{0};
+    std::atomic<std::uint64_t> heartbeats{0};
+};
+
+/// What the stores held at start (set before the loops run, read-only after).
+struct Loaded {
+    long long bars = 0;
+    std::size_t codes = 0;
+    std::uint64_t last_channel_seq = 0;  // the feed position the stores had
+    std::uint64_t stream_next = 0;       // the next stream record (LMDB)
+    std::string from;                    // "lmdb", "redis", "lmdb+redis" or "none"
 };
 
 /// Index of the histogram bucket of `seconds` (kLatencyBounds).
@@ -162,6 +188,7 @@ struct Shared {
     PushHub hub;
     FeedMetrics feed;
     std::vector<std::unique_ptr<LoopMetrics>> loops;
+    Loaded loaded;
     std::string web_js;  // lightweight-charts, read from --web DIR at start (empty: none)
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
@@ -172,5 +199,9 @@ std::string metrics_text(const Shared& s);
 std::string health_text(const Shared& s);
 /// /healthz: the HTTP status (200, or 503 when the feed is not live) and the JSON.
 std::pair<int, std::string> health(const Shared& s);
+/// Seconds since the last stream record (negative: none yet).
+double last_record_age_s(const Shared& s);
+/// A push control message: {"type":"state"|"heartbeat","state":"live","age_s":0.12,...}.
+std::string state_message(const Shared& s, const char* type);
 
 }  // namespace md::gw

@@ -164,7 +164,10 @@ public:
         ws_.async_accept(req, [self = shared_from_this()](beast::error_code aec) {
             if (!aec) {
                 self->s_.hub.add(self->key_, self);
-                self->push(
+                // The snapshot first, then the feed's state, then updates.
+                self->control(
+                    std::make_shared<const std::string>(state_message(self->s_, "state")));
+                self->send(
                     std::make_shared<const std::string>(snapshot_message(self->s_, self->q_)));
                 self->read();
             }
@@ -197,10 +200,12 @@ private:
         if (writing_ || closed_) {
             return;
         }
-        cur_ = slot_.take();
-        if (!cur_) {
-            return;
+        if (auto msg = slot_.take()) {
+            send(std::move(msg));
         }
+    }
+    void send(std::shared_ptr<const std::string> msg) {
+        cur_ = std::move(msg);
         writing_ = true;
         // A client that stops reading (its window full) would hold this write for ever.
         timer_.expires_after(seconds(s_.cfg.push_write_timeout_s));
@@ -262,6 +267,8 @@ public:
         head += kCspNone;
         head += "\r\nConnection: close\r\n\r\ndata: ";
         head += snapshot_message(s_, q_);
+        head += "\n\ndata: ";
+        head += state_message(s_, "state");
         head += "\n\n";
         cur_ = std::make_shared<const std::string>(std::move(head));
         send([](SseSession& self) {

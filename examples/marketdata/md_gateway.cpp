@@ -43,6 +43,46 @@ bool read_password(const std::string& file, std::string& out) {
     return true;
 }
 
+/// The options of docs/MARKETDATA.md's "Limits and security" and "Feed liveness".
+void add_limit_options(CLI::App& app, Config& c) {
+    app.add_option("--max-push", c.max_push,
+                   "WebSocket + SSE clients (default 1000; also count in --max-connections)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 1'000'000));
+    app.add_option("--allow-origin", c.allow_origins,
+                   "An Origin (https://host:port, or *) whose pages may use /ws and /sse; the "
+                   "page's own origin always may (repeat, or a comma list)")
+        ->delimiter(',')
+        ->type_name("ORIGIN");
+    app.add_option("--allow-host", c.allow_hosts,
+                   "A Host name with a dot answered besides IP addresses and one-label names "
+                   "(DNS rebinding guard; repeat, or a comma list)")
+        ->delimiter(',')
+        ->type_name("NAME");
+    app.add_option("--push-write-timeout", c.push_write_timeout_s,
+                   "Close a push client whose write is stuck this long (10)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_option("--heartbeat", c.heartbeat_s, "Push heartbeats with the feed state (5)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_option("--stale-after", c.stale_after_s,
+                   "No feed record for this long: stale, /healthz 503 (5)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_option("--down-after", c.down_after_s, "No feed record for this long: down (30)")
+        ->type_name("SECONDS")
+        ->check(prizma::tools::above(0));
+    app.add_option("--cache-mib", c.cache_mib, "Answer cache per loop, MiB (default 64)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 1'000'000));
+    app.add_option("--max-answer-kib", c.max_answer_kib, "Largest /v2 answer, KiB (8192)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 1'000'000));
+    app.add_option("--redis-user", c.redis_user, "Redis ACL user (AUTH user password)")
+        ->type_name("NAME");
+}
+
 int parse_args(int argc, char** argv, Config& c) {
     CLI::App app{"", "md-gateway"};
     prizma::tools::init(
@@ -52,7 +92,8 @@ int parse_args(int argc, char** argv, Config& c) {
         "                  [--threads N] [--web DIR] [--max-bars N] [--idle-timeout SECONDS]\n"
         "                  [--max-connections N] [--max-push N] [--allow-origin ORIGIN]...\n"
         "                  [--allow-host NAME]... [--push-write-timeout SECONDS]\n"
-        "                  [--heartbeat SECONDS] [--cache-mib N] [--max-answer-kib N]\n"
+        "                  [--heartbeat SECONDS] [--stale-after SECONDS] [--down-after SECONDS]\n"
+        "                  [--cache-mib N] [--max-answer-kib N]\n"
         "                  [--redis-user NAME] [--redis-password-file FILE]",
         "Builds 1m/5m/15m/30m/60m/1d bars from the md-feed ticks on URI and serves them:\n"
         "  GET /getStockData?code=300525.SZ&period=1m&start=202308180930&end=202308181030\n"
@@ -96,35 +137,7 @@ int parse_args(int argc, char** argv, Config& c) {
     app.add_option("--max-connections", c.max_connections, "Open connections (default 20000)")
         ->type_name("N")
         ->check(prizma::tools::whole(1, 1'000'000));
-    app.add_option("--max-push", c.max_push,
-                   "WebSocket + SSE clients (default 1000; also count in --max-connections)")
-        ->type_name("N")
-        ->check(prizma::tools::whole(1, 1'000'000));
-    app.add_option("--allow-origin", c.allow_origins,
-                   "An Origin (https://host:port, or *) whose pages may use /ws and /sse; the "
-                   "page's own origin always may (repeat, or a comma list)")
-        ->delimiter(',')
-        ->type_name("ORIGIN");
-    app.add_option("--allow-host", c.allow_hosts,
-                   "A Host name with a dot answered besides IP addresses and one-label names "
-                   "(DNS rebinding guard; repeat, or a comma list)")
-        ->delimiter(',')
-        ->type_name("NAME");
-    app.add_option("--push-write-timeout", c.push_write_timeout_s,
-                   "Close a push client whose write is stuck this long (10)")
-        ->type_name("SECONDS")
-        ->check(prizma::tools::above(0));
-    app.add_option("--heartbeat", c.heartbeat_s, "Push heartbeats with the feed state (5)")
-        ->type_name("SECONDS")
-        ->check(prizma::tools::above(0));
-    app.add_option("--cache-mib", c.cache_mib, "Answer cache per loop, MiB (default 64)")
-        ->type_name("N")
-        ->check(prizma::tools::whole(1, 1'000'000));
-    app.add_option("--max-answer-kib", c.max_answer_kib, "Largest /v2 answer, KiB (8192)")
-        ->type_name("N")
-        ->check(prizma::tools::whole(1, 1'000'000));
-    app.add_option("--redis-user", c.redis_user, "Redis ACL user (AUTH user password)")
-        ->type_name("NAME");
+    add_limit_options(app, c);
     std::string password_file;
     app.add_option("--redis-password-file", password_file,
                    "A file holding the Redis password (or MD_REDIS_PASSWORD)")

@@ -21,6 +21,8 @@ address    a second md-gateway (or any program) on an address in use is refused 
 limits     push sessions within --max-connections and --max-push, WebSocket message size and
            idle clients, write timeouts, Origin and Host, answer caches bounded by bytes and
            keyed by the query, /v2 answer cap, security headers; honest clients still served
+liveness   the feed's state (down, live, stale) in /healthz (503 unless live) and /metrics,
+           pushed to WebSocket and SSE clients with heartbeats; /healthz after a restart
 redis_auth Redis AUTH (file, environment), MOVED only to members CLUSTER SLOTS lists
 redis_cluster  the same on a 3-master cluster, then a code's slot migrating (SETSLOT
            MIGRATING/IMPORTING, MIGRATE): writes and reads follow ASK (counted)
@@ -50,7 +52,7 @@ FEED_ONE = ["--symbols", "40", "--day-ticks", "30000", "--seed", "11"]
 FEED_ARGS = FEED_ONE + ["--days", "2"]
 GROUPS = {"reference": 1, "restart": 2, "gap": 3, "http": 4, "push": 5, "web": 6, "redis": 7,
           "redis_cluster": 8, "ab": 10, "recorder": 12, "address": 13, "limits": 14,
-          "redis_auth": 15}
+          "redis_auth": 15, "liveness": 16}
 URI = mdref.group_uri(GROUPS[CASE])
 RANGE = "&start=202308180000&end=202308222359"
 
@@ -351,7 +353,7 @@ def check_slow_clients(gw):
             s.send(req)
         except BlockingIOError:
             break
-    assert mdref.get(gw.port, "/healthz")[0] == 200
+    assert mdref.get(gw.port, "/healthz")[0] in (200, 503)  # answered (503: feed not live)
     s.close()
 
 
@@ -436,13 +438,14 @@ def case_push():
         got = []
         while len(got) < 20:
             m = json.loads(ws.recv())
-            got.append(m["bar"])
+            if "type" not in m:  # bars (state messages and heartbeats have a type)
+                got.append(m["bar"])
         times = [b["time"] for b in got]
         assert all(t // 10000 == 20230821 for t in times), times
         assert times == sorted(times), times
         lines = []
         for line in sse.stdout:
-            if line.startswith("data: "):
+            if line.startswith("data: ") and '"type"' not in line:
                 lines.append(json.loads(line[6:]))
             if len(lines) >= 20:
                 break
@@ -1033,6 +1036,101 @@ def resp_command(buf):
     return args, rest
 
 
+def case_liveness():
+    """Issue 35 item 2: the feed's state (down, live, stale) in /healthz (503 unless live) and
+    /metrics, pushed to WebSocket and SSE clients as it changes, with heartbeats; after a
+    restart /healthz says what the store held."""
+    import websocket  # python3-websocket
+    store = os.path.join(WORK, "store")
+    extra = ["--stale-after", "1", "--down-after", "4", "--heartbeat", "0.5"]
+    gw = mdref.Gateway(GATEWAY, URI, store=store, extra=extra)
+    feed = None
+    try:
+        st, _, body = mdref.get(gw.port, "/healthz")
+        assert st == 503 and json.loads(body)["status"] == "down", (st, body)
+        assert json.loads(body)["last_record_age_s"] is None
+        n1 = mdref.run_feed(FEED, URI, *FEED_ONE, "--rate", "60000")
+        gw.wait_ticks(n1)
+        # A WebSocket and an SSE client: each gets the state after its snapshot, heartbeats,
+        # and every change.
+        ws = websocket.create_connection("ws://127.0.0.1:%d/ws?code=600000.SH&period=1m" % gw.port,
+                                         timeout=1)
+        sse = subprocess.Popen(["curl", "-sN", "--max-time", "60",
+                                "http://127.0.0.1:%d/sse?code=600000.SH&period=1m" % gw.port],
+                               stdout=subprocess.PIPE, text=True)
+        ws_msgs, sse_msgs = [], []
+        stop = threading.Event()
+        threads = [threading.Thread(target=collect_ws, args=(ws, ws_msgs, stop, websocket)),
+                   threading.Thread(target=collect_sse, args=(sse, sse_msgs))]
+        for t in threads:
+            t.start()
+        # The feed ended: stale after 1 s (503), down after 4 s.
+        wait_for("stale", lambda: gw.health()["status"] in ("stale", "down"), 10)
+        st, _, body = mdref.get(gw.port, "/healthz")
+        assert st == 503, (st, body)
+        wait_for("down", lambda: gw.health()["status"] == "down", 10)
+        assert gw.metric('md_feed_state{state="down"}') == 1
+        # A feed again (a paced day of 3 s): live (200), pushed as a recovery; then kill -9.
+        feed = Feed(URI, *FEED_ONE, "--date", "20230821", "--rate", "10000")
+        wait_for("live", lambda: mdref.get(gw.port, "/healthz")[0] == 200, 20)
+        assert gw.health()["last_record_age_s"] < 1
+        assert gw.metric('md_feed_state{state="live"}') == 1
+        time.sleep(0.5)
+        feed.kill()
+        t_kill = time.time()
+        wait_for("stale after kill -9", lambda: gw.health()["status"] == "stale", 10)
+        print("liveness: stale %.1f s after md-feed was killed" % (time.time() - t_kill))
+        time.sleep(1.2)  # heartbeats while stale
+        stop.set()
+        ws.close()
+        sse.kill()
+        for t in threads:
+            t.join()
+        for name, msgs in (("ws", ws_msgs), ("sse", sse_msgs)):
+            states = [m["state"] for m in msgs if m.get("type") == "state"]
+            beats = [m for m in msgs if m.get("type") == "heartbeat"]
+            # The first (after the snapshot) says live; then stale, down, live, stale.
+            changes = [x for i, x in enumerate(states) if i == 0 or states[i - 1] != x]
+            assert changes[-4:] == ["stale", "down", "live", "stale"] or \
+                changes[-5:-1] == ["stale", "down", "live", "stale"], (name, changes)
+            assert len(beats) >= 4, (name, len(beats))
+            assert any(b["state"] == "stale" for b in beats), name
+            assert any("bar" in m for m in msgs), name
+        assert gw.metric("md_feed_state_changes_total") >= 4
+    finally:
+        if feed:
+            feed.kill()
+        gw.stop()
+    # After a restart: what the store held (bars, codes, the feed position), not zeros.
+    gw = mdref.Gateway(GATEWAY, URI, store=store, extra=extra)
+    try:
+        h = gw.health()
+        assert h["status"] == "down" and h["ticks"] == 0, h
+        loaded = h["loaded"]
+        assert loaded["from"] == "lmdb" and loaded["bars"] > 0 and loaded["codes"] == 40, h
+        assert loaded["last_channel_seq"] >= n1 and h["last_channel_seq"] == \
+            loaded["last_channel_seq"], h
+        assert loaded["stream_next"] > 0, h
+    finally:
+        gw.stop()
+
+
+def collect_ws(ws, out, stop, websocket):
+    while not stop.is_set():
+        try:
+            out.append(json.loads(ws.recv()))
+        except websocket.WebSocketTimeoutException:
+            pass
+        except Exception:  # noqa: BLE001 (closed)
+            return
+
+
+def collect_sse(proc, out):
+    for line in proc.stdout:
+        if line.startswith("data: "):
+            out.append(json.loads(line[6:]))
+
+
 class Feed:
     """A md-feed process in the background."""
 
@@ -1281,7 +1379,8 @@ def main():
          "http": case_http, "push": case_push, "redis": case_redis,
          "redis_cluster": lambda: case_redis(cluster=True), "ab": case_ab,
          "recorder": case_recorder, "address": case_address,
-         "limits": case_limits, "redis_auth": case_redis_auth}[CASE]()
+         "limits": case_limits, "redis_auth": case_redis_auth,
+         "liveness": case_liveness}[CASE]()
         print("marketdata %s: ok" % CASE)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)

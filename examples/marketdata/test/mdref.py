@@ -161,7 +161,8 @@ class Gateway:
         while True:
             assert self.proc.poll() is None, "md-gateway exited: " + self.proc.stdout.read()
             try:
-                if get(self.port, "/healthz", timeout=1)[0] == 200:
+                # 200 when the feed is live, 503 until then (or when stale): up either way.
+                if get(self.port, "/healthz", timeout=1)[0] in (200, 503):
                     break
             except OSError:
                 pass

@@ -128,7 +128,7 @@ std::string PortMembership::default_dir() {
     // /run, not /tmp: a service with systemd's PrivateTmp sees the host's /run. Usable there:
     // root creates it; another user uses it when root (or an admin, for a shared group)
     // made it and it is writable to them.
-    const std::string shared = "/run/prizma-sa";
+    std::string shared = "/run/prizma-sa";
     if (::geteuid() == 0 || ::access(shared.c_str(), W_OK | X_OK) == 0) {
         return shared;
     }

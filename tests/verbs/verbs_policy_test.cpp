@@ -262,8 +262,8 @@ TEST_CASE("verbs IB publisher: joins as a full member and sends to the SA's MLID
     sa::Response resp;
     REQUIRE(sa::decode_response(reply, resp));
     policy::LocalPort ib{true, 1, 0, 0, 0};
-    const auto g = policy::group_ah(ib, resp.rec.mgid, resp.rec.mlid, resp.rec.sl,
-                                    resp.rec.flow_label, true, 1);
+    const policy::GroupPath path{resp.rec.sl, resp.rec.flow_label, resp.rec.rate};
+    const auto g = policy::group_ah(ib, resp.rec.mgid, resp.rec.mlid, &path, 1);
     CHECK(g.dlid == 0xc005);
     CHECK(g.sl == 2);
     CHECK(g.flow_label == 0x12345);
@@ -271,7 +271,7 @@ TEST_CASE("verbs IB publisher: joins as a full member and sends to the SA's MLID
     CHECK(g.hop_limit == 1);
     // RoCE: no MLID in the LRH (there is none)
     policy::LocalPort roce{false, 1, 3, 0, 1};
-    const auto rg = policy::group_ah(roce, v4_gid(239, 1, 2, 3), 0, 0, 0, false, 4);
+    const auto rg = policy::group_ah(roce, v4_gid(239, 1, 2, 3), 0, nullptr, 4);
     CHECK(rg.dlid == 0);
     CHECK(rg.sl == 1);
     // item 11: the payload MTU is the group's, when smaller than the port's
@@ -563,4 +563,46 @@ TEST_CASE("verbs IB group rate: the creator's link rate, not a fixed 10 Gb/s", "
     CHECK(policy::ib_rate_code(8, 4) == 10);    // 12x QDR: 120 Gb/s
     CHECK(policy::ib_rate_code(3, 4) == 0);     // unknown width
     CHECK(policy::ib_rate_code(2, 3) == 0);     // unknown speed
+}
+
+TEST_CASE("verbs IB group AH: the SA record's SL, flow label and rate; RoCE none of them",
+          "[unit][verbs]") {
+    policy::LocalPort lp;
+    lp.infiniband = true;
+    lp.port = 1;
+    lp.sl = 3;
+    policy::Gid mgid{};
+    mgid[0] = 0xff;
+    // rate byte: selector "exactly" (2) in the top bits, code 7 (40 Gb/s) below
+    const policy::GroupPath path{5, 0x12345, static_cast<std::uint8_t>((2U << 6U) | 7U)};
+    const auto ib = policy::group_ah(lp, mgid, 0xc001, &path, 1);
+    CHECK(ib.dlid == 0xc001);
+    CHECK(ib.sl == 5);
+    CHECK(ib.flow_label == 0x12345);
+    CHECK(ib.static_rate == 7);  // the group's rate: a 100 Gb/s sender does not overrun it
+    const auto no_sa = policy::group_ah(lp, mgid, 0xc001, nullptr, 1);
+    CHECK(no_sa.sl == 3);  // the channel's own
+    CHECK(no_sa.static_rate == 0);
+    lp.infiniband = false;  // RoCE: no MLID
+    CHECK(policy::group_ah(lp, mgid, 0xc001, nullptr, 1).dlid == 0);
+}
+
+TEST_CASE("verbs rejoin delays: spread at first, then doubling with jitter, capped",
+          "[unit][verbs]") {
+    // The first attempt after a fabric event: 0-250 ms, both ends reachable.
+    CHECK(policy::rejoin_delay_ms(0, 0) == 0);
+    CHECK(policy::rejoin_delay_ms(0, 250) == 250);
+    CHECK(policy::rejoin_delay_ms(0, 251) == 0);
+    // Then 100 ms doubling, each within +-25%: 75-125, 150-250, ...
+    CHECK(policy::rejoin_delay_ms(1, 0) == 75);
+    CHECK(policy::rejoin_delay_ms(1, 50) == 125);
+    CHECK(policy::rejoin_delay_ms(1, 51) == 75);
+    CHECK(policy::rejoin_delay_ms(2, 0) == 150);
+    CHECK(policy::rejoin_delay_ms(2, 100) == 250);
+    CHECK(policy::rejoin_delay_ms(9, 0) == 19200);  // 25.6 s - 25%
+    // Capped at 30 s (+-25%), whatever the attempt: no shift overflow.
+    CHECK(policy::rejoin_delay_ms(10, 0) == 22500);
+    CHECK(policy::rejoin_delay_ms(10, 15000) == 37500);
+    CHECK(policy::rejoin_delay_ms(1000, 15000) == 37500);
+    CHECK(policy::rejoin_delay_ms(~0U, 0) == 22500);
 }

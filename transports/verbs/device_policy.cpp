@@ -267,9 +267,7 @@ AhFields configured_unicast_ah(const LocalPort& lp, const Gid& peer, std::uint16
 AhFields group_ah(const LocalPort& lp,
                   const Gid& mgid,
                   std::uint16_t mlid,
-                  std::uint8_t sa_sl,
-                  std::uint32_t sa_flow_label,
-                  bool have_sa,
+                  const GroupPath* sa,
                   std::uint8_t hop_limit) noexcept {
     AhFields a;
     a.is_global = true;
@@ -280,11 +278,20 @@ AhFields group_ah(const LocalPort& lp,
     a.port_num = lp.port;
     a.sl = lp.sl;
     a.dlid = lp.infiniband ? mlid : 0;
-    if (have_sa) {
-        a.sl = sa_sl;
-        a.flow_label = sa_flow_label;
+    if (sa != nullptr) {
+        a.sl = sa->sl;
+        a.flow_label = sa->flow_label;
+        a.static_rate = static_cast<std::uint8_t>(sa->rate & 0x3FU);
     }
     return a;
+}
+
+int rejoin_delay_ms(unsigned attempt, std::uint32_t random) noexcept {
+    if (attempt == 0) {
+        return static_cast<int>(random % 251U);
+    }
+    const std::uint32_t base = attempt > 9 ? 30000U : std::min(100U << (attempt - 1), 30000U);
+    return static_cast<int>(base - base / 4 + random % (base / 2 + 1));
 }
 
 MembershipPlan plan_membership(bool infiniband, bool multicast, bool subscriber) noexcept {

@@ -118,6 +118,8 @@ struct AhFields {
     std::uint8_t sl = 0;
     std::uint8_t src_path_bits = 0;
     std::uint8_t port_num = 0;
+    /// ibv_rate (the IBA rate code): the sender's injection rate cap, 0 = the port's rate.
+    std::uint8_t static_rate = 0;
 };
 
 /// Where a received datagram came from, below the GID: what ibv_init_ah_from_wc uses.
@@ -142,15 +144,26 @@ AhFields unicast_ah(const LocalPort& lp, const Gid& peer, const SourceRoute& rou
 /// The AH of a configured unicast destination (publisher in unicast mode): on IB the LID must
 /// be given (`dlid=`), since no datagram from the peer has told us.
 AhFields configured_unicast_ah(const LocalPort& lp, const Gid& peer, std::uint16_t dlid) noexcept;
-/// The group AH: DLID = the MLID from the SA (IB; 0 on RoCE), SL and flow label from the SA's
-/// record when there is one.
+/// What the SA's MCMemberRecord says about the group's paths (IB).
+struct GroupPath {
+    std::uint8_t sl = 0;
+    std::uint32_t flow_label = 0;
+    std::uint8_t rate = 0;  ///< the record's rate byte: selector (2 bits) and rate code (6)
+};
+/// The group AH: DLID = the MLID from the SA (IB; 0 on RoCE); SL, flow label and static rate
+/// from the SA's record when there is one. The static rate is the group's rate, as the
+/// kernel's multicast client sets it: a faster publisher does not overrun the group's slower
+/// links.
 AhFields group_ah(const LocalPort& lp,
                   const Gid& mgid,
                   std::uint16_t mlid,
-                  std::uint8_t sa_sl,
-                  std::uint32_t sa_flow_label,
-                  bool have_sa,
+                  const GroupPath* sa,
                   std::uint8_t hop_limit) noexcept;
+
+/// How long the control thread waits before rejoin attempt `attempt` (0: the first, after a
+/// fabric event) given a random draw: spread over 0-250 ms at first (every host hears the
+/// same SM event: no storm of joins at the SA), then 100 ms doubling to 30 s, each +-25%.
+int rejoin_delay_ms(unsigned attempt, std::uint32_t random) noexcept;
 
 // -------------------------------------------------------------------------------------------
 // Membership (docs/RDMA.md §6)

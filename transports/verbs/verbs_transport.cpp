@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <system_error>
 #include <thread>
 
@@ -475,6 +476,7 @@ ibv_ah_attr to_attr(const policy::AhFields& f) noexcept {
     a.sl = f.sl;
     a.src_path_bits = f.src_path_bits;
     a.port_num = f.port_num;
+    a.static_rate = f.static_rate;
     return a;
 }
 
@@ -942,12 +944,11 @@ bool VerbsTransport::Impl::rejoin_sa() noexcept {
         return true;
     }
     ctl_counters.mlid_changes.fetch_add(1, std::memory_order_relaxed);
-    const auto* g = reinterpret_cast<const ibv_gid*>(mgid.data());
-    if (attached && ibv_attach_mcast(qp.get(), g, r.mlid) == 0) {
-        (void)ibv_detach_mcast(qp.get(), g, mlid);
-    }
-    ibv_ah_attr a = to_attr(
-        policy::group_ah(local_port, mgid, r.mlid, r.sl, r.flow_label, true, cfg.hop_limit));
+    // The QP's attachment stays: providers key it by MGID and QPN (mlx5, rxe), so attaching
+    // the new MLID and detaching the old one could remove the only attachment. Only the AH,
+    // which carries the MLID as its DLID, is replaced.
+    const policy::GroupPath path{r.sl, r.flow_label, r.rate};
+    ibv_ah_attr a = to_attr(policy::group_ah(local_port, mgid, r.mlid, &path, cfg.hop_limit));
     AhPtr fresh(ibv_create_ah(pd.get(), &a));
     if (!fresh) {
         ctl_counters.ah_failed.fetch_add(1, std::memory_order_relaxed);
@@ -964,20 +965,40 @@ bool VerbsTransport::Impl::rejoin_sa() noexcept {
 
 void VerbsTransport::Impl::control_loop() noexcept {
     pollfd fds[2] = {{context->async_fd, POLLIN, 0}, {ctl_wake.get(), POLLIN, 0}};
+    using Clock = std::chrono::steady_clock;
+    std::mt19937 rng(static_cast<std::uint32_t>(Clock::now().time_since_epoch().count())
+                     ^ static_cast<std::uint32_t>(::getpid()));
+    const auto draw = [&rng] {
+        return static_cast<std::uint32_t>(rng());
+    };
     bool rejoin = false;
-    int rejoin_backoff_ms = 0;
+    unsigned attempt = 0;
+    Clock::time_point rejoin_at{};
     int timeout = -1;
     while (!ctl_stop.load(std::memory_order_acquire)) {
-        (void)::poll(fds, 2, rejoin ? std::max(rejoin_backoff_ms, 1) : timeout);
+        int wait_ms = timeout;
+        if (rejoin) {
+            const auto left =
+                std::chrono::ceil<std::chrono::milliseconds>(rejoin_at - Clock::now());
+            wait_ms = static_cast<int>(std::max<std::int64_t>(left.count(), 0));
+            wait_ms = timeout < 0 ? wait_ms : std::min(wait_ms, timeout);
+        }
+        (void)::poll(fds, 2, wait_ms);
         std::uint64_t drained = 0;
         [[maybe_unused]] const ssize_t got = ::read(ctl_wake.get(), &drained, sizeof drained);
+        const bool was = rejoin;
         handle_async(rejoin);
-        if (rejoin && sa) {
+        if (rejoin && !was) {  // a fabric event: every host heard it, spread the joins
+            attempt = 0;
+            rejoin_at =
+                Clock::now() + std::chrono::milliseconds(policy::rejoin_delay_ms(0, draw()));
+        }
+        if (rejoin && sa && Clock::now() >= rejoin_at) {
             if (rejoin_sa()) {
                 rejoin = false;
-                rejoin_backoff_ms = 0;
             } else {
-                rejoin_backoff_ms = std::min(std::max(rejoin_backoff_ms * 2, 100), 30000);
+                rejoin_at = Clock::now()
+                            + std::chrono::milliseconds(policy::rejoin_delay_ms(++attempt, draw()));
             }
         }
         timeout = service_slots();
@@ -1521,11 +1542,14 @@ Result<void, Error> VerbsTransport::Impl::join_group(const CreateState& st) {
         attached = true;
     }
     if (st.multicast || cfg.dest_qpn != 0) {
+        policy::GroupPath path;
+        if (sa) {
+            path = {sa->record().sl, sa->record().flow_label, sa->record().rate};
+        }
         const policy::AhFields f =
-            st.multicast ? policy::group_ah(
-                local_port, st.dest, mlid, sa ? sa->record().sl : std::uint8_t{0},
-                sa ? sa->record().flow_label : 0U, sa != nullptr, cfg.hop_limit)
-                         : policy::configured_unicast_ah(local_port, st.dest, cfg.dlid);
+            st.multicast
+                ? policy::group_ah(local_port, st.dest, mlid, sa ? &path : nullptr, cfg.hop_limit)
+                : policy::configured_unicast_ah(local_port, st.dest, cfg.dlid);
         ibv_ah_attr a = to_attr(f);
         group_ah.reset(ibv_create_ah(pd.get(), &a));
         if (!group_ah) {

@@ -14,6 +14,7 @@
 #include <prizma/prizma.hpp>
 
 #include "execlog/consumer.hpp"
+#include "execlog/divergence.hpp"
 #include "execlog/record.hpp"
 
 namespace {
@@ -27,13 +28,20 @@ struct Held {
     std::vector<std::byte> record;
 };
 
+constexpr std::size_t kSourceRing = 1U << 16U;
+
 struct Archive {
+    explicit Archive(prizma::Recorder r) : rec(std::move(r)) {}
     prizma::Recorder rec;
     std::optional<Held> held;
     std::uint64_t losses = 0;
     std::uint64_t lost = 0;
     std::uint64_t unknown = 0;
     std::uint64_t divergences = 0;
+    std::vector<prizma::Tsi> journaled_from = std::vector<prizma::Tsi>(kSourceRing);
+    std::vector<execlog::Divergence> pending;  // markers not written yet
+    std::optional<std::uint64_t> halted_at;    // the divergence the archiver halts at
+    bool halt_on_divergence = true;
 
     /// false: the journal refused it for good (the error is printed).
     bool take(const prizma::StreamEvent& e, std::span<const std::byte> record, bool& retry) {
@@ -47,12 +55,22 @@ struct Archive {
         }
         if (e.kind == prizma::StreamEventKind::divergence) {
             ++divergences;
-            fmt::print(stderr, "{}: DIVERGENCE: a copy of record {} from source {} differs\n",
-                       kTool, e.sequence, execlog::tsi_text(e.source));
+            const prizma::Tsi first = journaled_from[e.sequence % kSourceRing];
+            fmt::print(stderr,
+                       "{}: DIVERGENCE: a copy of record {} from source {} differs from the "
+                       "journaled copy (source {})\n",
+                       kTool, e.sequence, execlog::tsi_text(e.source), execlog::tsi_text(first));
+            pending.push_back({e.sequence, first, e.source, prizma::Context::now_ns()});
+            if (halt_on_divergence && !halted_at) {
+                halted_at = e.sequence;
+            }
             return true;
         }
         const auto r = rec.append(e, record);
         if (r) {
+            if (e.kind == prizma::StreamEventKind::record) {
+                journaled_from[e.sequence % kSourceRing] = e.source;
+            }
             if (e.kind == prizma::StreamEventKind::loss) {
                 ++losses;
                 lost += e.count;
@@ -114,6 +132,9 @@ struct FlowGate {
 
 struct Args {
     execlog::ConsumerArgs c;
+    std::string on_divergence = "halt";
+    std::string divergence_file;  // default: JOURNAL.divergences
+    std::string decision_file;    // default: JOURNAL.decision
     std::string journal = "execlog-journal";
     std::string listen = "127.0.0.1:0";
     std::string port_file;
@@ -122,12 +143,86 @@ struct Args {
     std::uint32_t gap_timeout_ms = 5000;
 };
 
-int serve(const Args& a, prizma::Context& ctx, Archive& ar, execlog::Feed& f, FlowGate& gate) {
+/// Writes the markers of divergences whose copies the tap has (or gave up waiting for, 3 s).
+bool write_markers(const Args& a, Archive& ar, const execlog::CopyTap& tap) {
+    const std::int64_t now = prizma::Context::now_ns();
+    for (auto it = ar.pending.begin(); it != ar.pending.end();) {
+        const auto j = tap.copy(it->sequence, it->journaled);
+        const auto x = tap.copy(it->sequence, it->differing);
+        if (!(j && x) && now - it->seen_ns < 3'000'000'000) {
+            ++it;
+            continue;
+        }
+        if (const auto err =
+                execlog::append_durably(a.divergence_file, execlog::divergence_marker(*it, j, x));
+            !err.empty()) {
+            fmt::print(stderr, "{}: divergence marker: {}\n", kTool, err);
+            return false;
+        }
+        fmt::print(stderr, "{}: divergence marker of record {} in '{}'{}\n", kTool, it->sequence,
+                   a.divergence_file, j && x ? " (both copies)" : " (a copy was not heard)");
+        it = ar.pending.erase(it);
+    }
+    return true;
+}
+
+/// While halted: says so (at once, then every 5 s) and reads the operator's decision. Returns
+/// 0 to go on (halted or not), 3 to stop (the operator said so).
+int halted(const Args& a, Archive& ar, std::int64_t& said_at) {
+    const std::int64_t now = prizma::Context::now_ns();
+    const std::uint64_t q = *ar.halted_at;
+    if (said_at == 0 || now - said_at > 5'000'000'000) {
+        fmt::print(stderr,
+                   "{}: HALTED at record {}: two cores' copies differ; the journal keeps the "
+                   "first, '{}' both. The stream is held (the cores wait for this archiver). "
+                   "Decide: echo continue {} > {}  (keep the journaled copy, go on), or echo "
+                   "stop {} > {}  (end here; restart the session on a new epoch)\n",
+                   kTool, q, a.divergence_file, q, a.decision_file, q, a.decision_file);
+        said_at = now;
+    }
+    const auto d = execlog::read_decision(a.decision_file, q);
+    if (!d) {
+        return 0;
+    }
+    if (*d == execlog::Decision::stop) {
+        fmt::print(stderr, "{}: the operator stopped the stream at record {} ({})\n", kTool, q,
+                   a.decision_file);
+        return 3;
+    }
+    fmt::print(stderr, "{}: the operator let the stream go on after record {} ({})\n", kTool, q,
+               a.decision_file);
+    ar.halted_at.reset();
+    said_at = 0;
+    return 0;
+}
+
+int serve(const Args& a,
+          prizma::Context& ctx,
+          Archive& ar,
+          execlog::Feed& f,
+          FlowGate& gate,
+          prizma::Subscriber* tap_sub) {
     std::int64_t printed_at = prizma::Context::now_ns();
+    std::int64_t said_at = 0;
+    execlog::CopyTap tap(a.c.feed.stream_id, 1U << 14U);
     prizma::StreamEvent e;
     bool ended = false;
     while (!execlog::stop_requested() && !(a.c.exit_at_end && ended)) {
         const int work = ctx.poll();
+        if (tap_sub != nullptr) {
+            tap.read(*tap_sub);
+        }
+        if (!ar.pending.empty() && !write_markers(a, ar, tap)) {
+            return 1;
+        }
+        if (ar.halted_at) {
+            // Nothing journaled, the flow gate not drained: the cores hold within its window.
+            if (const int rc = halted(a, ar, said_at); rc != 0) {
+                return rc;
+            }
+            ctx.wait(std::chrono::milliseconds(50));
+            continue;
+        }
         int n = 0;
         bool retry = false;
         if (ar.held) {
@@ -139,7 +234,7 @@ int serve(const Args& a, prizma::Context& ctx, Archive& ar, execlog::Feed& f, Fl
                 ar.held.reset();
             }
         }
-        while (!ar.held && n < 1024 && f.next(e)) {
+        while (!ar.held && !ar.halted_at && n < 1024 && f.next(e)) {
             ++n;
             const auto record = f.last_record();
             if (!ar.take(e, record, retry)) {
@@ -192,11 +287,43 @@ int parse_args(int argc, char** argv, Args& a) {
                    "PGM history a restarted archiver recovers, packets (default twice the "
                    "flow window)")
         ->check(prizma::tools::whole(1, 1U << 20U));
+    app.add_option("--on-divergence", a.on_divergence,
+                   "When two cores' copies of a record differ: halt (default: hold the stream "
+                   "until the operator decides) or continue (journal the first, mark both)")
+        ->check(prizma::tools::one_of({"halt", "continue"}));
+    app.add_option("--divergence-file", a.divergence_file,
+                   "Both copies of each divergent record (default JOURNAL.divergences)");
+    app.add_option("--decision-file", a.decision_file,
+                   "Where the operator writes 'continue SEQ' or 'stop SEQ' (default "
+                   "JOURNAL.decision)");
     app.add_option("--gap-timeout-ms", a.gap_timeout_ms,
                    "Wait this long for PGM to repair a live gap before journaling it as lost "
                    "(default 5000)")
         ->check(prizma::tools::whole(1, 3600000));
     return prizma::tools::parse(app, argc, argv);
+}
+
+/// The flow-control member's subscription, when the URI carries flow keys (else none).
+bool open_gate(prizma::Context& ctx, const Args& a, const std::string& flow_uri, FlowGate& gate) {
+    if (flow_uri != a.c.feed.uri) {
+        prizma::ChannelOptions fo;
+        fo.window_sqns = a.flow_window;
+        fo.preallocated_sources = 2;
+        // A restarted archiver reports its position from a window back, where its journal
+        // ends (the cores held within the window of it): it is then counted at once, and the
+        // data subscription's NAKs for the gap are for data the cores wait for, which they
+        // repair outside their NAK budget (docs/EXECLOG.md).
+        fo.recover_history = true;
+        fo.max_recover_sqns = a.flow_window;
+        auto fs = ctx.add_subscriber(flow_uri, fo);
+        if (!fs) {
+            fmt::print(stderr, "{}: {}\n", kTool, fs.error().message());
+            return false;
+        }
+        gate.sub = *fs;
+        gate.stream_id = a.c.feed.stream_id;
+    }
+    return true;
 }
 
 int run(int argc, char** argv) {
@@ -225,7 +352,14 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "{}: journal: {}\n", kTool, rec.error().message());
         return 1;
     }
-    Archive ar{std::move(*rec), std::nullopt};
+    Archive ar(std::move(*rec));
+    ar.halt_on_divergence = a.on_divergence == "halt";
+    if (a.divergence_file.empty()) {
+        a.divergence_file = a.journal + ".divergences";
+    }
+    if (a.decision_file.empty()) {
+        a.decision_file = a.journal + ".decision";
+    }
     const std::uint64_t next = ar.rec.next_sequence();
     prizma::ReplayServerOptions so;
     so.address = listen->first;
@@ -259,30 +393,24 @@ int run(int argc, char** argv) {
         return 1;
     }
     FlowGate gate;
-    if (flow_uri != a.c.feed.uri) {
-        prizma::ChannelOptions fo;
-        fo.window_sqns = a.flow_window;
-        fo.preallocated_sources = 2;
-        // A restarted archiver reports its position from a window back, where its journal
-        // ends (the cores held within the window of it): it is then counted at once, and the
-        // data subscription's NAKs for the gap are for data the cores wait for, which they
-        // repair outside their NAK budget (docs/EXECLOG.md).
-        fo.recover_history = true;
-        fo.max_recover_sqns = a.flow_window;
-        auto fs = ctx->add_subscriber(flow_uri, fo);
-        if (!fs) {
-            fmt::print(stderr, "{}: {}\n", kTool, fs.error().message());
-            return 1;
-        }
-        gate.sub = *fs;
-        gate.stream_id = a.c.feed.stream_id;
+    if (!open_gate(*ctx, a, flow_uri, gate)) {
+        return 1;
     }
     fmt::print(
         "{}: journal {} from sequence {} (recovered {} bytes of torn tail), replay on {}:{}\n",
         kTool, a.journal, next, ar.rec.counters().recovered_bytes_dropped, listen->first,
         server->port());
     (void)std::fflush(stdout);
-    const int rc = serve(a, *ctx, ar, **feed, gate);
+    // The tap: every copy as heard (passive: never NAKs), for the divergence markers.
+    prizma::ChannelOptions to;
+    to.passive = true;
+    to.preallocated_sources = 2;
+    auto tap = ctx->add_subscriber(a.c.feed.uri, to);
+    if (!tap) {
+        fmt::print(stderr, "{}: {}\n", kTool, tap.error().message());
+        return 1;
+    }
+    const int rc = serve(a, *ctx, ar, **feed, gate, &*tap);
     const auto flushed = ar.rec.flush();
     const auto s = (*feed)->stream_counters();
     fmt::print(
@@ -297,7 +425,7 @@ int run(int argc, char** argv) {
         "sources {}, refused {}\n",
         kTool, pc.odata_received, pc.rdata_received, pc.naks_sent, pc.ncf_received, pc.loss_events,
         pc.lost_sqns, pc.window_full, pc.sources, pc.sources_refused);
-    return rc != 0 || !flushed ? 1 : 0;
+    return rc != 0 ? rc : !flushed ? 1 : 0;
 }
 
 }  // namespace

@@ -80,32 +80,17 @@ grep "final:" "$work/archiver.log"
 grep "final:" "$work/risk.log"
 grep "final:" "$work/fix.log"
 grep "final:" "$work/monitor.log"
-echo "== agreement"
-/usr/bin/python3 - "$here/test" "$bin/execlog-dump" "$work" <<'PY' || fail "the consumers do not agree"
-import sys, re
-sys.dont_write_bytecode = True
-sys.path.insert(0, sys.argv[1])
-import execlog_ref as ref
-dump, work = sys.argv[2], sys.argv[3]
-entries = ref.read_journal(dump, work + "/journal")
-first, end, problems = ref.contiguous(entries)
-assert first == 0 and not problems, problems
-assert entries[-1].rec["type"] == ref.SESSION_END, "no session end in the archive"
-with open(work + "/risk.state") as f:
-    assert f.read() == ref.reference_risk_state(entries), "risk state != reference model"
-fix, msgs = ref.check_fix_stores(work + "/fix", entries, range(1, 1001))
-assert not fix, fix
+echo "== agreement (execlog-check, the operator's checker)"
+"$here/execlog-check" "$work" --bin "$bin" || fail "the consumers do not agree"
+/usr/bin/python3 - "$work" <<'PY' || fail "a consumer lost records"
+import re, sys
+work = sys.argv[1]
 for name in ("risk", "fix", "archiver"):
     text = open("%s/%s.log" % (work, name)).read()
     assert "LOSS" not in text, name + " reported a loss"
 mon = open(work + "/monitor.log").read()
 gaps = re.findall(r"final: records \d+, next (\d+), gaps (\d+)", mon)
-assert gaps and int(gaps[-1][0]) == end and int(gaps[-1][1]) == 0, gaps
-print("archive: records [0, %d) contiguous, no loss entry" % end)
-print("risk:    state identical to the reference model (%d account x instrument positions)"
-      % sum(1 for l in open(work + "/risk.state") if l.startswith("pos ")))
-print("fix:     %d messages in 1000 FIX sessions' stores, each record's exactly once, in order"
-      % msgs)
-print("monitor: every record seen, no gap")
+assert gaps and int(gaps[-1][1]) == 0, gaps
+print("monitor: every record seen, no gap; no consumer reported a loss")
 PY
 echo "demo: OK: every consumer agrees; nothing lost, nothing doubled"

@@ -29,7 +29,8 @@ import execlog_ref as ref  # noqa: E402
 
 CASES = ["consistency", "kill_core", "kill_consumers", "sigstop", "loss", "kill_archiver",
          "order_file", "bad_orders", "unknown_type", "divergence", "stale_epoch", "loss_netns",
-         "silent_tail", "order_limits", "fix_sessions", "session_end_guard"]
+         "silent_tail", "order_limits", "fix_sessions", "session_end_guard",
+         "divergence_active", "divergence_continue"]
 RATE = 10000        # orders per second of input time (~16,000 records/s)
 COUNT = 20000       # orders per trial (2 s of stream, ~32,000 records)
 FAULT_COUNT = 30000  # fault trials: 3 s of stream, faults within its first 2 s
@@ -103,12 +104,13 @@ class Session:
     """An archiver, risk, fix and monitor, and a core pair, on one channel."""
 
     def __init__(self, bindir, work, group, port, rate=RATE, count=COUNT, seed=1,
-                 consumer_keys="", ns=None, fix_keys="", fix_args=()):
+                 consumer_keys="", ns=None, fix_keys="", fix_args=(), archiver_args=()):
         self.bin, self.dir, self.rate, self.count, self.seed = bindir, work, rate, count, seed
         self.channel = "udp://%s:%d?iface=" % (group, port)
         self.uri = self.channel + "127.0.0.1"
         self.ck = consumer_keys
-        self.fix_keys, self.fix_args = fix_keys, tuple(fix_args)  # the FIX renderer's own
+        self.fix_keys, self.fix_args = fix_keys, tuple(fix_args)  # the FIX drop copy's own
+        self.archiver_args = tuple(archiver_args)
         self.ns = ns  # {role: (network namespace, its address)}, or None: all on this loopback
         self.replay_port = free_port() if ns is None else 7700
         self.fix_port = free_port() if ns is None else 7701
@@ -144,7 +146,7 @@ class Session:
         self.add("archiver", "execlog-archiver", self.sub_uri(21, "archiver"), "--journal",
                  d + "/journal",
                  "--listen", "%s:%d" % ("127.0.0.1" if self.ns is None else "0.0.0.0", self.replay_port),
-                 "--port-file", d + "/port", *sec).start()
+                 "--port-file", d + "/port", *sec, *getattr(self, "archiver_args", ())).start()
         deadline = time.time() + 10
         while not os.path.exists(d + "/port") and time.time() < deadline:
             time.sleep(0.02)
@@ -229,7 +231,7 @@ class Session:
                 p.p.wait()
 
     def verify(self, late=(), expect_divergence=False, expect_unknown=0, expect_logs=None,
-               epoch=1, records=None, fix_clients=False):
+               epoch=1, records=None, fix_clients=False, check_marker=False):
         """Everything agrees: returns the summary line, raises Fail otherwise."""
         entries = ref.read_journal(os.path.join(self.bin, "execlog-dump"), self.dir + "/journal")
         for name, pattern in (expect_logs or {}).items():
@@ -276,6 +278,8 @@ class Session:
         if fix_problems and not expect_divergence:
             raise Fail("fix: %s" % fix_problems)
         clients = ""
+        if check_marker:
+            clients += ", the marker holds both copies (the journal %s's)" % self.marker_check()
         if fix_clients:
             cp, cn, resent = ref.check_client_logs(
                 [(c.log.replace(".log", ".txt"), accts) for c, accts in self.fix_clients], entries)
@@ -316,6 +320,33 @@ def wait_archive(s, timeout=60):
         time.sleep(0.2)
 
 
+def check_the_checker(s):
+    """The operator's checker (execlog-check DIR) agrees on a good day, and fails a day whose
+    risk state or FIX store was tampered with, saying which."""
+    tool = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "execlog-check"),
+            s.dir, "--bin", s.bin]
+    r = subprocess.run(tool, capture_output=True, text=True)
+    if r.returncode != 0 or "execlog-check: OK" not in r.stdout:
+        raise Fail("execlog-check on a good day: exit %d: %s" % (r.returncode, r.stdout))
+    with open(s.dir + "/risk.state") as f:
+        text = f.read()
+    with open(s.dir + "/risk.state", "w") as f:
+        f.write(re.sub(r"^(pos \d+ \d+ )(-?\d+)", lambda m: m.group(1) + str(int(m.group(2)) + 1),
+                       text, count=1, flags=re.M))
+    body = sorted(n for n in os.listdir(s.dir + "/fix") if n.endswith(".body")
+                  and os.path.getsize(os.path.join(s.dir, "fix", n)) > 0)[0]
+    with open(os.path.join(s.dir, "fix", body), "r+b") as f:
+        data = bytearray(f.read())
+        at = data.index(b"\x0114=") + 4  # one CumQty digit
+        data[at] = ord("9") if data[at] != ord("9") else ord("8")
+        f.seek(0)
+        f.write(data)
+    r = subprocess.run(tool, capture_output=True, text=True)
+    if r.returncode != 1 or "execlog-check: FAIL: risk, fix" not in r.stdout:
+        raise Fail("execlog-check on a tampered day: exit %d: %s" % (r.returncode, r.stdout))
+    return "execlog-check: OK, and FAIL on a tampered risk state and FIX store"
+
+
 def run_trial(args, case_idx, trial, rnd, plan_fn, **kw):
     work = tempfile.mkdtemp(prefix="execlog-%s-" % args.case)
     group = "239.192.%d.%d" % (131 + case_idx // 3, 10 + (case_idx % 3) * 80 + trial % 80)
@@ -333,6 +364,8 @@ def run_trial(args, case_idx, trial, rnd, plan_fn, **kw):
         s.finish()
         t3 = time.time()
         line = s.verify(**getattr(s, "verify_kw", {}))
+        if args.case == "consistency":
+            line += "; " + check_the_checker(s)
         print("trial %d: %s: OK: %s (start %.1f s, run %.1f s, finish %.1f s, check %.1f s)"
               % (trial, desc, line, t1 - t0, t2 - t1, t3 - t2, time.time() - t3), flush=True)
         ok = True
@@ -724,17 +757,107 @@ def case_unknown_type(args, idx, rnd):
     return ok
 
 
-def case_divergence(args, idx, rnd):
-    at = 40000
+def core_source(core):
+    """The source (TSI) a core published from, as it printed it."""
+    m = re.findall(r"source (\S+) publishing from", core.text())
+    if not m:
+        raise Fail("%s: no source line" % core.name)
+    return m[-1]
+
+
+def check_marker(s, at, wrong):
+    """The archive's divergence marker of record `at`: both copies, one from each core, differing
+    in the one byte the fault flips (payload byte 44, order_qty) and the checksum; returns which
+    core's copy the journal holds."""
+    path = s.dir + "/journal.divergences"
+    if not os.path.exists(path):
+        raise Fail("no divergence marker file")
+    lines = [l.split() for l in open(path) if l.startswith("divergence record %d " % at)]
+    if len(lines) != 1:
+        raise Fail("divergence markers of record %d: %d" % (at, len(lines)))
+    w = lines[0]
+    j_src, j_hex, d_src, d_hex = w[4], w[5], w[7], w[8]
+    sources = {core_source(c): c.name for c in s.cores}
+    if {j_src, d_src} != set(sources) or "-" in (j_hex, d_hex):
+        raise Fail("marker %s: sources %s, expected both cores' copies %s" % (w[:3], (j_src, d_src), sources))
+    a, b = bytes.fromhex(j_hex), bytes.fromhex(d_hex)
+    diff = [k for k in range(len(a)) if a[k] != b[k]]
+    # The header's checksum (bytes 20-27) covers the payload, so it differs too.
+    if len(a) != len(b) or diff != list(range(20, 28)) + [28 + 44]:
+        raise Fail("marker: the copies differ at %s, expected the checksum and byte %d only"
+                   % (diff, 28 + 44))
+    return sources[j_src]
+
+
+def risk_next(s):
+    """execlog-risk's checkpointed position: the stream it sees is held when it stops."""
+    with open(s.dir + "/risk.state") as f:
+        return int(re.search(r"^next (\d+)", f.read(), re.M).group(1))
+
+
+def journal_end(s):
+    r = subprocess.run([os.path.join(s.bin, "execlog-dump"), s.dir + "/journal", "--quiet"],
+                       capture_output=True, text=True)
+    m = re.search(r"records \[\d+, (\d+)\)", r.stderr)
+    return int(m.group(1)) if m else None
+
+
+def divergence_case(args, idx, rnd, wrong, policy):
+    """One core (`wrong`: core-a is the active one) writes record `at` differently. Every
+    consumer reports it; the archive keeps both copies in its marker file. Under the default
+    policy (halt) the archiver halts at it and the stream is held until the operator writes
+    `continue SEQ` to the decision file; under `continue` it goes on at once. Record 20000 of
+    ~47,000: the rest of the session is longer than the cores' flow-control window (4096)
+    plus the time the second copy takes to come, so the hold shows."""
+    at = 20000
 
     def plan(s, r):
-        s.start_cores(b_extra=("--fault", "diverge@%d" % at))
-        return "core B writes record %d differently" % at
+        fault = ("--fault", "diverge@%d" % at)
+        s.start_cores(a_extra=fault if wrong == "core-a" else (),
+                      b_extra=fault if wrong == "core-b" else ())
+        arch = s.procs["archiver"]
+        held = ""
+        if policy == "halt":
+            arch.wait_for(r"HALTED at record %d: " % at, 30)
+            time.sleep(1.0)  # the cores' flow-control window runs out
+            end1, risk1 = journal_end(s), risk_next(s)
+            time.sleep(1.5)
+            end2, risk2 = journal_end(s), risk_next(s)
+            if end1 != end2 or risk1 != risk2:
+                raise Fail("halted, yet the journal went on from %s to %s, risk from %s to %s"
+                           % (end1, end2, risk1, risk2))
+            held = "halted: the journal held at %s and risk at %s for 1.5 s; " % (end1, risk1)
+            with open(s.dir + "/journal.decision", "w") as f:
+                f.write("continue %d\n" % at)
+            arch.wait_for(r"the operator let the stream go on after record %d" % at, 10)
+        else:
+            arch.wait_for(r"divergence marker of record %d" % at, 30)
+        s.verify_kw["expect_logs"]["archiver"] = r"divergence marker of record %d .*\(both copies\)" % at
+        s.marker_check = lambda: check_marker(s, at, wrong)
+        return "%s (%s) writes record %d differently, policy %s; %s" % (
+            wrong, "active" if wrong == "core-a" else "standby", at, policy, held)
 
     pat = "DIVERGENCE.*record %d" % at
+    if policy == "continue":
+        kw = {"archiver_args": ("--on-divergence", "continue")}
+    else:
+        kw = {}
     return one_session(args, idx, rnd, plan, verify_kw={
-        "expect_divergence": True,
-        "expect_logs": {"risk": pat, "fix": pat, "archiver": pat, "monitor": "DIVERGENCE at record %d" % at}})
+        "expect_divergence": True, "check_marker": True,
+        "expect_logs": {"risk": pat, "fix": pat, "monitor": "DIVERGENCE at record %d" % at}},
+        **kw)
+
+
+def case_divergence(args, idx, rnd):
+    return divergence_case(args, idx, rnd, "core-b", "halt")
+
+
+def case_divergence_active(args, idx, rnd):
+    return divergence_case(args, idx, rnd, "core-a", "halt")
+
+
+def case_divergence_continue(args, idx, rnd):
+    return divergence_case(args, idx, rnd, "core-a", "continue")
 
 
 def case_stale_epoch(args, idx, rnd):
@@ -848,7 +971,9 @@ def private_loopback():
     setup = "ip link set lo up && ip addr add 127.0.0.2/8 dev lo && exec \"$0\" \"$@\""
     env = dict(os.environ, EXECLOG_PRIVATE_NET="1")
     try:
-        return subprocess.run(["unshare", "-n", "sh", "-c", setup, sys.executable]
+        # Not root: a user namespace too (-r), as root of which the user may set up lo.
+        unshare = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
+        return subprocess.run(unshare + ["sh", "-c", setup, sys.executable]
                               + sys.argv, env=env).returncode
     except OSError as e:
         print("SKIP: cannot make a network namespace (%s)" % e)

@@ -31,6 +31,11 @@ constexpr int kMaxPollRounds = 64;
 constexpr std::size_t kMaxEventsPerRun = 256;
 constexpr auto kMaxRunTime = std::chrono::milliseconds(2);
 constexpr auto kFlushEvery = std::chrono::milliseconds(200);
+// A fill's first pass waits this long after the jump is seen: the gateways that heard the
+// missed ticks write their bars every kFlushEvery. Later passes (bars still flagged: the open
+// ones, whose copy in Redis is older than ours) come at most this often.
+constexpr auto kFillSettle = std::chrono::seconds(1);
+constexpr std::uint64_t kInstantsPerDay = 100'000'000ULL;
 
 }  // namespace
 
@@ -211,7 +216,7 @@ void FeedPump::schedule_heartbeat() {
 void FeedPump::update_state() {
     const double age = last_record_age_s(s_);
     FeedState st = FeedState::live;
-    if (join_ && !join_->counters().merged) {
+    if ((join_ && !join_->counters().merged) || s_.feed.fills_waiting.load() > 0) {
         st = FeedState::catching_up;
     } else if (age < 0 || age > s_.cfg.down_after_s) {
         st = FeedState::down;
@@ -234,9 +239,10 @@ void FeedPump::schedule_flush() {
     flush_timer_.async_wait([this](const boost::system::error_code& ec) {
         if (!ec && !stopped_) {
             copy_stream_counters();
-            update_state();
             check_lost_tail();
             flush_store();
+            run_fills();
+            update_state();
             schedule_flush();
         }
     });
@@ -449,6 +455,12 @@ void FeedPump::on_ticks(const MsgHeader& h) {
             ++s_.feed.gaps;
             fmt::print(stderr, "md-gateway: ticks {}..{} missing: bars from {} to {} marked\n",
                        f.last_seq + 1, t.channel_seq - 1, g.from, g.to);
+            if (redis_) {
+                const auto now_s = std::chrono::steady_clock::now();
+                fills_.push_back(Fill{g, now_s, now_s + kFillSettle, false, {}});
+                ++s_.feed.fills_started;
+                s_.feed.fills_waiting = s_.feed.fills_waiting + 1;
+            }
         }
         loss_pending_ = false;
         f.last_seq = t.channel_seq;
@@ -505,6 +517,83 @@ void FeedPump::check_lost_tail() {
     fmt::print(stderr,
                "md-gateway: loss after channel seq {}: bars from {} to the day's end marked\n",
                f.last_seq, g.from);
+}
+
+void FeedPump::run_fills() {
+    if (!redis_ || fills_.empty()) {
+        return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(s_.cfg.fill_timeout_s));
+    std::uint64_t unresolved = 0;
+    std::uint64_t waiting = 0;
+    for (auto it = fills_.begin(); it != fills_.end();) {
+        Fill& f = *it;
+        if (now >= f.next) {
+            f.next = now + kFillSettle;
+            if (fill_once(f)) {
+                s_.bars.remove_gap(f.gap);
+                ++s_.feed.fills_done;
+                fmt::print(stderr, "md-gateway: bars from {} to {} filled from Redis\n", f.gap.from,
+                           f.gap.to);
+                it = fills_.erase(it);
+                continue;
+            }
+        }
+        if (now - f.seen > timeout) {
+            ++s_.feed.fills_given_up;
+            fmt::print(stderr,
+                       "md-gateway: bars from {} to {}: {} series still incomplete after {} s "
+                       "(no complete copy in Redis); they keep \"gap\":true\n",
+                       f.gap.from, f.gap.to, f.todo.size(), s_.cfg.fill_timeout_s);
+            it = fills_.erase(it);
+            continue;
+        }
+        unresolved += f.todo.size();
+        waiting += f.first_done ? 0 : 1;
+        ++it;
+    }
+    s_.feed.fill_unresolved = unresolved;
+    s_.feed.fills_waiting = waiting;
+}
+
+bool FeedPump::fill_once(Fill& f) {
+    std::vector<std::pair<Code, Period>> pairs;
+    if (f.first_done) {
+        pairs = f.todo;
+    } else {
+        for (const Code c : s_.bars.codes()) {
+            for (const Period p : kPeriods) {
+                pairs.emplace_back(c, p);
+            }
+        }
+    }
+    const std::uint64_t lo = f.gap.from / kInstantsPerDay * 10'000;
+    const std::uint64_t hi = f.gap.to / kInstantsPerDay * 10'000 + 2359;
+    std::vector<std::vector<Bar>> got;
+    std::string error;
+    if (!redis_->bars_in(pairs, lo, hi, got, error)) {
+        ++s_.feed.redis_errors;
+        fmt::print(stderr, "md-gateway: filling from Redis: {}\n", error);
+        return false;
+    }
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+        const auto [c, p] = pairs[i];
+        for (const Bar& b : got[i]) {
+            if (overlaps(f.gap, b.time, p) && s_.bars.fill(c, p, b, sink_)) {
+                ++s_.feed.bars_filled;
+            }
+        }
+    }
+    f.todo.clear();
+    for (const auto& [c, p] : pairs) {
+        if (s_.bars.flagged(c, p, f.gap)) {
+            f.todo.emplace_back(c, p);
+        }
+    }
+    f.first_done = true;
+    return f.todo.empty();
 }
 
 void FeedPump::flush_push() {

@@ -67,6 +67,18 @@ private:
     /// The feed's state from the last record's age (and a replay or fill in progress); a
     /// change is pushed to every client.
     void update_state();
+    /// Fills the intervals this gateway missed (a channel-sequence jump: it joined late or
+    /// was down) from the bars other gateways wrote to Redis ("Consistency across gateways").
+    void run_fills();
+    struct Fill {
+        GapInterval gap;
+        std::chrono::steady_clock::time_point seen;
+        std::chrono::steady_clock::time_point next;  // the next pass
+        bool first_done = false;
+        std::vector<std::pair<Code, Period>> todo;  // after a pass: what is still flagged
+    };
+    /// One pass; true when nothing of the gap is flagged any more.
+    bool fill_once(Fill& f);
     void schedule_heartbeat();
 
     struct DirtyKey {
@@ -95,6 +107,7 @@ private:
     boost::asio::steady_timer flush_timer_;
     boost::asio::steady_timer heartbeat_timer_;
     bool record_seen_ = false;  // in this slice
+    std::vector<Fill> fills_;
     std::uint64_t generation_ = 0;
     bool stopped_ = false;
     std::map<std::uint64_t, FeedPosition> feeds_;

@@ -128,43 +128,10 @@ void histogram(std::string& out,
 
 }  // namespace
 
-std::string metrics_text(const Shared& s) {
-    std::string out;
-    out.reserve(4096);
-    std::array<std::uint64_t, 6> by_class{};
-    std::array<std::uint64_t, kLatencyBounds.size() + 1> lat{};
-    std::uint64_t sum_ns = 0;
-    std::uint64_t not_modified = 0;
-    for (const auto& l : s.loops) {
-        for (std::size_t i = 0; i < by_class.size(); ++i) {
-            by_class.at(i) += l->by_class.at(i).load(std::memory_order_relaxed);
-        }
-        for (std::size_t i = 0; i < lat.size(); ++i) {
-            lat.at(i) += l->latency.at(i).load(std::memory_order_relaxed);
-        }
-        sum_ns += l->latency_sum_ns.load(std::memory_order_relaxed);
-        not_modified += l->not_modified.load(std::memory_order_relaxed);
-    }
-    out +=
-        "# HELP md_http_requests_total HTTP requests answered, by status class.\n"
-        "# TYPE md_http_requests_total counter\n";
-    for (std::size_t i = 1; i < by_class.size(); ++i) {
-        out += fmt::format("md_http_requests_total{{code=\"{}xx\"}} {}\n", i, by_class.at(i));
-    }
-    counter(out, "md_http_not_modified_total", "Answers 304 to If-None-Match.", not_modified);
-    std::uint64_t cache_bytes = 0;
-    std::uint64_t cache_entries = 0;
-    for (const auto& l : s.loops) {
-        cache_bytes += l->cache_bytes.load(std::memory_order_relaxed);
-        cache_entries += l->cache_entries.load(std::memory_order_relaxed);
-    }
-    gauge(out, "md_http_cache_bytes", "Bytes of cached answers (all loops; --cache-mib each).",
-          static_cast<double>(cache_bytes));
-    gauge(out, "md_http_cache_entries", "Cached answers (all loops).",
-          static_cast<double>(cache_entries));
-    histogram(out, "md_http_request_duration_seconds",
-              "Time from a request read to its answer written.", lat, kLatencyBounds,
-              static_cast<double>(sum_ns) * 1e-9);
+namespace {
+
+/// The feed's and the stream's metrics.
+void feed_metrics(std::string& out, const Shared& s) {
     const FeedMetrics& f = s.feed;
     std::array<std::uint64_t, kLagBounds.size() + 1> lag{};
     for (std::size_t i = 0; i < lag.size(); ++i) {
@@ -196,6 +163,11 @@ std::string metrics_text(const Shared& s) {
     counter(out, "md_feed_gaps_total", "Tick gaps marked on bars (gap flag).", f.gaps);
     gauge(out, "md_feed_last_channel_seq", "Last channel sequence number applied.",
           static_cast<double>(f.last_channel_seq.load()));
+}
+
+/// Stores, push, limits, liveness and fills.
+void other_metrics(std::string& out, const Shared& s) {
+    const FeedMetrics& f = s.feed;
     counter(out, "md_store_commits_total", "LMDB transactions written.", f.store_commits);
     counter(out, "md_store_errors_total", "LMDB transactions that failed.", f.store_errors);
     counter(out, "md_redis_writes_total", "Batches written to Redis.", f.redis_writes);
@@ -237,8 +209,62 @@ std::string metrics_text(const Shared& s) {
             f.state_changes);
     counter(out, "md_push_heartbeats_total", "Heartbeats pushed (to all clients, each round).",
             f.heartbeats);
+    counter(out, "md_fill_started_total", "Missed intervals to fill from Redis.", f.fills_started);
+    counter(out, "md_fill_done_total", "Missed intervals filled from Redis (complete).",
+            f.fills_done);
+    counter(out, "md_fill_given_up_total", "Missed intervals left flagged after --fill-timeout.",
+            f.fills_given_up);
+    counter(out, "md_fill_bars_total", "Bars taken from Redis to fill missed intervals.",
+            f.bars_filled);
+    gauge(out, "md_fill_waiting", "Missed intervals not yet filled (state catching_up).",
+          static_cast<double>(f.fills_waiting.load()));
+    gauge(out, "md_fill_unresolved_series", "Series still flagged in intervals being filled.",
+          static_cast<double>(f.fill_unresolved.load()));
     counter(out, "md_http_answer_too_large_total", "/v2 answers over --max-answer-kib (400).",
             f.answers_too_large);
+}
+
+}  // namespace
+
+std::string metrics_text(const Shared& s) {
+    std::string out;
+    out.reserve(4096);
+    std::array<std::uint64_t, 6> by_class{};
+    std::array<std::uint64_t, kLatencyBounds.size() + 1> lat{};
+    std::uint64_t sum_ns = 0;
+    std::uint64_t not_modified = 0;
+    for (const auto& l : s.loops) {
+        for (std::size_t i = 0; i < by_class.size(); ++i) {
+            by_class.at(i) += l->by_class.at(i).load(std::memory_order_relaxed);
+        }
+        for (std::size_t i = 0; i < lat.size(); ++i) {
+            lat.at(i) += l->latency.at(i).load(std::memory_order_relaxed);
+        }
+        sum_ns += l->latency_sum_ns.load(std::memory_order_relaxed);
+        not_modified += l->not_modified.load(std::memory_order_relaxed);
+    }
+    out +=
+        "# HELP md_http_requests_total HTTP requests answered, by status class.\n"
+        "# TYPE md_http_requests_total counter\n";
+    for (std::size_t i = 1; i < by_class.size(); ++i) {
+        out += fmt::format("md_http_requests_total{{code=\"{}xx\"}} {}\n", i, by_class.at(i));
+    }
+    counter(out, "md_http_not_modified_total", "Answers 304 to If-None-Match.", not_modified);
+    std::uint64_t cache_bytes = 0;
+    std::uint64_t cache_entries = 0;
+    for (const auto& l : s.loops) {
+        cache_bytes += l->cache_bytes.load(std::memory_order_relaxed);
+        cache_entries += l->cache_entries.load(std::memory_order_relaxed);
+    }
+    gauge(out, "md_http_cache_bytes", "Bytes of cached answers (all loops; --cache-mib each).",
+          static_cast<double>(cache_bytes));
+    gauge(out, "md_http_cache_entries", "Cached answers (all loops).",
+          static_cast<double>(cache_entries));
+    histogram(out, "md_http_request_duration_seconds",
+              "Time from a request read to its answer written.", lat, kLatencyBounds,
+              static_cast<double>(sum_ns) * 1e-9);
+    feed_metrics(out, s);
+    other_metrics(out, s);
     return out;
 }
 
@@ -278,11 +304,13 @@ std::string health_text(const Shared& s) {
         R"({{"status":"{}","last_record_age_s":{},"stale_after_s":{},"ticks":{},)"
         R"("last_channel_seq":{},"codes":{},"gaps":{},"loss_events":{},"bars_loaded":{},)"
         R"("loaded":{{"from":"{}","bars":{},"codes":{},"last_channel_seq":{},)"
-        R"("stream_next":{}}},"push_clients":{},"pid":{},"uptime_s":{:.1f}}})",
+        R"("stream_next":{}}},"fill":{{"waiting":{},"unresolved_series":{},"done":{},)"
+        R"("given_up":{}}},"push_clients":{},"pid":{},"uptime_s":{:.1f}}})",
         state_name(s), age_json(last_record_age_s(s)), s.cfg.stale_after_s, f.ticks.load(),
         f.last_channel_seq.load(), s.bars.codes().size(), f.gaps.load(), f.loss_events.load(),
         f.bars_loaded.load(), l.from, l.bars, l.codes, l.last_channel_seq, l.stream_next,
-        f.push_clients.load(), ::getpid(),
+        f.fills_waiting.load(), f.fill_unresolved.load(), f.fills_done.load(),
+        f.fills_given_up.load(), f.push_clients.load(), ::getpid(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count());
 }
 

@@ -50,8 +50,9 @@ struct Config {
     std::string redis_password;              // from --redis-password-file or MD_REDIS_PASSWORD
 
     // Feed liveness (docs/MARKETDATA.md, "Feed liveness").
-    double stale_after_s = 5;  // no record for this long: stale (/healthz 503)
-    double down_after_s = 30;  // no record for this long (or none yet): down
+    double stale_after_s = 5;    // no record for this long: stale (/healthz 503)
+    double down_after_s = 30;    // no record for this long (or none yet): down
+    double fill_timeout_s = 60;  // a missed interval not filled from Redis by then stays flagged
 };
 
 /// What the gateway knows of its feed (FeedPump::update_state()).
@@ -127,6 +128,13 @@ struct FeedMetrics {
     std::atomic<std::int64_t> last_record_ns{0};  // steady clock; 0: none yet
     std::atomic<std::uint64_t> state_changes{0};
     std::atomic<std::uint64_t> heartbeats{0};
+    // Fills of missed intervals from Redis (FeedPump::run_fills).
+    std::atomic<std::uint64_t> fills_started{0};
+    std::atomic<std::uint64_t> fills_done{0};
+    std::atomic<std::uint64_t> fills_given_up{0};
+    std::atomic<std::uint64_t> bars_filled{0};
+    std::atomic<std::uint64_t> fills_waiting{0};    // first pass not yet made (catching up)
+    std::atomic<std::uint64_t> fill_unresolved{0};  // series still flagged after a pass
 };
 
 /// What the stores held at start (set before the loops run, read-only after).

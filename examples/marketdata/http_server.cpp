@@ -34,17 +34,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// The conflation slots of a push client: the feed thread stores the latest bar message and
-/// the latest control message (state, heartbeat), the client's loop takes them (control
-/// first) when no write is in flight. What a client can have queued in the gateway is thus
-/// bounded by construction: these two and the one being written.
+/// The conflation slots of a push client: the feed thread stores the latest bar message, the
+/// latest state change and the latest heartbeat, each in a slot of its own (a heartbeat never
+/// replaces a state change); the client's loop takes them (state, heartbeat, bar) when no write
+/// is in flight. What a client can have queued in the gateway is thus bounded by
+/// construction: these three and the one being written.
 class Conflator {
 public:
+    enum class Kind : std::uint8_t { bar, state, heartbeat };
     /// Feed thread: true when the loop must be woken to write.
-    bool offer(std::shared_ptr<const std::string> msg, FeedMetrics& m, bool control) {
+    bool offer(std::shared_ptr<const std::string> msg, FeedMetrics& m, Kind kind) {
         const std::lock_guard lock(mu_);
-        auto& slot = control ? control_ : bar_;
-        if (slot && !control) {
+        auto& slot = slots_.at(static_cast<std::size_t>(kind));
+        if (slot && kind == Kind::bar) {
             ++m.push_conflated;
         }
         slot = std::move(msg);
@@ -53,17 +55,18 @@ public:
     /// Loop thread: the message to write next, if any.
     std::shared_ptr<const std::string> take() {
         const std::lock_guard lock(mu_);
-        if (control_) {
-            return std::exchange(control_, nullptr);
+        for (const Kind k : {Kind::state, Kind::heartbeat}) {
+            if (auto& slot = slots_.at(static_cast<std::size_t>(k))) {
+                return std::exchange(slot, nullptr);
+            }
         }
         scheduled_ = false;
-        return std::exchange(bar_, nullptr);
+        return std::exchange(slots_.at(static_cast<std::size_t>(Kind::bar)), nullptr);
     }
 
 private:
     std::mutex mu_;
-    std::shared_ptr<const std::string> bar_;
-    std::shared_ptr<const std::string> control_;
+    std::array<std::shared_ptr<const std::string>, 3> slots_;
     bool scheduled_ = false;
 };
 
@@ -173,12 +176,18 @@ public:
             }
         });
     }
-    void push(std::shared_ptr<const std::string> msg) override { offer(std::move(msg), false); }
-    void control(std::shared_ptr<const std::string> msg) override { offer(std::move(msg), true); }
+    void push(std::shared_ptr<const std::string> msg) override {
+        offer(std::move(msg), Conflator::Kind::bar);
+    }
+    void control(std::shared_ptr<const std::string> msg) override {
+        // State messages start {"type":"state", heartbeats {"type":"heartbeat".
+        const bool state = msg->starts_with(R"({"type":"state")");
+        offer(std::move(msg), state ? Conflator::Kind::state : Conflator::Kind::heartbeat);
+    }
 
 private:
-    void offer(std::shared_ptr<const std::string> msg, bool control) {
-        if (slot_.offer(std::move(msg), s_.feed, control)) {
+    void offer(std::shared_ptr<const std::string> msg, Conflator::Kind kind) {
+        if (slot_.offer(std::move(msg), s_.feed, kind)) {
             asio::post(ws_.get_executor(), [w = weak_from_this()] {
                 if (auto self = w.lock()) {
                     self->write();
@@ -276,12 +285,18 @@ public:
             self.read();
         });
     }
-    void push(std::shared_ptr<const std::string> msg) override { offer(std::move(msg), false); }
-    void control(std::shared_ptr<const std::string> msg) override { offer(std::move(msg), true); }
+    void push(std::shared_ptr<const std::string> msg) override {
+        offer(std::move(msg), Conflator::Kind::bar);
+    }
+    void control(std::shared_ptr<const std::string> msg) override {
+        // State messages start {"type":"state", heartbeats {"type":"heartbeat".
+        const bool state = msg->starts_with(R"({"type":"state")");
+        offer(std::move(msg), state ? Conflator::Kind::state : Conflator::Kind::heartbeat);
+    }
 
 private:
-    void offer(std::shared_ptr<const std::string> msg, bool control) {
-        if (slot_.offer(std::move(msg), s_.feed, control)) {
+    void offer(std::shared_ptr<const std::string> msg, Conflator::Kind kind) {
+        if (slot_.offer(std::move(msg), s_.feed, kind)) {
             asio::post(stream_.get_executor(), [w = weak_from_this()] {
                 if (auto self = w.lock()) {
                     self->write();

@@ -184,6 +184,47 @@ void BarStore::add_gap(const GapInterval& g, const BarSink& on_bar) {
     }
 }
 
+bool BarStore::fill(Code code, Period p, const Bar& theirs, const BarSink& on_bar) {
+    Entry& e = get(code);
+    {
+        const std::lock_guard lock(e.mu);
+        auto& s = e.bars.series.at(static_cast<std::size_t>(p));
+        auto it = std::lower_bound(s.begin(), s.end(), theirs.time,
+                                   [](const Bar& b, std::uint64_t l) { return b.time < l; });
+        if (it == s.end() || it->time != theirs.time) {
+            s.insert(it, theirs);
+        } else if ((it->flags & kBarGap) != 0 && (theirs.flags & kBarGap) == 0
+                   && theirs.sseq >= it->sseq) {
+            *it = theirs;
+        } else {
+            return false;
+        }
+        e.version.fetch_add(1, std::memory_order_release);
+    }
+    if (on_bar) {
+        on_bar(code, p, theirs);
+    }
+    return true;
+}
+
+bool BarStore::flagged(Code code, Period p, const GapInterval& g) const {
+    const Entry* e = find(code);
+    if (e == nullptr) {
+        return false;
+    }
+    const std::lock_guard lock(e->mu);
+    const auto& s = e->bars.series.at(static_cast<std::size_t>(p));
+    const std::uint64_t first_label = g.from / kDay * 10'000;
+    return std::any_of(s.rbegin(), s.rend(), [&](const Bar& b) {
+        return b.time >= first_label && (b.flags & kBarGap) != 0 && overlaps(g, b.time, p);
+    });
+}
+
+void BarStore::remove_gap(const GapInterval& g) {
+    const std::lock_guard lock(gaps_mu_);
+    std::erase(gaps_, g);
+}
+
 bool BarStore::known(Code code) const {
     return find(code) != nullptr;
 }

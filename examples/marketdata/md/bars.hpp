@@ -79,6 +79,15 @@ public:
     /// Records a gap; every bar overlapping it gets kBarGap (now and when made later).
     void add_gap(const GapInterval& g, const BarSink& on_bar);
 
+    /// Feed thread only: another gateway's copy of a bar (from Redis) replaces ours when ours
+    /// is missing, or gap-flagged while theirs is complete and holds every tick ours does
+    /// (theirs.sseq >= ours.sseq). True (and `on_bar` called) when it did.
+    bool fill(Code code, Period p, const Bar& theirs, const BarSink& on_bar);
+    /// Feed thread only: does the code hold a gap-flagged bar of period `p` overlapping `g`?
+    [[nodiscard]] bool flagged(Code code, Period p, const GapInterval& g) const;
+    /// Feed thread only: forgets a gap (its bars were filled): bars made later are not flagged.
+    void remove_gap(const GapInterval& g);
+
     /// Any thread: is the code known (listed or traded)?
     [[nodiscard]] bool known(Code code) const;
     /// Any thread: copies the bars with from <= time <= to, at most `limit` (counting all the

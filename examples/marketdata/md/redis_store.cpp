@@ -491,6 +491,33 @@ bool RedisStore::write(const StoreBatch& batch, std::string& error) {
     return cmds.empty() || run(cmds, nullptr, error);
 }
 
+bool RedisStore::bars_in(const std::vector<std::pair<Code, Period>>& pairs,
+                         std::uint64_t lo,
+                         std::uint64_t hi,
+                         std::vector<std::vector<Bar>>& out,
+                         std::string& error) {
+    std::vector<std::pair<std::string, Args>> cmds;
+    cmds.reserve(pairs.size());
+    for (const auto& [c, p] : pairs) {
+        std::string key = bars_key(c, p);
+        cmds.push_back({key, {"ZRANGEBYSCORE", key, std::to_string(lo), std::to_string(hi)}});
+    }
+    std::vector<std::vector<std::string>> replies;
+    if (!cmds.empty() && !run(cmds, &replies, error)) {
+        return false;
+    }
+    out.assign(pairs.size(), {});
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+        for (const std::string& json : replies[i]) {
+            Bar b;
+            if (parse_bar_json(json, b)) {
+                out[i].push_back(b);
+            }
+        }
+    }
+    return true;
+}
+
 long long RedisStore::load(BarStore& store,
                            std::map<std::uint64_t, FeedPosition>& feeds,
                            std::string& error) {

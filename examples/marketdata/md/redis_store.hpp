@@ -58,6 +58,13 @@ public:
     long long load(BarStore& store,
                    std::map<std::uint64_t, FeedPosition>& feeds,
                    std::string& error);
+    /// The bars labelled lo..hi of each (code, period), in `out` (one list per pair); false
+    /// and `error` on failure.
+    bool bars_in(const std::vector<std::pair<Code, Period>>& pairs,
+                 std::uint64_t lo,
+                 std::uint64_t hi,
+                 std::vector<std::vector<Bar>>& out,
+                 std::string& error);
     [[nodiscard]] bool cluster() const noexcept { return cluster_; }
     /// MOVED and ASK replies followed so far.
     [[nodiscard]] std::uint64_t redirections() const noexcept { return redirections_; }

@@ -23,6 +23,8 @@ limits     push sessions within --max-connections and --max-push, WebSocket mess
            keyed by the query, /v2 answer cap, security headers; honest clients still served
 liveness   the feed's state (down, live, stale) in /healthz (503 unless live) and /metrics,
            pushed to WebSocket and SSE clients with heartbeats; /healthz after a restart
+consistency  two gateways on one Redis, one joining late, then killed -9 and restarted:
+           the missed interval filled from Redis; every series equal on both
 redis_auth Redis AUTH (file, environment), MOVED only to members CLUSTER SLOTS lists
 redis_cluster  the same on a 3-master cluster, then a code's slot migrating (SETSLOT
            MIGRATING/IMPORTING, MIGRATE): writes and reads follow ASK (counted)
@@ -52,7 +54,8 @@ FEED_ONE = ["--symbols", "40", "--day-ticks", "30000", "--seed", "11"]
 FEED_ARGS = FEED_ONE + ["--days", "2"]
 GROUPS = {"reference": 1, "restart": 2, "gap": 3, "http": 4, "push": 5, "web": 6, "redis": 7,
           "redis_cluster": 8, "ab": 10, "recorder": 12, "address": 13, "limits": 14,
-          "redis_auth": 15, "liveness": 16}
+          "redis_auth": 15, "liveness": 16,
+          "consistency": 17}
 URI = mdref.group_uri(GROUPS[CASE])
 RANGE = "&start=202308180000&end=202308222359"
 
@@ -1131,6 +1134,75 @@ def collect_sse(proc, out):
             out.append(json.loads(line[6:]))
 
 
+def case_consistency():
+    """Issue 35 item 3: two gateways sharing Redis answer alike, series by series, although one
+    joins late (day 1) and is killed with SIGKILL and restarted mid-feed (day 2): the interval
+    each time it missed is filled from the bars the other wrote to Redis."""
+    procs, ports = start_redis()
+    recs = [os.path.join(WORK, "day1.rec"), os.path.join(WORK, "day2.rec")]
+    redis = ["--redis", "127.0.0.1:%d" % ports[0]]
+    a = mdref.Gateway(GATEWAY, URI, extra=redis)
+    b = None
+    feed = None
+    try:
+        feed = Feed(URI, *FEED_ONE, "--rate", "10000", "--record", recs[0])
+        wait_for("a quarter of day 1", lambda: a.health()["ticks"] >= 7500)
+        b = mdref.Gateway(GATEWAY, URI, extra=redis)  # joins late
+        n, last = feed.result()
+        assert 0 < b.health()["ticks"] < n, "the second gateway did not join mid-feed"
+        compare_gateways(a, b, recs[:1], last, "late join")
+        # Day 2: the second one killed (SIGKILL) at 40 % and restarted at 60 %.
+        t0 = a.health()["ticks"]
+        feed = Feed(URI, *FEED_ONE, "--date", "20230821", "--rate", "10000",
+                    "--record", recs[1])
+        wait_for("40 % of day 2", lambda: a.health()["ticks"] >= t0 + 12000)
+        b.proc.kill()
+        b.proc.wait()
+        b = None
+        wait_for("60 % of day 2", lambda: a.health()["ticks"] >= t0 + 18000)
+        b = mdref.Gateway(GATEWAY, URI, extra=redis)
+        assert b.health()["loaded"]["from"] == "redis"
+        n, last = feed.result()
+        compare_gateways(a, b, recs, last, "kill -9 and restart")
+    finally:
+        if feed:
+            feed.kill()
+        for g in (a, b):
+            if g:
+                g.stop()
+        for p in procs:
+            p.terminate()
+            p.wait()
+
+
+def compare_gateways(a, b, recs, last, what):
+    """Both have the feed's last record and nothing left to fill: every code x period is the
+    same on both, equal to the reference, with no gap flag."""
+    for g in (a, b):
+        wait_seq(g, last)
+    wait_for("the missed interval filled", lambda: filled(b), 30)
+    h = b.health()
+    assert h["fill"]["done"] >= 1 and h["fill"]["given_up"] == 0, h
+    assert b.metric("md_fill_bars_total") > 0
+    instruments = []
+    for path in recs:
+        instruments += mdref.read_recording(path)[0]
+    codes = sorted({i[0] for i in instruments})
+    got_a, got_b = all_answers(a, codes), all_answers(b, codes)
+    for k in got_a:
+        mdref.check_same(got_b[k], got_a[k], "%s: %s %s on both" % (what, mdref.code_text(k[0]),
+                                                                   k[1]))
+    check_all_reference(b, recs, what)
+    print("consistency (%s): %d series equal on both gateways, %d bars filled" % (
+        what, len(got_a), b.metric("md_fill_bars_total")))
+
+
+def filled(gw):
+    h = gw.health()
+    return h["fill"]["waiting"] == 0 and h["fill"]["unresolved_series"] == 0 and \
+        h["fill"]["done"] >= 1
+
+
 class Feed:
     """A md-feed process in the background."""
 
@@ -1380,7 +1452,7 @@ def main():
          "redis_cluster": lambda: case_redis(cluster=True), "ab": case_ab,
          "recorder": case_recorder, "address": case_address,
          "limits": case_limits, "redis_auth": case_redis_auth,
-         "liveness": case_liveness}[CASE]()
+         "liveness": case_liveness, "consistency": case_consistency}[CASE]()
         print("marketdata %s: ok" % CASE)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)

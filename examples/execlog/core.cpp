@@ -177,6 +177,7 @@ private:
     [[nodiscard]] bool session_over(const std::optional<SavedState>& saved) const;
     bool fast_forward(std::uint64_t target, Listener* live);
     bool publish_pending();
+    void say_held(std::uint64_t seq, std::int64_t held_ns);
     bool offer(const execlog::Record& r);
     void save_state(bool final = false);
     [[nodiscard]] std::int64_t due(std::uint64_t input) const {
@@ -245,10 +246,16 @@ bool Core::offer(const execlog::Record& r) {
             buf_[44] ^= std::byte{1};  // order_qty: a copy that differs from the other core's
         }
     }
+    std::int64_t held_since = 0;
+    std::int64_t said_at = 0;
     for (;;) {
         const auto res = out_->offer(buf_);
         if (res) {
             ++produced_;
+            if (said_at != 0) {
+                fmt::print(stderr, "{}: released after {:.1f} s held at record {}\n", kTool,
+                           static_cast<double>(prizma::Context::now_ns() - held_since) / 1e9, seq);
+            }
             return true;
         }
         if (!prizma::is_transient(res.error())) {
@@ -256,6 +263,12 @@ bool Core::offer(const execlog::Record& r) {
             return false;
         }
         ++back_pressured_;
+        const std::int64_t now = prizma::Context::now_ns();
+        held_since = held_since == 0 ? now : held_since;
+        if (now - held_since > 1'000'000'000 && now - said_at > 5'000'000'000) {
+            said_at = now;
+            say_held(seq, now - held_since);
+        }
         if (execlog::stop_requested()) {
             return false;
         }
@@ -263,6 +276,26 @@ bool Core::offer(const execlog::Record& r) {
             ctx_.wait(std::chrono::milliseconds(1));
         }
     }
+}
+
+// Loud holds: which flow-control member the core waits for, and how long.
+void Core::say_held(std::uint64_t seq, std::int64_t held_ns) {
+    const auto receivers = pub_.flow_receivers();
+    std::string who;
+    for (const auto& r : receivers) {
+        who += fmt::format(
+            "; member tag {}: {}, lag {} packets, heard {} ms ago", r.tag,
+            r.counted ? "counted" : "not counted", r.lag,
+            std::chrono::duration_cast<std::chrono::milliseconds>(r.since_heard).count());
+    }
+    const bool any_counted =
+        std::any_of(receivers.begin(), receivers.end(), [](const auto& r) { return r.counted; });
+    fmt::print(stderr, "{}: HELD for {:.1f} s at record {}: {}{}\n", kTool,
+               static_cast<double>(held_ns) / 1e9, seq,
+               any_counted ? "flow control: a counted member (the archiver) is a window behind"
+                           : "flow control: no archiver counted (flow_group: the exchange does "
+                             "not publish what it cannot journal)",
+               who);
 }
 
 bool Core::publish_pending() {

@@ -123,11 +123,13 @@ void print_stats(const prizma::Context& ctx) {
                     continue;
                 }
                 for (const auto& r : ch.sources) {
+                    const bool counted = counter(r.counters, "counted") != 0;
                     fmt::print(
-                        "{}:   core pid {}: consumer tag {}: lag {} packets, heard {} ms ago, {}\n",
-                        kTool, s->pid, counter(r.counters, "tag"), counter(r.counters, "lag"),
-                        counter(r.counters, "heard_ms_ago"),
-                        counter(r.counters, "counted") != 0 ? "counted" : "not counted");
+                        "{}:   {}core pid {}: consumer tag {}: lag {} packets, heard {} ms ago, "
+                        "{}\n",
+                        kTool, counted ? "" : "ALERT: ", s->pid, counter(r.counters, "tag"),
+                        counter(r.counters, "lag"), counter(r.counters, "heard_ms_ago"),
+                        counted ? "counted" : "not counted (evicted or not admitted yet)");
                 }
             }
         }
@@ -174,6 +176,7 @@ int run(int argc, char** argv) {
     View v;
     std::int64_t at = prizma::Context::now_ns();
     std::uint64_t at_records = 0;
+    std::int64_t still_ms = 0;  // since the last record, while the stream has not ended
     while (!execlog::stop_requested() && !(a.exit_at_end && v.ended)) {
         const int work = ctx->poll();
         const std::size_t n = in->poll(1024, [&](const prizma::StreamEvent& e) { v.apply(e); });
@@ -189,6 +192,16 @@ int run(int argc, char** argv) {
                 static_cast<double>(v.records - at_records) * 1e9 / static_cast<double>(now - at),
                 v.next, v.active.empty() ? "-" : v.active, v.loss_events, v.lost, v.divergences,
                 c.duplicates, c.stale_epoch, v.unknown);
+            if (v.records == at_records && v.records > 0 && !v.ended) {
+                still_ms += (now - at) / 1'000'000;
+                fmt::print(
+                    "{}: ALERT: no record for {} ms after record {}: the stream is halted "
+                    "or held (an archiver halted at a divergence, or flow control "
+                    "without a counted archiver: see the cores' members below)\n",
+                    kTool, still_ms, v.next - 1);
+            } else {
+                still_ms = 0;
+            }
             if (!no_stats) {
                 print_stats(*ctx);
             }

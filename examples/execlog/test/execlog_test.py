@@ -827,6 +827,12 @@ def divergence_case(args, idx, rnd, wrong, policy):
                 raise Fail("halted, yet the journal went on from %s to %s, risk from %s to %s"
                            % (end1, end2, risk1, risk2))
             held = "halted: the journal held at %s and risk at %s for 1.5 s; " % (end1, risk1)
+            # Loud: the cores say they are held and by what, the monitor raises an alert.
+            if not any(re.search(r"HELD for \d+\.\d s at record \d+: flow control", c.text())
+                       for c in s.cores):
+                raise Fail("no core said it was held")
+            if not re.search(r"ALERT: no record for \d+ ms after record", s.procs["monitor"].text()):
+                raise Fail("the monitor raised no alert while the stream was held")
             with open(s.dir + "/journal.decision", "w") as f:
                 f.write("continue %d\n" % at)
             arch.wait_for(r"the operator let the stream go on after record %d" % at, 10)

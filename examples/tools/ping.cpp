@@ -438,6 +438,11 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "prizma-ping: {}: {}\n", a.pong_uri, sub.error().message());
         return 1;
     }
+    for (const std::string& d : {pub->transport_description(), sub->transport_description()}) {
+        if (!d.empty()) {
+            fmt::print(stderr, "prizma-ping: transport: {}\n", d);  // what was chosen
+        }
+    }
     if (a.size > pub->max_message_size()) {
         fmt::print(stderr, "prizma-ping: --size {} exceeds the channel's maximum message size {}\n",
                    a.size, pub->max_message_size());

@@ -173,6 +173,11 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "prizma-pong: {}: {}\n", a.pong_uri, pub.error().message());
         return 1;
     }
+    for (const std::string& d : {sub->transport_description(), pub->transport_description()}) {
+        if (!d.empty()) {
+            fmt::print(stderr, "prizma-pong: transport: {}\n", d);  // what was chosen
+        }
+    }
     (void)std::signal(SIGINT, [](int) { g_stop = true; });
     (void)std::signal(SIGTERM, [](int) { g_stop = true; });
     fmt::print(stderr, "prizma-pong: echoing {} -> {}\n", a.ping_uri, a.pong_uri);

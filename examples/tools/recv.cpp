@@ -296,6 +296,9 @@ int run(int argc, char** argv) {
     // Ready line (scripts wait for it before starting a sender); on verbs it names the QP a
     // unicast publisher must send to.
     const std::string local = sub->local_address();
+    if (const std::string d = sub->transport_description(); !d.empty()) {
+        fmt::print(stderr, "prizma-recv: transport: {}\n", d);  // what was chosen
+    }
     fmt::print(stderr, "prizma-recv: listening on {}{}{}\n", a.uri, local.empty() ? "" : " at ",
                local);
     Tally tally(a.count, a.verbose, a.verify);

@@ -173,6 +173,9 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "prizma-send: {}: {}\n", a.uri, pub.error().message());
         return 1;
     }
+    if (const std::string d = pub->transport_description(); !d.empty()) {
+        fmt::print(stderr, "prizma-send: transport: {}\n", d);  // what was chosen
+    }
     if (a.size > pub->max_message_size()) {
         fmt::print(stderr,
                    "prizma-send: --size {} exceeds the maximum message size {} on this channel\n",

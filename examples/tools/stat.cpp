@@ -165,6 +165,9 @@ void print_text(const Scan& s, Previous& prev, double since_last_s) {
                    printable(p.file), static_cast<double>(now - p.snap.updated_unix_ns) / 1e9);
         for (const auto& ch : p.snap.channels) {
             fmt::print("  {} {}\n", ch.publisher ? "publisher " : "subscriber", printable(ch.uri));
+            if (!ch.transport.empty()) {
+                fmt::print("    transport: {}\n", printable(ch.transport));
+            }
             int col = 0;
             for (const auto& [name, value] : ch.counters) {
                 const std::string key = p.file + "|" + ch.uri + "|" + name;
@@ -245,10 +248,10 @@ void print_json(const Options& o, const Scan& s) {
             static_cast<double>(now - p.snap.updated_unix_ns) / 1e9, p.snap.updates);
         for (std::size_t c = 0; c < p.snap.channels.size(); ++c) {
             const auto& ch = p.snap.channels[c];
-            out +=
-                fmt::format(R"({}{{"uri":{},"role":"{}","counters":{},"sources":[)",
-                            c == 0 ? "" : ",", json_string(ch.uri),
-                            ch.publisher ? "publisher" : "subscriber", json_counters(ch.counters));
+            out += fmt::format(
+                R"({}{{"uri":{},"role":"{}","transport":{},"counters":{},"sources":[)",
+                c == 0 ? "" : ",", json_string(ch.uri), ch.publisher ? "publisher" : "subscriber",
+                json_string(ch.transport), json_counters(ch.counters));
             for (std::size_t k = 0; k < ch.sources.size(); ++k) {
                 out += fmt::format(R"({}{{"tsi":{},"counters":{}}})", k == 0 ? "" : ",",
                                    json_string(ch.sources[k].tsi),
@@ -285,7 +288,7 @@ int parse_args(int argc, char** argv, Options& o) {
         "--json prints one JSON object on one line instead (live: one per --interval):\n"
         "  {\"dir\", \"processes\": [{\"pid\", \"command\", \"running\", \"file\",\n"
         "   \"updated_unix_ns\", \"updated_s_ago\", \"updates\", \"channels\": [{\"uri\", "
-        "\"role\",\n"
+        "\"role\", \"transport\",\n"
         "   \"counters\": {NAME: VALUE}, \"sources\": [{\"tsi\", \"counters\"}],\n"
         "   \"sources_not_shown\"}], \"channels_not_shown\"}], \"removed\": [TEXT],\n"
         "   \"errors\": [{\"file\", \"error\"}]}\n"

@@ -107,6 +107,8 @@ public:
     [[nodiscard]] std::vector<NamedCounter> transport_counters() const;
     /// As Subscriber::transport_events().
     [[nodiscard]] std::vector<TransportEvent> transport_events();
+    /// As Subscriber::transport_description().
+    [[nodiscard]] std::string transport_description() const;
 
 private:
     friend class Context;
@@ -150,6 +152,10 @@ public:
     /// port down/up, LID/GID/SM changes, group re-joined, fatal), at most one per kind with
     /// its count; empty for transports without any. Allocates: call it now and then.
     [[nodiscard]] std::vector<TransportEvent> transport_events();
+    /// What the channel's transport chose (Transport::description(): verbs: device, GID,
+    /// MTU, MLID, Q_Key, depths; udp: interface, receive buffer granted, ...); also in the
+    /// stats file, which prizma-stat shows. Empty when the transport says nothing.
+    [[nodiscard]] std::string transport_description() const;
 
 private:
     friend class Context;

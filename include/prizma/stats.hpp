@@ -52,6 +52,9 @@ struct Snapshot {
         /// As given to add_publisher/add_subscriber (or the custom channel's name), cut at 191
         /// bytes.
         std::string uri;
+        /// What its transport chose (Transport::description()), cut at 319 bytes; may be
+        /// empty. Bytes from the file: printable() before showing it.
+        std::string transport;
         bool publisher = false;  ///< false: a subscriber
         /// Every ChannelCounters field by name (kChannelCounterFields order), then the
         /// transport's own counters (verbs: rx_ring_low, ...).

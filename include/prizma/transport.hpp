@@ -113,6 +113,11 @@ public:
     /// local_endpoint() as text for people and for the peer who must be told where to send
     /// (verbs: "GID qpn=N"); empty when not meaningful. Allocates: not for the hot path.
     [[nodiscard]] virtual std::string local_address_text() const { return {}; }
+    /// What the transport chose for this channel, on one line for people (verbs: device,
+    /// port, GID index and address, netdev, MTU, MLID, Q_Key, the depths and inline size as
+    /// clamped, and what was adjusted; udp: interface, TTL, the receive buffer granted, GSO
+    /// and GRO). Empty when there is nothing to say. Allocates: not for the hot path.
+    [[nodiscard]] virtual std::string description() const { return {}; }
     /// Writes up to out.size() transport-specific counters into `out` and returns how many
     /// this transport has (which may be more than out.size()). Names are static strings.
     virtual std::size_t named_counters(std::span<NamedCounter> out) const noexcept {

@@ -502,7 +502,8 @@ Result<detail::Channel*, Error> Context::Impl::add(TransportChannel tc,
         }
     }
     channels.push_back(std::move(ch));
-    stats.set_channel(channels.size() - 1, channels.back()->name, publisher);
+    stats.set_channel(channels.size() - 1, channels.back()->name, publisher,
+                      channels.back()->base->description());
     stats_next_ns = 0;  // show the new channel at the next poll
     return channels.back().get();
 }
@@ -534,7 +535,8 @@ Result<void, Error> Context::Impl::remove(detail::Channel* ch) {
 
 void Context::Impl::publish_channel_names() noexcept {
     for (std::size_t i = 0; i < channels.size(); ++i) {
-        stats.set_channel(i, channels[i]->name, channels[i]->publisher);
+        stats.set_channel(i, channels[i]->name, channels[i]->publisher,
+                          channels[i]->base->description());
     }
     stats.set_channel_count(channels.size());
     stats_next_ns = 0;
@@ -1007,6 +1009,14 @@ std::vector<TransportEvent> events_of(detail::Channel* ch) {
 
 std::vector<TransportEvent> Publisher::transport_events() {
     return events_of(ch_);
+}
+
+std::string Publisher::transport_description() const {
+    return ch_ != nullptr ? ch_->base->description() : std::string();
+}
+
+std::string Subscriber::transport_description() const {
+    return ch_ != nullptr ? ch_->base->description() : std::string();
 }
 
 std::vector<TransportEvent> Subscriber::transport_events() {

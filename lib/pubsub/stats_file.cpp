@@ -37,7 +37,9 @@ std::atomic_ref<std::uint64_t> seq_of(FileHeader* h) noexcept {
 
 void copy_str(char* dst, std::size_t cap, std::string_view s) noexcept {
     const std::size_t n = std::min(cap - 1, s.size());
-    std::memcpy(dst, s.data(), n);
+    if (n != 0) {  // an empty view may have no data pointer at all
+        std::memcpy(dst, s.data(), n);
+    }
     std::memset(dst + n, 0, cap - n);
 }
 
@@ -203,7 +205,10 @@ ChannelRecord* Writer::record(std::size_t i) const noexcept {
                                             + i * sizeof(ChannelRecord));
 }
 
-void Writer::set_channel(std::size_t index, std::string_view uri, bool publisher) noexcept {
+void Writer::set_channel(std::size_t index,
+                         std::string_view uri,
+                         bool publisher,
+                         std::string_view transport) noexcept {
     if (base_ == nullptr) {
         return;
     }
@@ -214,6 +219,7 @@ void Writer::set_channel(std::size_t index, std::string_view uri, bool publisher
     } else {
         ChannelRecord* r = record(index);
         copy_str(r->uri, kUriLen, uri);
+        copy_str(r->transport, kTransportLen, transport);
         r->role = publisher ? 1U : 2U;
         r->count = 0;
         h->channel_count = std::max(h->channel_count, static_cast<std::uint32_t>(index + 1));
@@ -423,6 +429,7 @@ Snapshot to_snapshot(const char* copy) {
                                                                + i * sizeof(ChannelRecord));
         Snapshot::Channel c;
         c.uri = str_of(r->uri, kUriLen);
+        c.transport = str_of(r->transport, kTransportLen);
         c.publisher = r->role == 1;
         for (std::size_t k = 0; k < std::min<std::size_t>(r->count, kMaxCounters); ++k) {
             c.counters.emplace_back(str_of(r->names[k], kNameLen), r->values[k]);

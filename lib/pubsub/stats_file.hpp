@@ -31,12 +31,13 @@
 namespace prizma::stats {
 
 inline constexpr char kMagic[8] = {'P', 'R', 'Z', 'S', 'T', 'A', 'T', '1'};
-inline constexpr std::uint32_t kVersion = 3;
+inline constexpr std::uint32_t kVersion = 4;  // 4: ChannelRecord::transport
 inline constexpr std::size_t kMaxChannels = 64;
 inline constexpr std::size_t kMaxCounters = 96;
 inline constexpr std::size_t kNameLen = 32;
 inline constexpr std::size_t kUriLen = 192;
-inline constexpr std::size_t kMaxSources = 8;  ///< per subscriber channel
+inline constexpr std::size_t kTransportLen = 320;  ///< Transport::description(), cut
+inline constexpr std::size_t kMaxSources = 8;      ///< per subscriber channel
 /// Per-source counters, in SourceRecord::values order.
 inline constexpr std::string_view kSourceCounterNames[] = {
     "odata_received", "rdata_received", "duplicates",  "repaired",  "ncf_received",
@@ -68,6 +69,7 @@ struct FileHeader {
 
 struct ChannelRecord {
     char uri[kUriLen];
+    char transport[kTransportLen];
     std::uint32_t role;  ///< 1 publisher, 2 subscriber
     std::uint32_t count;
     char names[kMaxCounters][kNameLen];
@@ -101,7 +103,11 @@ public:
     [[nodiscard]] const std::string& path() const noexcept { return path_; }
 
     /// Registers channel `index` (not on the hot path).
-    void set_channel(std::size_t index, std::string_view uri, bool publisher) noexcept;
+    /// `transport`: what the channel's transport chose (Transport::description()), cut.
+    void set_channel(std::size_t index,
+                     std::string_view uri,
+                     bool publisher,
+                     std::string_view transport = {}) noexcept;
     /// How many channels there are now (after one was removed; not on the hot path).
     void set_channel_count(std::size_t count) noexcept;
     /// One update: begin(), values(...) for each channel, end(). No allocation, no syscall.

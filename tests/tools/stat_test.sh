@@ -30,6 +30,9 @@ done
 grep -q "pid $rpid (prizma-recv)" "$tmp/stat.log" || fail "no process line"
 grep -q "subscriber udp://239.192.80.1:$base" "$tmp/stat.log" || fail "no channel line"
 grep -q "fault_dropped" "$tmp/stat.log" || fail "no transport counters"
+# What the transport chose: the interface and the receive buffer the kernel granted.
+grep -Eq "^    transport: udp iface 127\.0\.0\.1 ttl [0-9]+ rcvbuf [0-9]+" "$tmp/stat.log" ||
+	fail "no transport line: $(cat "$tmp/stat.log")"
 grep -E "^    source [0-9a-f]{12}\.[0-9]+:.*odata_received [0-9]+.*naks_sent [0-9]+" "$tmp/stat.log" >/dev/null ||
 	fail "no per-source line with ODATA and NAKs: $(cat "$tmp/stat.log")"
 # The same as JSON: one document that parses, with the receiver's channel and its counters.
@@ -46,6 +49,7 @@ assert p["pid"] == int(sys.argv[2]) and p["running"] and p["command"] == "prizma
 assert p["updates"] > 0 and p["updated_unix_ns"] > 0 and doc["errors"] == [], p
 chans = [c for c in p["channels"] if c["uri"].startswith(sys.argv[3])]
 assert len(chans) == 1 and chans[0]["role"] == "subscriber", p["channels"]
+assert chans[0]["transport"].startswith("udp iface 127.0.0.1 "), chans[0]["transport"]
 c = chans[0]["counters"]
 assert c["messages_delivered"] > 1000 and c["naks_sent"] > 0 and "fault_dropped" in c, c
 src = chans[0]["sources"]
@@ -86,12 +90,16 @@ at = data.find(b"udp://239.192.80.1")
 assert at > 0
 uri = b'udp://q"b\\s\x01t\xc3\xa9\xff\x00'
 data[at:at + len(uri)] = uri
-rec = at  # the channel record (uri[192], role, count, names[96][32], values[96])
+rec = at  # the channel record (uri[192], transport[320], role, count, names[96][32], values[96])
+names = rec + 192 + 320 + 8
+assert data[rec + 192:rec + 196] == b"udp ", data[rec + 192:rec + 200]
+transport = b"udp \x1b[31mred\x00"
+data[rec + 192:rec + 192 + len(transport)] = transport
 at = data.find(b"odata_sent\x00", rec)
-assert at > 0 and (at - rec - 200) % 32 == 0
+assert at > 0 and (at - names) % 32 == 0
 name = b"\x1b[2J\x1b]0;x\x07\x00"
 data[at:at + len(name)] = name
-value = rec + 200 + 96 * 32 + 8 * ((at - rec - 200) // 32)
+value = names + 96 * 32 + 8 * ((at - names) // 32)
 data[value:value + 8] = (1).to_bytes(8, "little")  # non-zero: shown
 open(sys.argv[1], "wb").write(data)
 PY
@@ -103,6 +111,7 @@ grep -q "stale" "$tmp/stale.txt" || fail "--all does not list the stale file"
 LC_ALL=C grep -q '[^[:print:]]' "$tmp/stale.txt" && fail "raw control bytes printed: $(cat -v "$tmp/stale.txt")"
 grep -qF 'udp://q"b\s\x01t\xc3\xa9\xff' "$tmp/stale.txt" || fail "URI not shown escaped: $(cat "$tmp/stale.txt")"
 grep -qF '\x1b[2J\x1b]0;x\x07' "$tmp/stale.txt" || fail "counter name not shown escaped: $(cat "$tmp/stale.txt")"
+grep -qF 'transport: udp \x1b[31mred' "$tmp/stale.txt" || fail "transport not shown escaped: $(cat "$tmp/stale.txt")"
 "$STAT" --once --all --json >"$tmp/stale.json" || fail "--all --json exited $?"
 /usr/bin/python3 - "$tmp/stale.json" <<'PY' || fail "JSON escaping: $(cat "$tmp/stale.json")"
 import json, sys

@@ -84,8 +84,9 @@ TEST_CASE("stats file: round trip, names, roles, removal", "[unit][stats]") {
         REQUIRE(w.open(dir));
         path = w.path();
         REQUIRE(std::filesystem::exists(path));
-        w.set_channel(0, "udp://239.1.2.3:7600?iface=127.0.0.1", true);
-        w.set_channel(1, "mem://x:7500", false);
+        w.set_channel(0, "udp://239.1.2.3:7600?iface=127.0.0.1", true,
+                      "udp iface 127.0.0.1 ttl 1 rcvbuf 212992");
+        w.set_channel(1, "mem://x:7500", false, std::string(500, 'v'));  // cut to fit
         ChannelCounters c;
         c.odata_sent = 42;
         c.naks_received = 7;
@@ -112,6 +113,8 @@ TEST_CASE("stats file: round trip, names, roles, removal", "[unit][stats]") {
         CHECK(s->updates == 3);  // two set_channel + one update
         REQUIRE(s->channels.size() == 2);
         CHECK(s->channels[0].uri == "udp://239.1.2.3:7600?iface=127.0.0.1");
+        CHECK(s->channels[0].transport == "udp iface 127.0.0.1 ttl 1 rcvbuf 212992");
+        CHECK(s->channels[1].transport == std::string(stats::kTransportLen - 1, 'v'));
         CHECK(s->channels[0].publisher);
         CHECK_FALSE(s->channels[1].publisher);
         // Every field in declaration order, then the transport's own.

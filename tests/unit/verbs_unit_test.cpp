@@ -271,4 +271,34 @@ TEST_CASE("verbs transport: no device gives a clear error, never a crash", "[ver
     CHECK((err.find("no RDMA devices") != std::string::npos
            || err.find("prizma_no_such_dev") != std::string::npos));
 }
+
+TEST_CASE("verbs: what was chosen, on one line for the tools and prizma-stat", "[verbs][unit]") {
+    verbs::VerbsInfo i;
+    i.device = "mlx5_0";
+    i.port = 1;
+    i.gid_index = 3;
+    i.gid = "::ffff:10.0.0.1";
+    i.netdev = "eth1";
+    i.qpn = 0x1a;
+    i.mtu = 4096;
+    i.multicast = true;
+    i.rx_depth = 4096;
+    i.tx_depth = 1024;
+    i.max_inline = 188;
+    i.comp_vector = 2;
+    i.comp_vectors = 8;
+    i.notes = "rx_depth 8192 -> 4096 (device max_qp_wr)";
+    const std::string roce = verbs::describe(i, 0x50474d31);
+    CHECK(roce
+          == "verbs mlx5_0 port 1 gid[3] ::ffff:10.0.0.1 (RoCE, netdev eth1) qpn 0x1a mtu 4096 "
+             "qkey 0x50474d31 rx_depth 4096 tx_depth 1024 inline 188 comp_vector 2/8; "
+             "rx_depth 8192 -> 4096 (device max_qp_wr)");
+    i.infiniband = true;
+    i.lid = 0x17;
+    i.mlid = 0xc001;
+    i.notes.clear();
+    const std::string ib = verbs::describe(i, 0x12345678);
+    CHECK_THAT(ib, Catch::Contains("(InfiniBand, lid 0x17)") && Catch::Contains("mlid 0xc001")
+                       && Catch::Contains("qkey 0x12345678") && !Catch::Contains(";"));
+}
 #endif

@@ -1143,6 +1143,22 @@ UdpCounters UdpTransport::counters() const noexcept {
     return c;
 }
 
+std::string UdpTransport::description() const {
+    const Impl& im = *impl_;
+    const UdpCounters c = counters();
+    std::string d = "udp iface " + (im.cfg.iface.empty() ? std::string("-") : im.cfg.iface);
+    d += " ttl " + std::to_string(im.cfg.ttl);
+    if (c.rcvbuf_effective > 0) {
+        d += " rcvbuf " + std::to_string(c.rcvbuf_effective);
+        if (c.rcvbuf_capped != 0) {
+            d += " (asked " + std::to_string(im.cfg.rcvbuf) + ": capped by net.core.rmem_max)";
+        }
+    }
+    d += gso_ ? " gso on" : " gso off";
+    d += gro_ ? " gro on" : " gro off";
+    return d;
+}
+
 std::size_t UdpTransport::named_counters(std::span<NamedCounter> out) const noexcept {
     const UdpCounters c = counters();
     const NamedCounter all[] = {

@@ -127,6 +127,7 @@ public:
     std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
     [[nodiscard]] Result<bool> arm_wakeup() noexcept override;
     [[nodiscard]] bool rx_follows_wakeup() const noexcept override;
+    [[nodiscard]] std::string description() const override;
 
     /// A snapshot; rx_kernel_drops and rx_queued_bytes are read from the sockets (SO_MEMINFO)
     /// on each call.

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -1627,6 +1628,34 @@ void VerbsTransport::forget(const Endpoint& peer) noexcept {
         m.slots[i].state.store(kSlotEvict, std::memory_order_release);
         wake(m.ctl_wake.get());
     }
+}
+
+std::string describe(const VerbsInfo& i, std::uint32_t qkey) {
+    const auto hex = [](std::uint64_t v) {
+        char b[24];
+        (void)std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+        return std::string(b);
+    };
+    std::string d =
+        "verbs " + i.device + " port " + std::to_string(i.port) + " gid["
+        + std::to_string(i.gid_index) + "] " + i.gid
+        + (i.infiniband ? " (InfiniBand, lid " + hex(i.lid) + ")"
+                        : " (RoCE, netdev " + (i.netdev.empty() ? "?" : i.netdev) + ")");
+    d += " qpn " + hex(i.qpn) + " mtu " + std::to_string(i.mtu);
+    if (i.infiniband && i.multicast) {
+        d += " mlid " + hex(i.mlid);
+    }
+    d += " qkey " + hex(qkey) + " rx_depth " + std::to_string(i.rx_depth) + " tx_depth "
+         + std::to_string(i.tx_depth) + " inline " + std::to_string(i.max_inline) + " comp_vector "
+         + std::to_string(i.comp_vector) + "/" + std::to_string(i.comp_vectors);
+    if (!i.notes.empty()) {
+        d += "; " + i.notes;
+    }
+    return d;
+}
+
+std::string VerbsTransport::description() const {
+    return describe(impl_->info, impl_->cfg.qkey);
 }
 
 std::string VerbsTransport::local_address_text() const {

@@ -138,6 +138,9 @@ struct VerbsInfo {
     bool fork_safe = false;        ///< registered memory survives a fork() of the process
 };
 
+/// What was chosen, on one line (Transport::description(), prizma-stat, the tools).
+std::string describe(const VerbsInfo& info, std::uint32_t qkey);
+
 class VerbsTransport final : public Transport {
 public:
     /// Errors name what is missing and what exists (devices, ports, GIDs), with
@@ -160,6 +163,7 @@ public:
     void forget(const Endpoint& peer) noexcept override;
     [[nodiscard]] Endpoint local_endpoint() const noexcept override;
     [[nodiscard]] std::string local_address_text() const override;
+    [[nodiscard]] std::string description() const override;
     std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
     /// Port, fabric and device events the control thread saw (from its counters).
     std::size_t take_events(std::span<TransportEvent> out) noexcept override;

@@ -63,6 +63,13 @@ wait $r2; rc2=$?
 { cat "$OUT/send1.log" "$OUT/recv1.log" "$OUT/recv2.log"; diag; } >"$OUT/proc1.log"
 result "processes: prizma-send -> prizma-recv on $RXE_DEV and ${RXE_DEV2:-$RXE_DEV}, $N x 200 B multicast [$(($(date +%s) - s))s]" \
 	$((src | rc1 | rc2)) "$OUT/proc1.log"
+# 2b. what was chosen, printed by the tools at start: device, GID, RoCE netdev, MTU, Q_Key.
+chosen=0
+for f in "$OUT/send1.log" "$OUT/recv1.log"; do
+	grep -Eq "transport: verbs $RXE_DEV port 1 gid\[[0-9]+\] [^ ]+ \(RoCE, netdev [^ )]+\) qpn 0x[0-9a-f]+ mtu [0-9]+ qkey 0x[0-9a-f]+ rx_depth [0-9]+ tx_depth [0-9]+" "$f" ||
+		chosen=1
+done
+result "tools print what the transport chose (GID, netdev, MTU, Q_Key, depths)" $chosen "$OUT/proc1.log"
 
 # 2a. flow control over verbs (issue 20 §1 (g)): an unpaced publisher and a subscriber that
 #     consumes 5,000 messages/s (the VM sends ~12,000/s) with a window of 1024 packets, both flow=min: every message

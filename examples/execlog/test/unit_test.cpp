@@ -19,6 +19,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "execlog/divergence.hpp"
 #include "execlog/engine.hpp"
 #include "execlog/feed.hpp"
 #include "execlog/fix.hpp"
@@ -489,4 +490,41 @@ TEST_CASE(
     CHECK(again->next_sender_seq(7) == 3);
     CHECK(again->app_messages_since(7, 1) == 2);
     CHECK(again->app_messages_since(7, 99) == 2);  // a base past the end: the store was reset
+}
+
+TEST_CASE("divergence: the marker holds both copies, the decision names its record",
+          "[execlog][divergence]") {
+    TempDir dir;
+    const std::string path = (dir.path / "journal.divergences").string();
+    execlog::Divergence d;
+    d.sequence = 20000;
+    d.journaled.sport = 1;
+    d.differing.sport = 2;
+    const std::vector<std::byte> a{std::byte{0x01}, std::byte{0xab}};
+    const std::vector<std::byte> b{std::byte{0x01}, std::byte{0xaa}};
+    const std::string line =
+        execlog::divergence_marker(d, std::span<const std::byte>(a), std::span<const std::byte>(b));
+    CHECK(line.starts_with("divergence record 20000 journaled "));
+    CHECK(line.find(".1 01ab differing ") != std::string::npos);
+    CHECK(line.ends_with(".2 01aa\n"));
+    CHECK(execlog::divergence_marker(d, std::nullopt, std::span<const std::byte>(b))
+              .find(".1 - differing")
+          != std::string::npos);
+    REQUIRE(execlog::append_durably(path, line).empty());
+    REQUIRE(execlog::append_durably(path, line).empty());
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777U) == 0600U);
+    CHECK(std::filesystem::file_size(path) == 2 * line.size());
+
+    const std::string decision = (dir.path / "journal.decision").string();
+    CHECK_FALSE(execlog::read_decision(decision, 20000));  // none yet
+    std::ofstream(decision) << "continue 19999\n";
+    CHECK_FALSE(execlog::read_decision(decision, 20000));  // an older halt's decision
+    std::ofstream(decision) << "continue 20000\n";
+    CHECK(execlog::read_decision(decision, 20000) == execlog::Decision::go_on);
+    std::ofstream(decision) << "stop 20000\n";
+    CHECK(execlog::read_decision(decision, 20000) == execlog::Decision::stop);
+    std::ofstream(decision) << "maybe 20000\n";
+    CHECK_FALSE(execlog::read_decision(decision, 20000));
 }

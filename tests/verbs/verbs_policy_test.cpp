@@ -606,3 +606,24 @@ TEST_CASE("verbs rejoin delays: spread at first, then doubling with jitter, capp
     CHECK(policy::rejoin_delay_ms(1000, 15000) == 37500);
     CHECK(policy::rejoin_delay_ms(~0U, 0) == 22500);
 }
+
+TEST_CASE("verbs NAK route on IB: the SA path's SL, LID and rate over the completion's",
+          "[unit][verbs]") {
+    policy::LocalPort lp;
+    lp.infiniband = true;
+    lp.sl = 1;
+    policy::SourceRoute seen;  // what the completion showed: the group's SL
+    seen.slid = 0x21;
+    seen.sl = 2;
+    policy::AhFields a = policy::unicast_ah(lp, policy::Gid{}, seen);
+    CHECK(a.sl == 2);
+    CHECK(a.dlid == 0x21);
+    policy::apply_path(a, {0x21, 0x1b, static_cast<std::uint8_t>((2U << 6U) | 16U)});
+    CHECK(a.sl == 0xb);  // 4 bits of the path's SL
+    CHECK(a.dlid == 0x21);
+    CHECK(a.static_rate == 16);
+    policy::apply_path(a, {0, 3, 0});  // a path without a LID keeps the one seen
+    CHECK(a.dlid == 0x21);
+    CHECK(a.sl == 3);
+    CHECK(a.static_rate == 0);
+}

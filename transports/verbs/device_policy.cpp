@@ -255,6 +255,14 @@ AhFields unicast_ah(const LocalPort& lp, const Gid& peer, const SourceRoute& rou
     return a;
 }
 
+void apply_path(AhFields& a, const PathFacts& p) noexcept {
+    a.sl = static_cast<std::uint8_t>(p.sl & 0x0FU);
+    if (p.dlid != 0) {
+        a.dlid = p.dlid;
+    }
+    a.static_rate = static_cast<std::uint8_t>(p.rate & 0x3FU);
+}
+
 AhFields configured_unicast_ah(const LocalPort& lp, const Gid& peer, std::uint16_t dlid) noexcept {
     AhFields a = unicast_ah(lp, peer, SourceRoute{});
     if (lp.infiniband) {

@@ -141,6 +141,16 @@ struct LocalPort {
 /// LRH needs DLID = the peer's LID (wc.slid), SL = wc.sl and our path bits (wc.dlid_path_bits);
 /// the GRH names the peer's GID. On RoCE the LID fields are 0 and the GID does the routing.
 AhFields unicast_ah(const LocalPort& lp, const Gid& peer, const SourceRoute& route) noexcept;
+/// What the SA's PathRecord to a peer says (IB).
+struct PathFacts {
+    std::uint16_t dlid = 0;
+    std::uint8_t sl = 0;    ///< 4 bits
+    std::uint8_t rate = 0;  ///< selector (2 bits) + rate code
+};
+/// A NAK's route made the SA's: the path's SL (QoS, DFSSSP and torus fabrics give a path an
+/// SL of its own; the completion only shows the one the packet came in on), its LID (when
+/// given) and its rate.
+void apply_path(AhFields& a, const PathFacts& p) noexcept;
 /// The AH of a configured unicast destination (publisher in unicast mode): on IB the LID must
 /// be given (`dlid=`), since no datagram from the peer has told us.
 AhFields configured_unicast_ah(const LocalPort& lp, const Gid& peer, std::uint16_t dlid) noexcept;

@@ -450,6 +450,7 @@ struct CtlCounters {
     std::atomic<std::uint64_t> client_reregister{0};
     std::atomic<std::uint64_t> device_fatal{0};
     std::atomic<std::uint64_t> qp_fatal{0};
+    std::atomic<std::uint64_t> path_fallbacks{0};
 };
 
 bool is_port_event(ibv_event_type t) noexcept {
@@ -582,6 +583,7 @@ struct VerbsTransport::Impl {
     VerbsInfo info;
     mutable VerbsCounters counters;
     Gid local_gid{};
+    std::uint16_t pkey = 0xffff;  // the port's first P_Key (IB PathRecord queries)
     std::uint32_t dest_qpn = kMulticastQpn;
     std::size_t mtu = 0;
     std::size_t max_inline = 0;
@@ -808,6 +810,7 @@ void VerbsTransport::Impl::refresh_counters() const noexcept {
     counters.client_reregister = get(c.client_reregister);
     counters.device_fatal = get(c.device_fatal);
     counters.qp_fatal = get(c.qp_fatal);
+    counters.path_fallbacks = get(c.path_fallbacks);
     std::size_t used = 0;
     for (std::size_t i = 0; i < slot_hw; ++i) {
         used += slots[i].state.load(std::memory_order_relaxed) == kSlotReady ? 1U : 0U;
@@ -826,7 +829,16 @@ int VerbsTransport::Impl::service_slots() noexcept {
         std::uint8_t st = s.state.load(std::memory_order_acquire);
         const bool due = st == kSlotRequested || (st == kSlotFailed && now >= s.retry_at);
         if (due) {
-            const policy::AhFields f = policy::unicast_ah(local_port, s.peer.addr, s.route);
+            policy::AhFields f = policy::unicast_ah(local_port, s.peer.addr, s.route);
+            if (local_port.infiniband) {
+                // The path's own SL, from the SA (blocks up to ~1 s: this thread's job).
+                auto path = query_path(info.device, info.port, local_gid, s.peer.addr, pkey);
+                if (path) {
+                    policy::apply_path(f, {path->dlid, path->sl, path->rate});
+                } else {
+                    ctl_counters.path_fallbacks.fetch_add(1, std::memory_order_relaxed);
+                }
+            }
             ibv_ah_attr a = to_attr(f);
             ibv_ah* ah = ibv_create_ah(pd.get(), &a);
             if (ah != nullptr) {
@@ -1161,6 +1173,7 @@ Result<void, Error> VerbsTransport::Impl::query_port(CreateState& st) {
     st.pkey = 0xffff;
     (void)ibv_query_pkey(ctx, port, 0, &st.pkey);
     st.pkey = ntohs(st.pkey);
+    pkey = st.pkey;
     if (!group_to_gid(cfg.group, info.infiniband, st.pkey, st.dest)) {
         return fail<void>("bad group address '" + cfg.group + "'");
     }
@@ -1730,6 +1743,7 @@ std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const no
         {"client_reregister", c.client_reregister},
         {"device_fatal", c.device_fatal},
         {"qp_fatal", c.qp_fatal},
+        {"path_fallbacks", c.path_fallbacks},
         {"pinned_bytes", c.pinned_bytes},
     };
     const std::size_t n = std::min(out.size(), std::size(all));

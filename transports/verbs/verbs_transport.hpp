@@ -107,6 +107,7 @@ struct VerbsCounters {
     std::uint64_t pkey_change = 0;
     std::uint64_t client_reregister = 0;
     std::uint64_t device_fatal = 0;     ///< the device died: every call fails from now on
+    std::uint64_t path_fallbacks = 0;   ///< IB NAK routes without the SA's path: the SL seen used
     std::uint64_t qp_fatal = 0;         ///< our QP or CQ went to error (async event): sends fail
     std::uint64_t rejoin_failures = 0;  ///< SA re-joins that failed (retried)
     std::uint64_t mlid_changes = 0;     ///< a re-join brought a new MLID: re-attached

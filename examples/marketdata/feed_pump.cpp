@@ -151,6 +151,7 @@ bool FeedPump::open_stores(std::string& error) {
         if (!redis_) {
             return false;
         }
+        redis_->set_reference_layout(s_.cfg.compat_reference);
         const long long n = redis_->load(s_.bars, feeds_, error);
         if (n < 0) {
             return false;

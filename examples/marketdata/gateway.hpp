@@ -37,6 +37,7 @@ struct Config {
     double idle_timeout_s = 60;
     std::size_t max_connections = 20'000;
     std::size_t store_mib = 4096;
+    bool compat_reference = false;  // --compat reference: answers and Redis layout as the seed's
 
     // Push clients and browsers (docs/MARKETDATA.md, "Limits").
     std::size_t max_push = 1000;             // WebSocket + SSE sessions (own cap)

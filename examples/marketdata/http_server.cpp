@@ -408,7 +408,7 @@ void Router::bars_v1(const Target& t,
     }
     // Not an answer: say why.
     std::string error;
-    const auto q = parse_bar_query(t, error);
+    const auto q = parse_bar_query(t, error, s_.cfg.compat_reference);
     if (!q) {
         set_error(res, http::status::bad_request, error);
         return;
@@ -416,6 +416,12 @@ void Router::bars_v1(const Target& t,
     std::vector<Bar> bars;
     std::size_t n = 0;
     if (!s_.bars.range(q->code, q->period, q->start, q->end, s_.cfg.max_bars, bars, &n)) {
+        if (s_.cfg.compat_reference) {  // the reference answers [] for a code it does not know
+            res.result(http::status::ok);
+            res.set(http::field::content_type, "application/json");
+            res.body() = "[]\n";
+            return;
+        }
         set_error(res, http::status::not_found, "unknown code " + code_text(q->code));
         return;
     }
@@ -606,7 +612,7 @@ std::shared_ptr<const std::string> WireCache::get(const Shared& s,
     if (!t || t->path != "/getStockData") {
         return nullptr;
     }
-    const auto q = parse_bar_query(*t, error);
+    const auto q = parse_bar_query(*t, error, s.cfg.compat_reference);
     const auto* counter = q ? s.bars.version_counter(q->code) : nullptr;
     if (counter == nullptr) {
         return nullptr;

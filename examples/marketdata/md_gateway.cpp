@@ -73,6 +73,12 @@ void add_limit_options(CLI::App& app, Config& c) {
     app.add_option("--down-after", c.down_after_s, "No feed record for this long: down (30)")
         ->type_name("SECONDS")
         ->check(prizma::tools::above(0));
+    app.add_option_function<std::string>(
+           "--compat", [&c](const std::string& v) { c.compat_reference = v == "reference"; },
+           "reference: answer /getStockData as the reference service (unknown parameters "
+           "ignored, [] for start > end and unknown codes) and use its Redis layout")
+        ->type_name("reference")
+        ->check(CLI::IsMember({"reference"}));
     app.add_option("--fill-timeout", c.fill_timeout_s,
                    "A missed interval not filled from Redis by then keeps its gap flags (60)")
         ->type_name("SECONDS")
@@ -97,7 +103,8 @@ int parse_args(int argc, char** argv, Config& c) {
         "                  [--max-connections N] [--max-push N] [--allow-origin ORIGIN]...\n"
         "                  [--allow-host NAME]... [--push-write-timeout SECONDS]\n"
         "                  [--heartbeat SECONDS] [--stale-after SECONDS] [--down-after SECONDS]\n"
-        "                  [--fill-timeout SECONDS] [--cache-mib N] [--max-answer-kib N]\n"
+        "                  [--compat reference] [--fill-timeout SECONDS] [--cache-mib N] "
+        "[--max-answer-kib N]\n"
         "                  [--redis-user NAME] [--redis-password-file FILE]",
         "Builds 1m/5m/15m/30m/60m/1d bars from the md-feed ticks on URI and serves them:\n"
         "  GET /getStockData?code=300525.SZ&period=1m&start=202308180930&end=202308181030\n"

@@ -91,7 +91,11 @@ bool read_period(const Target& t, Period& out, std::string& error) {
     return true;
 }
 
-bool read_range(const Target& t, std::uint64_t& start, std::uint64_t& end, std::string& error) {
+bool read_range(const Target& t,
+                std::uint64_t& start,
+                std::uint64_t& end,
+                std::string& error,
+                bool reversed_ok = false) {
     for (const auto& [key, dst] : {std::pair{"start", &start}, std::pair{"end", &end}}) {
         const std::string* v = required(t, key, error);
         if (v == nullptr) {
@@ -105,7 +109,7 @@ bool read_range(const Target& t, std::uint64_t& start, std::uint64_t& end, std::
         }
         *dst = *time;
     }
-    if (start > end) {
+    if (start > end && !reversed_ok) {
         error = "start " + std::to_string(start) + " is after end " + std::to_string(end);
         return false;
     }
@@ -162,14 +166,14 @@ std::optional<Target> parse_target(std::string_view target, std::string& error) 
     return t;
 }
 
-std::optional<BarQuery> parse_bar_query(const Target& t, std::string& error) {
+std::optional<BarQuery> parse_bar_query(const Target& t, std::string& error, bool compat) {
     BarQuery q;
-    if (!allowed_keys(t, {"code", "period", "start", "end"}, error)) {
+    if (!compat && !allowed_keys(t, {"code", "period", "start", "end"}, error)) {
         return std::nullopt;
     }
     const std::string* code = required(t, "code", error);
     if (code == nullptr || !read_code(*code, q.code, error) || !read_period(t, q.period, error)
-        || !read_range(t, q.start, q.end, error)) {
+        || !read_range(t, q.start, q.end, error, compat)) {
         return std::nullopt;
     }
     return q;

@@ -35,7 +35,9 @@ struct BarQuery {
     std::uint64_t start = 0;
     std::uint64_t end = 0;
 };
-std::optional<BarQuery> parse_bar_query(const Target& t, std::string& error);
+/// `compat`: as the reference service (--compat reference): unknown parameters ignored, and
+/// start after end accepted (an empty answer).
+std::optional<BarQuery> parse_bar_query(const Target& t, std::string& error, bool compat = false);
 
 /// GET /v2/bars?codes=A,B&period=&last=N | &start=&end=
 struct V2Query {

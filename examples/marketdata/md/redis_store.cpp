@@ -21,18 +21,20 @@ T number(const std::string& s) {
     return v;
 }
 
-std::string bars_key(Code c, Period p) {
-    std::string k = "{";
+/// `{300525.SZ}_1m`, or the reference's own `300525.SZ_1m` (no hash tag: a code's periods
+/// may then sit on different cluster nodes).
+std::string bars_key(Code c, Period p, bool reference) {
+    std::string k = reference ? "" : "{";
     append_code(k, c);
-    k += "}_";
+    k += reference ? "_" : "}_";
     k += period_name(p);
     return k;
 }
 
-std::string info_key(Code c) {
-    std::string k = "{";
+std::string info_key(Code c, bool reference) {
+    std::string k = reference ? "" : "{";
     append_code(k, c);
-    k += "}_info";
+    k += reference ? "_info" : "}_info";
     return k;
 }
 
@@ -57,10 +59,13 @@ return 1
 )lua";
 
 /// A bar's member: its JSON (append_bar) with "sseq", the symbol sequence of its last tick.
-std::string bar_member(Code c, const Bar& b) {
+std::string bar_member(Code c, const Bar& b, bool reference) {
     std::string json;
     json.reserve(200);
     append_bar(json, c, b);
+    if (reference) {  // the reference's member: the bar's JSON alone
+        return json;
+    }
     json.pop_back();  // '}'
     json += R"(,"sseq":)";
     json += std::to_string(b.sseq);
@@ -457,14 +462,15 @@ bool RedisStore::run(const std::vector<std::pair<std::string, Args>>& cmds,
 bool RedisStore::write(const StoreBatch& batch, std::string& error) {
     std::vector<std::pair<std::string, Args>> cmds;
     for (const auto& item : batch.bars) {
-        std::string key = bars_key(item.code, item.period);
-        cmds.push_back({key,
-                        {"EVALSHA", put_bar_sha_, "1", key, std::to_string(item.bar.time),
-                         bar_member(item.code, item.bar), std::to_string(item.bar.sseq),
-                         (item.bar.flags & kBarGap) != 0 ? "1" : "0"}});
+        std::string key = bars_key(item.code, item.period, reference_layout_);
+        cmds.push_back(
+            {key,
+             {"EVALSHA", put_bar_sha_, "1", key, std::to_string(item.bar.time),
+              bar_member(item.code, item.bar, reference_layout_), std::to_string(item.bar.sseq),
+              (item.bar.flags & kBarGap) != 0 ? "1" : "0"}});
     }
     for (const Instrument& in : batch.instruments) {
-        const std::string key = info_key(in.code);
+        const std::string key = info_key(in.code, reference_layout_);
         cmds.push_back({"md:codes", {"SADD", "md:codes", code_text(in.code)}});
         cmds.push_back({key,
                         {"HSET", key, "date", std::to_string(in.date), "prev_close",
@@ -499,7 +505,7 @@ bool RedisStore::bars_in(const std::vector<std::pair<Code, Period>>& pairs,
     std::vector<std::pair<std::string, Args>> cmds;
     cmds.reserve(pairs.size());
     for (const auto& [c, p] : pairs) {
-        std::string key = bars_key(c, p);
+        std::string key = bars_key(c, p, reference_layout_);
         cmds.push_back({key, {"ZRANGEBYSCORE", key, std::to_string(lo), std::to_string(hi)}});
     }
     std::vector<std::vector<std::string>> replies;
@@ -535,11 +541,11 @@ long long RedisStore::load(BarStore& store,
             continue;
         }
         for (const Period p : kPeriods) {
-            const std::string key = bars_key(*c, p);
+            const std::string key = bars_key(*c, p, reference_layout_);
             cmds.push_back({key, {"ZRANGE", key, "0", "-1"}});
             what.emplace_back(*c, p);
         }
-        const std::string ik = info_key(*c);
+        const std::string ik = info_key(*c, reference_layout_);
         cmds.push_back({ik, {"HMGET", ik, "date", "prev_close", "limit_up", "limit_down"}});
         what.emplace_back(*c, Period::m1);
     }

@@ -65,6 +65,9 @@ public:
                  std::uint64_t hi,
                  std::vector<std::vector<Bar>>& out,
                  std::string& error);
+    /// Writes and reads the reference service's layout: `300525.SZ_1m` keys whose members are
+    /// the bar's JSON alone (no "sseq": "better bar" then means complete, then the greater text).
+    void set_reference_layout(bool on) noexcept { reference_layout_ = on; }
     [[nodiscard]] bool cluster() const noexcept { return cluster_; }
     /// MOVED and ASK replies followed so far.
     [[nodiscard]] std::uint64_t redirections() const noexcept { return redirections_; }
@@ -107,6 +110,7 @@ private:
     std::vector<Node> nodes_;
     std::vector<std::pair<std::string, int>> members_;  // from CLUSTER SLOTS
     RedisAuth auth_;
+    bool reference_layout_ = false;
     std::vector<int> slot_node_ = std::vector<int>(16384, 0);
     bool cluster_ = false;
     std::uint64_t redirections_ = 0;

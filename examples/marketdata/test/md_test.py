@@ -25,6 +25,8 @@ liveness   the feed's state (down, live, stale) in /healthz (503 unless live) an
            pushed to WebSocket and SSE clients with heartbeats; /healthz after a restart
 consistency  two gateways on one Redis, one joining late, then killed -9 and restarted:
            the missed interval filled from Redis; every series equal on both
+compat     --compat reference: unknown parameters ignored, [] for start > end and unknown
+           codes, the reference's Redis layout written and read back
 redis_auth Redis AUTH (file, environment), MOVED only to members CLUSTER SLOTS lists
 redis_cluster  the same on a 3-master cluster, then a code's slot migrating (SETSLOT
            MIGRATING/IMPORTING, MIGRATE): writes and reads follow ASK (counted)
@@ -55,7 +57,7 @@ FEED_ARGS = FEED_ONE + ["--days", "2"]
 GROUPS = {"reference": 1, "restart": 2, "gap": 3, "http": 4, "push": 5, "web": 6, "redis": 7,
           "redis_cluster": 8, "ab": 10, "recorder": 12, "address": 13, "limits": 14,
           "redis_auth": 15, "liveness": 16,
-          "consistency": 17}
+          "consistency": 17, "compat": 18}
 URI = mdref.group_uri(GROUPS[CASE])
 RANGE = "&start=202308180000&end=202308222359"
 
@@ -1203,6 +1205,53 @@ def filled(gw):
         h["fill"]["done"] >= 1
 
 
+def case_compat():
+    """Issue 35 item 6: --compat reference answers /getStockData as the reference service
+    (unknown parameters ignored, [] for start > end and for an unknown code) and writes and
+    reads the reference's Redis layout (`600000.SH_1m`, members without "sseq")."""
+    procs, ports = start_redis()
+    rec = os.path.join(WORK, "day.rec")
+    redis = ["--redis", "127.0.0.1:%d" % ports[0], "--compat", "reference"]
+    a = mdref.Gateway(GATEWAY, URI, extra=redis)
+    late = None
+    try:
+        n = mdref.run_feed(FEED, URI, *FEED_ONE, "--rate", "60000", "--record", rec)
+        a.wait_ticks(n)
+        good = "/getStockData?code=600000.SH&period=1m&start=202308180930&end=202308181030"
+        st, _, want = mdref.get(a.port, good)
+        assert st == 200 and len(json.loads(want)) == 60
+        for path, body in ((good + "&_=1692322200", want), (good + "&foo=bar&_=1", want),
+                           ("/getStockData?code=600000.SH&period=1m&start=202308181030"
+                            "&end=202308180930", "[]\n"),
+                           ("/getStockData?code=688999.SH&period=1m" + RANGE, "[]\n")):
+            st, _, got = mdref.get(a.port, path)
+            assert st == 200 and got == body, (path, st, got[:200])
+        # Still refused: what the reference refuses too (a bad period).
+        assert mdref.get(a.port, "/getStockData?code=600000.SH&period=7m" + RANGE)[0] == 400
+        time.sleep(0.6)  # the last Redis batch
+        zs = subprocess.run(["redis-cli", "-p", str(ports[0]), "zrange", "600000.SH_1m", "0",
+                             "-1"], capture_output=True, text=True).stdout.split("\n")
+        zs = [m for m in zs if m]
+        _, ticks = mdref.read_recording(rec)
+        ref = reference(ticks)[(mdref_code("600000.SH"), "1m")]
+        assert zs == [mdref.bar_json(mdref_code("600000.SH"), b) for b in ref], zs[:2]
+        keys = subprocess.run(["redis-cli", "-p", str(ports[0]), "keys", "{*"],
+                              capture_output=True, text=True).stdout.split()
+        assert keys == [], keys[:5]
+        # A second compat gateway reads the reference layout back: the same answers.
+        late = mdref.Gateway(GATEWAY, URI, extra=redis)
+        assert late.health()["bars_loaded"] > 0
+        check_all_reference(late, [rec], "compat gateway from the reference layout",
+                            only=("600000.SH", "300525.SZ", "000001.SZ", "600001.SH"))
+    finally:
+        for g in (a, late):
+            if g:
+                g.stop()
+        for p in procs:
+            p.terminate()
+            p.wait()
+
+
 class Feed:
     """A md-feed process in the background."""
 
@@ -1452,7 +1501,8 @@ def main():
          "redis_cluster": lambda: case_redis(cluster=True), "ab": case_ab,
          "recorder": case_recorder, "address": case_address,
          "limits": case_limits, "redis_auth": case_redis_auth,
-         "liveness": case_liveness, "consistency": case_consistency}[CASE]()
+         "liveness": case_liveness, "consistency": case_consistency,
+         "compat": case_compat}[CASE]()
         print("marketdata %s: ok" % CASE)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)

@@ -255,6 +255,11 @@ AhFields unicast_ah(const LocalPort& lp, const Gid& peer, const SourceRoute& rou
     return a;
 }
 
+bool route_changed(const SourceRoute& cached, const SourceRoute& now) noexcept {
+    return cached.slid != now.slid || cached.sl != now.sl
+           || cached.dlid_path_bits != now.dlid_path_bits;
+}
+
 void apply_path(AhFields& a, const PathFacts& p) noexcept {
     a.sl = static_cast<std::uint8_t>(p.sl & 0x0FU);
     if (p.dlid != 0) {

@@ -141,6 +141,9 @@ struct LocalPort {
 /// LRH needs DLID = the peer's LID (wc.slid), SL = wc.sl and our path bits (wc.dlid_path_bits);
 /// the GRH names the peer's GID. On RoCE the LID fields are 0 and the GID does the routing.
 AhFields unicast_ah(const LocalPort& lp, const Gid& peer, const SourceRoute& route) noexcept;
+/// A source heard on another route than its cached handle's (IB: LID or SL; path bits too).
+bool route_changed(const SourceRoute& cached, const SourceRoute& now) noexcept;
+
 /// What the SA's PathRecord to a peer says (IB).
 struct PathFacts {
     std::uint16_t dlid = 0;

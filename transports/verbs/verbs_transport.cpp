@@ -451,6 +451,7 @@ struct CtlCounters {
     std::atomic<std::uint64_t> device_fatal{0};
     std::atomic<std::uint64_t> qp_fatal{0};
     std::atomic<std::uint64_t> path_fallbacks{0};
+    std::atomic<std::uint64_t> ah_flushed{0};
 };
 
 bool is_port_event(ibv_event_type t) noexcept {
@@ -666,6 +667,7 @@ struct VerbsTransport::Impl {
     void control_loop() noexcept;
     int service_slots() noexcept;  // -> ms until the next retry, -1 = none
     void handle_async(bool& rejoin) noexcept;
+    void flush_ahs(bool ours) noexcept;
     bool rejoin_sa() noexcept;
 };
 
@@ -723,7 +725,15 @@ std::size_t VerbsTransport::Impl::find_slot(const Endpoint& peer) noexcept {
 void VerbsTransport::Impl::note_source(const Endpoint& peer,
                                        const policy::SourceRoute& route) noexcept {
     if (const std::size_t i = find_slot(peer); i != kAhSlots) {
-        slots[i].last_use = ++ah_clock;
+        AhSlot& s = slots[i];
+        s.last_use = ++ah_clock;
+        if (policy::route_changed(s.route, route)) {
+            // The source moved (a new LID or SL after an SM sweep): its cached handle would
+            // send NAKs nowhere. Dropped; the next datagram from it requests a fresh one.
+            ++counters.ah_route_changes;
+            s.state.store(kSlotEvict, std::memory_order_release);
+            wake(ctl_wake.get());
+        }
         return;
     }
     std::size_t lru = kAhSlots;
@@ -811,6 +821,7 @@ void VerbsTransport::Impl::refresh_counters() const noexcept {
     counters.device_fatal = get(c.device_fatal);
     counters.qp_fatal = get(c.qp_fatal);
     counters.path_fallbacks = get(c.path_fallbacks);
+    counters.ah_flushed = get(c.ah_flushed);
     std::size_t used = 0;
     for (std::size_t i = 0; i < slot_hw; ++i) {
         used += slots[i].state.load(std::memory_order_relaxed) == kSlotReady ? 1U : 0U;
@@ -881,6 +892,23 @@ int VerbsTransport::Impl::service_slots() noexcept {
     return static_cast<int>(std::clamp<long long>(ms + 1, 1, 10000));
 }
 
+// Every cached unicast handle dropped (control thread): after a fabric event the routes
+// they hold may be stale. The owner thread requests fresh ones as sources are heard again.
+void VerbsTransport::Impl::flush_ahs(bool ours) noexcept {
+    if (!ours) {
+        return;
+    }
+    for (std::size_t i = 0; i < kAhSlots; ++i) {
+        std::uint8_t st = slots[i].state.load(std::memory_order_acquire);
+        while (st == kSlotRequested || st == kSlotReady || st == kSlotFailed) {
+            if (slots[i].state.compare_exchange_weak(st, kSlotEvict, std::memory_order_acq_rel)) {
+                ctl_counters.ah_flushed.fetch_add(1, std::memory_order_relaxed);
+                break;
+            }
+        }
+    }
+}
+
 void VerbsTransport::Impl::handle_async(bool& rejoin) noexcept {
     ibv_async_event ev{};
     CtlCounters& c = ctl_counters;
@@ -908,17 +936,21 @@ void VerbsTransport::Impl::handle_async(bool& rejoin) noexcept {
                 // may have moved the port, join again.
                 c.lid_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
                 rejoin = rejoin || (ours && sa != nullptr);
+                flush_ahs(ours);
                 break;
             case IBV_EVENT_SM_CHANGE:
                 c.sm_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
                 rejoin = rejoin || (ours && sa != nullptr);  // a new SM may not know us
+                flush_ahs(ours);                             // and may route differently
                 break;
             case IBV_EVENT_CLIENT_REREGISTER:
                 c.client_reregister.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
                 rejoin = rejoin || (ours && sa != nullptr);  // the SM lost its records
+                flush_ahs(ours);
                 break;
             case IBV_EVENT_GID_CHANGE:
                 c.gid_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
+                flush_ahs(ours);  // RoCE: addresses (and the neighbours behind them) moved
                 break;
             case IBV_EVENT_PKEY_CHANGE:
                 c.pkey_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
@@ -1744,6 +1776,8 @@ std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const no
         {"device_fatal", c.device_fatal},
         {"qp_fatal", c.qp_fatal},
         {"path_fallbacks", c.path_fallbacks},
+        {"ah_flushed", c.ah_flushed},
+        {"ah_route_changes", c.ah_route_changes},
         {"pinned_bytes", c.pinned_bytes},
     };
     const std::size_t n = std::min(out.size(), std::size(all));

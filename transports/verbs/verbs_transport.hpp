@@ -98,9 +98,13 @@ struct VerbsCounters {
     std::uint64_t ah_failed = 0;      ///< AH creations that failed (retried with back-off)
     std::uint64_t ah_pending = 0;     ///< unicast sends dropped: the peer's AH not made yet
     std::uint64_t ah_table_full = 0;  ///< new peers without a table slot
-    std::uint64_t port_err = 0;       ///< IBV_EVENT_PORT_ERR (link down)
-    std::uint64_t port_active = 0;    ///< IBV_EVENT_PORT_ACTIVE (link up again)
-    std::uint64_t port_down = 0;      ///< 1 while the port is down (last event PORT_ERR)
+    /// Cached unicast handles dropped because their source was heard on another route (LID,
+    /// SL), and all of them dropped after a LID, SM, client-reregister or GID event.
+    std::uint64_t ah_route_changes = 0;
+    std::uint64_t ah_flushed = 0;
+    std::uint64_t port_err = 0;     ///< IBV_EVENT_PORT_ERR (link down)
+    std::uint64_t port_active = 0;  ///< IBV_EVENT_PORT_ACTIVE (link up again)
+    std::uint64_t port_down = 0;    ///< 1 while the port is down (last event PORT_ERR)
     std::uint64_t lid_change = 0;
     std::uint64_t sm_change = 0;
     std::uint64_t gid_change = 0;

@@ -806,16 +806,20 @@ def divergence_case(args, idx, rnd, wrong, policy):
     """One core (`wrong`: core-a is the active one) writes record `at` differently. Every
     consumer reports it; the archive keeps both copies in its marker file. Under the default
     policy (halt) the archiver halts at it and the stream is held until the operator writes
-    `continue SEQ` to the decision file; under `continue` it goes on at once. Record 20000 of
-    ~47,000: the rest of the session is longer than the cores' flow-control window (4096)
-    plus the time the second copy takes to come, so the hold shows."""
-    at = 20000
+    `continue SEQ` to the decision file; under `continue` it goes on at once. Record 28000 of
+    ~47,000: late enough for the standby to have joined (under ASan on a loaded host it joins
+    up to ~1.5 s in), early enough that the rest of the session is longer than the cores'
+    flow-control window (4096) plus the time the second copy takes to come, so the hold shows."""
+    at = 28000
 
     def plan(s, r):
         fault = ("--fault", "diverge@%d" % at)
         s.start_cores(a_extra=fault if wrong == "core-a" else (),
                       b_extra=fault if wrong == "core-b" else ())
         arch = s.procs["archiver"]
+        joined = int(re.findall(r"publishing from sequence (\d+)", s.cores[1].text())[-1])
+        if joined >= at:
+            raise Fail("core-b joined at record %d, past the faulted one: no second copy" % joined)
         held = ""
         if policy == "halt":
             arch.wait_for(r"HALTED at record %d: " % at, 30)

@@ -305,12 +305,12 @@ std::string health_text(const Shared& s) {
         R"("last_channel_seq":{},"codes":{},"gaps":{},"loss_events":{},"bars_loaded":{},)"
         R"("loaded":{{"from":"{}","bars":{},"codes":{},"last_channel_seq":{},)"
         R"("stream_next":{}}},"fill":{{"waiting":{},"unresolved_series":{},"done":{},)"
-        R"("given_up":{}}},"push_clients":{},"pid":{},"uptime_s":{:.1f}}})",
+        R"("given_up":{}}},"push_clients":{},"max_bars":{},"pid":{},"uptime_s":{:.1f}}})",
         state_name(s), age_json(last_record_age_s(s)), s.cfg.stale_after_s, f.ticks.load(),
         f.last_channel_seq.load(), s.bars.codes().size(), f.gaps.load(), f.loss_events.load(),
         f.bars_loaded.load(), l.from, l.bars, l.codes, l.last_channel_seq, l.stream_next,
         f.fills_waiting.load(), f.fill_unresolved.load(), f.fills_done.load(),
-        f.fills_given_up.load(), f.push_clients.load(), ::getpid(),
+        f.fills_given_up.load(), f.push_clients.load(), s.cfg.max_bars, ::getpid(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count());
 }
 

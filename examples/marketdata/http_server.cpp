@@ -130,7 +130,8 @@ constexpr int kPushSndBuf = 64 * 1024;
 /// The headers every answer carries (the page's CSP is its own, below).
 constexpr std::string_view kCspNone = "default-src 'none'; frame-ancestors 'none'";
 constexpr std::string_view kCspPage =
-    "default-src 'self'; img-src 'self' data:; style-src 'self'; connect-src 'self'; "
+    "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    "connect-src 'self'; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
 class WsSession final : public PushClient, public std::enable_shared_from_this<WsSession> {

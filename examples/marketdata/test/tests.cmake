@@ -38,4 +38,5 @@ set_tests_properties(marketdata.demo PROPERTIES LABELS "marketdata;integration" 
 add_test(NAME marketdata.web
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/web_test.py $<TARGET_FILE_DIR:md-gateway>
                  ${PROJECT_SOURCE_DIR}/build/web-assets)
-set_tests_properties(marketdata.web PROPERTIES LABELS "marketdata;integration" TIMEOUT 120)
+set_tests_properties(marketdata.web PROPERTIES LABELS "marketdata;integration" TIMEOUT 180
+                     ENVIRONMENT MD_WEB_ARTEFACTS=${CMAKE_CURRENT_BINARY_DIR}/web-artefacts)

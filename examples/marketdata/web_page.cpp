@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The page at `/`: a K-line chart of one code and period (TradingView lightweight-charts,
 // served by the gateway from --web DIR), loaded from /v2/bars and updated live from /ws.
+#include <string_view>
+
 #include "http_server.hpp"
 
 namespace md::gw {
@@ -28,8 +30,10 @@ colours <select id="colors"><option value="red-up">red up</option>
 
 // The page's script and style are files of their own: the page's Content-Security-Policy
 // allows scripts and styles from this origin only (no inline code).
-const std::string& app_js() {
-    static const std::string js = R"JS('use strict';
+namespace {
+
+/// The page's script (a constant of its own: the function returning it stays short).
+constexpr std::string_view kAppJs = R"JS('use strict';
 // Bars are labelled by their end minute in exchange time (YYYYMMDDHHMM); shown as UTC.
 function toTime(label) {
   const s = String(label);
@@ -146,6 +150,11 @@ async function show() {
 $('f').onsubmit = (e) => { e.preventDefault(); show(); };
 show();
 )JS";
+
+}  // namespace
+
+const std::string& app_js() {
+    static const std::string js(kAppJs);
     return js;
 }
 

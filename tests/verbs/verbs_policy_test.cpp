@@ -565,7 +565,7 @@ TEST_CASE("verbs IB group rate: the creator's link rate, not a fixed 10 Gb/s", "
     CHECK(policy::ib_rate_code(2, 3) == 0);     // unknown speed
 }
 
-TEST_CASE("verbs IB group AH: the SA record's SL, flow label and rate; RoCE none of them",
+TEST_CASE("verbs IB group AH: the SA record's SL, flow label and rate, on RoCE none",
           "[unit][verbs]") {
     policy::LocalPort lp;
     lp.infiniband = true;

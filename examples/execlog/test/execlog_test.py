@@ -856,7 +856,10 @@ def divergence_case(args, idx, rnd, wrong, policy):
         kw = {}
     return one_session(args, idx, rnd, plan, verify_kw={
         "expect_divergence": True, "check_marker": True,
-        "expect_logs": {"risk": pat, "fix": pat, "monitor": "DIVERGENCE at record %d" % at}},
+        # Not execlog-fix: when it is catching up through the archiver's replay at that
+        # moment (it may fall behind live), it reads the journaled copy only, and rightly
+        # reports nothing; the marker, the halt and risk's report are the checks.
+        "expect_logs": {"risk": pat, "monitor": "DIVERGENCE at record %d" % at}},
         **kw)
 
 

@@ -38,5 +38,6 @@ set_tests_properties(marketdata.demo PROPERTIES LABELS "marketdata;integration" 
 add_test(NAME marketdata.web
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/web_test.py $<TARGET_FILE_DIR:md-gateway>
                  ${PROJECT_SOURCE_DIR}/build/web-assets)
-set_tests_properties(marketdata.web PROPERTIES LABELS "marketdata;integration" TIMEOUT 180
+# Label tree too: its screenshots go to the build tree, so it runs as the tree's owner.
+set_tests_properties(marketdata.web PROPERTIES LABELS "marketdata;integration;tree" TIMEOUT 180
                      ENVIRONMENT MD_WEB_ARTEFACTS=${CMAKE_CURRENT_BINARY_DIR}/web-artefacts)

@@ -3,6 +3,7 @@
 #include "execlog/fix_acceptor.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <unistd.h>
 
@@ -94,6 +95,17 @@ private:
 class LowFdReserve {
 public:
     LowFdReserve() {
+        // A user's default soft limit is FD_SETSIZE itself (1024): raised to the hard limit
+        // first, as servers do. Without numbers above FD_SETSIZE to spare, holding the low
+        // ones would leave the stores none at all: then nothing is held.
+        rlimit rl{};
+        if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            (void)::setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur <= 2 * FD_SETSIZE) {
+            return;
+        }
         for (;;) {
             const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
             if (fd < 0) {

@@ -3,11 +3,14 @@
 // symlinks, failures), the engine's price and quantity limits, the FIX renderer's numbers
 // near those limits, and the recovery of a FIX output file with a bad tail.
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -451,20 +454,40 @@ TEST_CASE("FIX 4.4 codes: OrdRejReason, CxlRejReason, ExecType and OrdStatus", "
     CHECK(execlog::fix_messages(14, end, out) == 0);
 }
 
+namespace {
+/// A TCP port of 127.0.0.1 that was free a moment ago.
+std::uint16_t free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    ::close(fd);
+    return ntohs(a.sin_port);
+}
+}  // namespace
+
 TEST_CASE(
     "a session's store: messages kept while nobody is logged on, counted after a "
     "checkpoint",
     "[execlog][fix]") {
     TempDir dir;
     const std::string store = (dir.path / "store").string();
+    fs::create_directories(store);
     execlog::FixAcceptorOptions o;
-    o.port = 1;  // never started: no socket
+    // Never started, but QuickFIX binds its port when the acceptor is made: a free one above
+    // 1024 (a user may not bind port 1).
+    o.port = free_port();
     o.store_dir = store;
     o.first_account = 7;
     o.last_account = 8;
     std::string err;
     {
         auto fix = execlog::FixAcceptor::create(o, err);
+        INFO(err);
         REQUIRE(fix != nullptr);
         CHECK(fix->has_session(7));
         CHECK_FALSE(fix->has_session(9));

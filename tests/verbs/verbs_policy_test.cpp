@@ -369,6 +369,49 @@ std::string temp_dir() {
 prizma::Result<void, prizma::Error> ok_join(bool /*first*/) {
     return {};
 }
+
+/// A forked child that runs `setup` (true: it holds what the test needs), says so, and then
+/// waits to be killed with -9 (kill(), or the destructor): what a crashed member leaves.
+class ParkedChild {
+public:
+    template <typename Setup>
+    explicit ParkedChild(Setup setup) {
+        int ready[2];
+        REQUIRE(::pipe(ready) == 0);
+        pid_ = ::fork();
+        REQUIRE(pid_ >= 0);
+        if (pid_ == 0) {
+            const char c = setup() ? '1' : '0';
+            (void)::write(ready[1], &c, 1);
+            ::pause();
+            ::_exit(0);
+        }
+        char c = 0;
+        const bool heard = ::read(ready[0], &c, 1) == 1;
+        ::close(ready[0]);
+        ::close(ready[1]);
+        REQUIRE(heard);
+        REQUIRE(c == '1');
+    }
+    ~ParkedChild() { kill(); }
+    ParkedChild(const ParkedChild&) = delete;
+    ParkedChild& operator=(const ParkedChild&) = delete;
+    ParkedChild(ParkedChild&&) = delete;
+    ParkedChild& operator=(ParkedChild&&) = delete;
+    /// Kills it with -9 and reaps it.
+    void kill() {
+        if (pid_ <= 0) {
+            return;
+        }
+        CHECK(::kill(pid_, SIGKILL) == 0);
+        int status = 0;
+        CHECK(::waitpid(pid_, &status, 0) == pid_);
+        pid_ = -1;
+    }
+
+private:
+    pid_t pid_ = -1;
+};
 }  // namespace
 
 TEST_CASE("verbs SA membership count: the first member joins, the last one leaves",
@@ -419,20 +462,10 @@ TEST_CASE("verbs SA membership count: a member killed with -9 is not counted",
     using prizma::verbs::PortMembership;
     const std::string dir = temp_dir() + "/sa";
     const std::string key = "dev-1-mgid";
-    int ready[2];
-    REQUIRE(::pipe(ready) == 0);
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-        auto m = PortMembership::enter(dir, key, ok_join);
-        const char c = m ? '1' : '0';
-        (void)::write(ready[1], &c, 1);
-        ::pause();
-        ::_exit(0);
-    }
-    char c = 0;
-    REQUIRE(::read(ready[0], &c, 1) == 1);
-    REQUIRE(c == '1');
+    ParkedChild child([&] {
+        static auto m = PortMembership::enter(dir, key, ok_join);  // held until the -9
+        return m.has_value();
+    });
     bool first = true;
     auto me = PortMembership::enter(dir, key, [&](bool f) {
         first = f;
@@ -440,15 +473,11 @@ TEST_CASE("verbs SA membership count: a member killed with -9 is not counted",
     });
     REQUIRE(me);
     CHECK_FALSE(first);  // the child is a live member
-    REQUIRE(::kill(child, SIGKILL) == 0);
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
+    child.kill();
     bool last = false;
     (*me)->leave([&](bool l) { last = l; });
     CHECK(last);  // the killed child's file no longer counts
     CHECK(PortMembership::count(dir, key).value() == 0);
-    ::close(ready[0]);
-    ::close(ready[1]);
 }
 
 TEST_CASE("verbs SA membership directory: made 0770, refused when others may write it",
@@ -487,20 +516,10 @@ TEST_CASE("verbs SA membership: a key lock held by a stuck process is an error i
     const std::string dir = temp_dir() + "/sa";
     const std::string key = "dev-1-mgid";
     REQUIRE(PortMembership::count(dir, key).value() == 0);  // creates the directory
-    int ready[2];
-    REQUIRE(::pipe(ready) == 0);
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {  // takes the key lock and never lets go
+    ParkedChild holder([&] {                                // takes the key lock and never lets go
         const int fd = ::open((dir + "/" + key + ".lock").c_str(), O_RDWR | O_CREAT, 0660);
-        const char c = fd >= 0 && ::flock(fd, LOCK_EX) == 0 ? '1' : '0';
-        (void)::write(ready[1], &c, 1);
-        ::pause();
-        ::_exit(0);
-    }
-    char c = 0;
-    REQUIRE(::read(ready[0], &c, 1) == 1);
-    REQUIRE(c == '1');
+        return fd >= 0 && ::flock(fd, LOCK_EX) == 0;
+    });
     const auto t0 = std::chrono::steady_clock::now();
     auto m = PortMembership::enter(dir, key, ok_join, std::chrono::milliseconds(200));
     const auto waited = std::chrono::steady_clock::now() - t0;
@@ -508,13 +527,9 @@ TEST_CASE("verbs SA membership: a key lock held by a stuck process is an error i
     CHECK(m.error().code() == std::errc::timed_out);
     CHECK_THAT(m.error().message(), Catch::Contains(key + ".lock") && Catch::Contains("200 ms"));
     CHECK(waited >= std::chrono::milliseconds(200));
-    REQUIRE(::kill(child, SIGKILL) == 0);
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
+    holder.kill();
     // The holder gone, its lock went with it: the next member enters.
     CHECK(PortMembership::enter(dir, key, ok_join, std::chrono::milliseconds(200)));
-    ::close(ready[0]);
-    ::close(ready[1]);
 }
 
 #if PRIZMA_HAVE_VERBS

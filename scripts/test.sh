@@ -9,10 +9,12 @@
 #     2. gcc build, warnings as errors, ASan + UBSan: every ctest but the `long` label, those
 #        labelled `root` as root, the rest as an unprivileged user (below)
 #     3. clang-tidy (.clang-tidy, function-size check included) on lib/, transports/,
-#        include/ and the tools, from the ASan build's compile database
+#        include/ and the tools, from the ASan build's compile database; files unchanged since
+#        a clean check are not checked again (scripts/tidy_run.py)
 #     4. ThreadSanitizer build of the cross-thread tests
 #     5. clang libFuzzer build: the fuzz corpora replayed, then FUZZ_SECONDS of exploration
-#        each for the packet parser, the stateful Source/Receiver fuzzer and the journal
+#        (two fuzzers at a time, one per core) each for the packet parser, the stateful
+#        Source/Receiver fuzzer and the journal
 #        readers (JournalReader, the Recorder's recovery, journal::parse) and the replay wire
 #     6. Release build: only the tests the sanitizer build skipped or does not have (the
 #        install test, the benchmark smoke runs; scripts/ctest_subset.py), then the demos
@@ -140,7 +142,7 @@ cmake --build build/tsan -j 2 --target prizma_unit_tests
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[runner]"
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[recorder]"
 
-stage "fuzz: corpora replayed, then 4 x ${FUZZ_SECONDS}s of exploration"
+stage "fuzz: corpora replayed, then 4 x ${FUZZ_SECONDS}s of exploration, two at a time"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
       -DPRIZMA_BUILD_FUZZERS=ON -DPRIZMA_BUILD_TESTS=OFF -DPRIZMA_BUILD_BENCHMARKS=OFF \
       -DPRIZMA_BUILD_EXAMPLES=OFF -DPRIZMA_WARNINGS_AS_ERRORS=ON "${launcher[@]}" >/dev/null
@@ -159,24 +161,53 @@ build/fuzz/tests/fuzz/prizma_journal_fuzz -runs=0 -max_len=8192 tests/fuzz/corpu
       2>&1 | tail -n 2
 build/fuzz/tests/fuzz/prizma_replay_fuzz -runs=0 -max_len=16384 tests/fuzz/corpus_replay \
       2>&1 | tail -n 2
-build/fuzz/tests/fuzz/prizma_packet_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=2048 \
-      -print_final_stats=1 build/fuzz/corpus 2>&1 | tail -n 12
+# Exploration: libFuzzer runs one thread, so two fuzzers at a time (one per core), each
+# for FUZZ_SECONDS; a crash fails the stage after both of the pair have finished.
+explore() {  # explore NAME FUZZER ARGS...: in the background, its log in $logs/NAME.log
+    local name=$1
+    shift
+    "$@" >"$logs/$name.log" 2>&1 &
+    fuzz_pids+=($!)
+    fuzz_names+=("$name")
+}
+explored() {  # waits for the pair, prints each one's final stats, fails on any crash
+    local i rc=0
+    for i in "${!fuzz_pids[@]}"; do
+        if ! wait "${fuzz_pids[$i]}"; then
+            rc=1
+            echo "fuzz: ${fuzz_names[$i]} FAILED:"
+            tail -n 40 "$logs/${fuzz_names[$i]}.log"
+        else
+            echo "fuzz: ${fuzz_names[$i]}:"
+            tail -n 12 "$logs/${fuzz_names[$i]}.log"
+        fi
+    done
+    fuzz_pids=()
+    fuzz_names=()
+    return $rc
+}
+fuzz_pids=()
+fuzz_names=()
+explore packet build/fuzz/tests/fuzz/prizma_packet_fuzz -max_total_time="${FUZZ_SECONDS}" \
+      -max_len=2048 -print_final_stats=1 build/fuzz/corpus
 # Packet sequences against a Source and a Receiver, invariants checked after every step
 # (tests/fuzz/stateful_fuzz.cpp; its known_* inputs are the bugs it found, now fixed). Entropic
 # scheduling off: its per-feature bookkeeping took two thirds of the time of these long runs.
-build/fuzz/tests/fuzz/prizma_stateful_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=4096 \
-      -entropic=0 -print_final_stats=1 build/fuzz/corpus_stateful 2>&1 | tail -n 12
+explore stateful build/fuzz/tests/fuzz/prizma_stateful_fuzz -max_total_time="${FUZZ_SECONDS}" \
+      -max_len=4096 -entropic=0 -print_final_stats=1 build/fuzz/corpus_stateful
+explored
 # Any bytes as a journal segment and index (tests/fuzz/journal_fuzz.cpp): read, recovered. A
 # length read from the file that sized a buffer before its bytes were checked would pass the
 # malloc limit.
-build/fuzz/tests/fuzz/prizma_journal_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=8192 \
-      -rss_limit_mb=2048 -malloc_limit_mb=64 -print_final_stats=1 build/fuzz/corpus_journal \
-      2>&1 | tail -n 12
+explore journal build/fuzz/tests/fuzz/prizma_journal_fuzz -max_total_time="${FUZZ_SECONDS}" \
+      -max_len=8192 -rss_limit_mb=2048 -malloc_limit_mb=64 -print_final_stats=1 \
+      build/fuzz/corpus_journal
 # The replay wire, both ends (tests/fuzz/replay_fuzz.cpp): a frame length sizing a buffer
 # before it was checked would pass the malloc limit (the largest frame is 16 MiB + 32).
-build/fuzz/tests/fuzz/prizma_replay_fuzz -max_total_time="${FUZZ_SECONDS}" -max_len=16384 \
-      -rss_limit_mb=2048 -malloc_limit_mb=32 -print_final_stats=1 build/fuzz/corpus_replay \
-      2>&1 | tail -n 12
+explore replay build/fuzz/tests/fuzz/prizma_replay_fuzz -max_total_time="${FUZZ_SECONDS}" \
+      -max_len=16384 -rss_limit_mb=2048 -malloc_limit_mb=32 -print_final_stats=1 \
+      build/fuzz/corpus_replay
+explored
 
 stage "Release build + what the sanitizer build could not run + the demos"
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRIZMA_WARNINGS_AS_ERRORS=ON \

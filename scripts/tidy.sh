@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # clang-tidy (.clang-tidy at the top, function-size check included) over the library, the
 # transports, the public headers (through the files that include them) and the tools, with
-# the compile database of BUILD_DIR (default build/asan). Every finding fails the run.
+# the compile database of BUILD_DIR (default build/asan). Every finding fails the run. A file
+# whose preprocessed text, compile command and the tidy config are unchanged since a clean
+# check is not checked again (scripts/tidy_run.py: the cache, like ccache's, in ~/.cache).
 #   scripts/tidy.sh [BUILD_DIR] [FILE...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,13 +15,4 @@ if [ $# -gt 0 ]; then
 else
     mapfile -t files < <(git ls-files 'lib/*.cpp' 'transports/*.cpp' 'examples/tools/*.cpp')
 fi
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-printf '%s\n' "${files[@]}" | xargs -P 2 -n 1 clang-tidy -p "$build" --quiet \
-    --warnings-as-errors='*' >"$log" 2>&1 || true
-if grep -qE '(warning|error): ' "$log"; then
-    grep -E -A3 '(warning|error): ' "$log"
-    echo "tidy: $(grep -cE '(warning|error): ' "$log") findings in ${#files[@]} files"
-    exit 1
-fi
-echo "tidy: ${#files[@]} files clean"
+exec scripts/tidy_run.py "$build" "${files[@]}"

@@ -26,6 +26,13 @@ struct TransportCaps {
     /// An empty poll_rx() costs a system call: a publisher, which only hears repair
     /// requests, then polls it less often while it is quiet (every 10 us at most).
     bool poll_is_syscall = false;
+    /// Largest PGM packet it can receive, when more than it sends (0: max_datagram): a verbs
+    /// channel with `mtu=` below its port's MTU still receives what peers send at the port's.
+    /// Receivers size their windows from it.
+    std::size_t max_rx_datagram = 0;
+    [[nodiscard]] std::size_t rx_datagram() const noexcept {
+        return max_rx_datagram != 0 ? max_rx_datagram : max_datagram;
+    }
 };
 
 /// Where a packet goes.
@@ -63,6 +70,9 @@ struct TransportEvent {
         group_rejoined,   ///< the multicast group was joined again (after one of the above)
         rejoin_failed,    ///< joining the group again failed (retried with back-off)
         fatal,            ///< the device failed: the channel's sends and receives now fail
+        /// the queue pair failed (a send error, or it went to the error state) and was
+        /// brought back, or replaced by a new one: what was in flight is lost (PGM repairs it)
+        qp_recovered,
     };
     Kind kind = Kind::link_down;
     std::uint64_t count = 1;  ///< how many of these since the last call

@@ -393,7 +393,7 @@ protocol::ReceiverConfig Context::Impl::receiver_config(const TransportChannel& 
     c.dport = dport_of(tc);
     c.group = nla_of(tc.group);
     c.rxw_sqns = o.window_sqns;
-    c.max_tpdu = t.caps().max_datagram;
+    c.max_tpdu = t.caps().rx_datagram();
     c.max_peers = o.max_sources;
     c.preallocated_peers = o.preallocated_sources;
     c.join =

@@ -151,6 +151,7 @@ std::string_view to_string(TransportEvent::Kind kind) noexcept {
         case TransportEvent::Kind::group_rejoined: return "group_rejoined";
         case TransportEvent::Kind::rejoin_failed: return "rejoin_failed";
         case TransportEvent::Kind::fatal: return "fatal";
+        case TransportEvent::Kind::qp_recovered: return "qp_recovered";
     }
     return "?";
 }

@@ -300,5 +300,14 @@ TEST_CASE("verbs: what was chosen, on one line for the tools and prizma-stat", "
     const std::string ib = verbs::describe(i, 0x12345678);
     CHECK_THAT(ib, Catch::Contains("(InfiniBand, lid 0x17)") && Catch::Contains("mlid 0xc001")
                        && Catch::Contains("qkey 0x12345678") && !Catch::Contains(";"));
+    CHECK_THAT(ib, !Catch::Contains("receives"));
+    // mtu=1024 on a 4096 port: what it receives is said, since it differs
+    i.mtu = 1024;
+    i.rx_mtu = 4096;
+    CHECK_THAT(
+        verbs::describe(i, 1),
+        Catch::Contains("mtu 1024 ") && Catch::EndsWith("comp_vector 2/8 receives up to 4096"));
+    i.rx_mtu = 1024;
+    CHECK_THAT(verbs::describe(i, 1), !Catch::Contains("receives"));
 }
 #endif

@@ -174,22 +174,26 @@ TEST_CASE("verbs pinned memory: stated, bounded by pinned_max, advice names what
           "[verbs][policy]") {
     // the defaults at MTU 4096: 4096 receive slots of 4160 bytes + 256 send slots, page
     // rounded, plus the queues
-    const std::size_t pool = policy::pool_bytes(4096, 256, 4096);
+    const std::size_t pool = policy::pool_bytes(4096, 256, {4096, 4096});
     CHECK(policy::rx_stride(4096) == 4160);
     CHECK(policy::tx_stride(4096) == 4096);
     CHECK(pool == (std::size_t{4096} * 4160 + std::size_t{256} * 4096 + 4095) / 4096 * 4096);
-    const std::size_t need = policy::pinned_estimate(4096, 256, 4096);
+    const std::size_t need = policy::pinned_estimate(4096, 256, {4096, 4096});
     CHECK(need > pool);
     CHECK(need < pool + (1U << 20U));
     // pinned_max = 8 MiB: the largest rx depth that fits, and one more does not
     const std::size_t lim = 8U << 20U;
-    const std::size_t rx = policy::rx_depth_for_limit(4096, 256, 4096, lim);
+    const std::size_t rx = policy::rx_depth_for_limit(4096, 256, {4096, 4096}, lim);
     CHECK(rx < 4096);
     CHECK(rx >= 8);
-    CHECK(policy::pinned_estimate(rx, 256, 4096) <= lim);
-    CHECK(policy::pinned_estimate(rx + 1, 256, 4096) > lim);
-    CHECK(policy::rx_depth_for_limit(4096, 256, 4096, 1U << 30U) == 4096);
-    CHECK(policy::rx_depth_for_limit(4096, 256, 4096, 4096) == 0);
+    CHECK(policy::pinned_estimate(rx, 256, {4096, 4096}) <= lim);
+    CHECK(policy::pinned_estimate(rx + 1, 256, {4096, 4096}) > lim);
+    CHECK(policy::rx_depth_for_limit(4096, 256, {4096, 4096}, 1U << 30U) == 4096);
+    CHECK(policy::rx_depth_for_limit(4096, 256, {4096, 4096}, 4096) == 0);
+    // mtu=1024 on a 4096 port: receive slots still take a 4096-byte datagram (a peer sending
+    // at the port MTU is not truncated), send slots are 1024.
+    CHECK(policy::pool_bytes(8, 8, {4096, 1024}) == (8 * 4160 + 8 * 1024 + 4095) / 4096 * 4096);
+    CHECK(policy::pool_bytes(64, 8, {4096, 1024}) > policy::pool_bytes(64, 8, {1024, 1024}));
     const std::string a = policy::memlock_advice(need, 8U << 20U);
     INFO(a);
     CHECK(a.find("8.0 MiB") != std::string::npos);
@@ -620,6 +624,20 @@ TEST_CASE("verbs rejoin delays: spread at first, then doubling with jitter, capp
     CHECK(policy::rejoin_delay_ms(10, 15000) == 37500);
     CHECK(policy::rejoin_delay_ms(1000, 15000) == 37500);
     CHECK(policy::rejoin_delay_ms(~0U, 0) == 22500);
+}
+
+TEST_CASE("verbs QP recovery: SQE back to RTS, the error state rebuilt, RTS left alone",
+          "[unit][verbs]") {
+    using policy::QpRecovery;
+    using policy::QpState;
+    CHECK(policy::qp_recovery(QpState::sqe) == QpRecovery::to_rts);
+    CHECK(policy::qp_recovery(QpState::err) == QpRecovery::rebuild);
+    CHECK(policy::qp_recovery(QpState::rts) == QpRecovery::none);  // a late flush
+    CHECK(policy::qp_recovery(QpState::sqd) == QpRecovery::none);
+    // Not ready at all (someone reset it): only a new QP brings it back.
+    CHECK(policy::qp_recovery(QpState::reset) == QpRecovery::rebuild);
+    CHECK(policy::qp_recovery(QpState::init) == QpRecovery::rebuild);
+    CHECK(policy::qp_recovery(QpState::rtr) == QpRecovery::rebuild);
 }
 
 TEST_CASE("verbs NAK route on IB: the SA path's SL, LID and rate over the completion's",

@@ -20,6 +20,7 @@
 
 #include "tests/support/catch.hpp"
 #include "tests/support/sim.hpp"
+#include "transports/verbs/verbs_testing.hpp"
 #include "transports/verbs/verbs_transport.hpp"
 
 using namespace prizma;           // NOLINT(google-build-using-namespace): test file
@@ -115,7 +116,7 @@ Node make_node(verbs::VerbsConfig c,
         sc.source = s;
     } else {
         auto r = receiver_config(seed);
-        r.max_tpdu = t->caps().max_datagram;
+        r.max_tpdu = t->caps().rx_datagram();
         r.rxw_sqns = 1U << 13U;
         sc.receiver = r;
     }
@@ -144,21 +145,19 @@ void drive(std::vector<Node*> nodes) {
     }
 }
 
-/// Publishes `count` messages of `size` bytes from `pub` and drives everyone until each
-/// subscriber has them all (or `seconds` pass). Returns false on timeout.
-bool run(Node& pub,
-         std::vector<Node*> subs,
-         std::uint64_t count,
-         std::size_t size,
-         double seconds,
-         std::uint64_t burst = 8) {
+/// Publishes messages `first` .. `count` - 1 of `size` bytes from an open `pub` and drives
+/// everyone until each subscriber has `count` (or `seconds` pass). False on timeout.
+bool publish(Node& pub,
+             std::vector<Node*> subs,
+             std::uint64_t first,
+             std::uint64_t count,
+             std::size_t size,
+             double seconds,
+             std::uint64_t burst = 8) {
     std::vector<Node*> all{&pub};
     all.insert(all.end(), subs.begin(), subs.end());
-    pub.session->source()->open(now_ns(), *pub.session);
-    pub.session->flush();
-    // Let the subscribers hear an SPM first (late join would drop nothing, but be tidy).
     const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(seconds * 1e9);
-    std::uint64_t sent = 0;
+    std::uint64_t sent = first;
     auto done = [&] {
         for (auto* s : subs) {
             if (s->got.size() + s->losses < count) {
@@ -178,6 +177,18 @@ bool run(Node& pub,
         drive(all);
     }
     return done();
+}
+
+/// Opens `pub`'s source, then publish() from message 0.
+bool run(Node& pub,
+         std::vector<Node*> subs,
+         std::uint64_t count,
+         std::size_t size,
+         double seconds,
+         std::uint64_t burst = 8) {
+    pub.session->source()->open(now_ns(), *pub.session);
+    pub.session->flush();
+    return publish(pub, std::move(subs), 0, count, size, seconds, burst);
 }
 
 void check_all(const Node& n, std::uint64_t count, std::size_t size) {
@@ -473,6 +484,59 @@ TEST_CASE("verbs: a starved receive ring (NIC drops) is repaired by NAKs", "[ver
     CHECK(sub.t->counters().rx_ring_low > 0);
 }
 
+// Item 3 of docs/RDMA.md's failure list: a QP in the error state (a fatal QP event on a real
+// HCA; rxe moves a UD QP there on any send error) is replaced by the owner thread, on either
+// side, and the stream goes on: what was lost meanwhile is repaired, nothing is lost for good.
+TEST_CASE("verbs: a QP in the error state is replaced and the stream goes on, on either side",
+          "[verbs][recovery]") {
+    const std::string group = "239.192.0.16";
+    Node sub = make_node(cfg(dev1(), group, true), false, 61);
+    Node pub = make_node(cfg(dev1(), group, false), true, 6);
+    REQUIRE(run(pub, {&sub}, 200, 100, 30));
+    const auto qpn_of = [](const Node& n) {
+        return n.t->info().qpn;
+    };
+    const std::uint32_t sub_qpn = qpn_of(sub);
+    const std::uint32_t pub_qpn = qpn_of(pub);
+    const auto recovered_events = [](Node& n) {
+        std::array<TransportEvent, 16> ev{};
+        std::uint64_t count = 0;
+        const std::size_t k = n.t->take_events(ev);
+        for (std::size_t i = 0; i < k; ++i) {
+            CHECK(ev.at(i).kind != TransportEvent::Kind::fatal);
+            count += ev.at(i).kind == TransportEvent::Kind::qp_recovered ? ev.at(i).count : 0;
+        }
+        return count;
+    };
+    CHECK(recovered_events(sub) == 0);
+
+    // The subscriber's QP fails: its posted receives are flushed, it makes a new QP, joins
+    // the group with it and posts its ring again.
+    REQUIRE(verbs::VerbsTransportTesting::force_qp_error(*sub.t) == 0);
+    REQUIRE(publish(pub, {&sub}, 200, 400, 100, 60));
+    INFO("sub qp_rebuilt " << sub.t->counters().qp_rebuilt << " flushed "
+                           << sub.t->counters().wr_flushed << " errors "
+                           << sub.t->counters().completion_errors);
+    CHECK(sub.t->counters().qp_rebuilt == 1);
+    CHECK(sub.t->counters().wr_flushed > 0);
+    CHECK(sub.t->counters().qp_rebuild_failures == 0);
+    CHECK(qpn_of(sub) != sub_qpn);
+    CHECK(recovered_events(sub) == 1);
+
+    // The publisher's QP fails: what it sends meanwhile is flushed, the subscriber NAKs it,
+    // the publisher's next SPM names its new QPN and the repairs follow.
+    REQUIRE(verbs::VerbsTransportTesting::force_qp_error(*pub.t) == 0);
+    REQUIRE(publish(pub, {&sub}, 400, 600, 100, 60));
+    INFO("pub qp_rebuilt " << pub.t->counters().qp_rebuilt << " flushed "
+                           << pub.t->counters().wr_flushed);
+    CHECK(pub.t->counters().qp_rebuilt == 1);
+    CHECK(pub.t->counters().qp_rebuild_failures == 0);
+    CHECK(qpn_of(pub) != pub_qpn);
+    CHECK(recovered_events(pub) == 1);
+    CHECK(sub.t->counters().qp_rebuilt == 1);  // the subscriber's QP was not touched again
+    check_all(sub, 600, 100);
+}
+
 TEST_CASE("one publisher over UDP and verbs at once: the same APDUs reach both subscribers",
           "[verbs][mixed]") {
     const std::string addr = env("RXE_ADDR", "192.0.2.1");
@@ -562,6 +626,30 @@ TEST_CASE("verbs at MTU 4096: caps follow the port, 12 KB APDUs fragment into 4 
     REQUIRE(run(pub, {&sub}, kCount, 12000, 60, 1));
     check_all(sub, kCount, 12000);
     CHECK(pub.t->counters().tx_datagrams <= kCount * 4 + 20);  // 3 fragments each, not 12
+}
+
+// A group needs one MTU for its senders, but a subscriber whose mtu= is smaller than its
+// port's (here 1024 on a 4096 port) must still receive what a 4096 publisher sends, and its
+// repairs: its receive slots and window follow the port, mtu= caps only what it sends.
+TEST_CASE("verbs: a subscriber with mtu=1024 on a 4096 port receives a 4096 publisher",
+          "[.mtu4096]") {
+    const std::string group = "239.192.0.17";
+    auto small = cfg(dev1(), group, true);
+    small.mtu = 1024;
+    Node sub = make_node(small, false, 71, 0.10);  // 10% ODATA loss: repairs at 4096 too
+    Node pub = make_node(cfg(dev1(), group, false), true, 7);
+    REQUIRE(pub.t->caps().max_datagram == 4096);
+    CHECK(sub.t->caps().max_datagram == 1024);
+    CHECK(sub.t->caps().max_rx_datagram == 4096);
+    CHECK(sub.t->info().rx_mtu == 4096);
+    CHECK(sub.t->description().find("receives up to 4096") != std::string::npos);
+    constexpr std::uint64_t kCount = 60;
+    REQUIRE(run(pub, {&sub}, kCount, 12000, 60, 1));
+    check_all(sub, kCount, 12000);
+    CHECK(sub.lossy->stats().dropped > 0);
+    CHECK(sub.session->receiver()->counters().repaired >= sub.lossy->stats().dropped);
+    CHECK(sub.t->counters().rx_truncated == 0);
+    CHECK(sub.t->counters().completion_errors == 0);
 }
 
 TEST_CASE("verbs completion vector, CQ moderation and fork safety are applied or reported",

@@ -26,7 +26,7 @@ LossyTransport::LossyTransport(Transport& inner, Config cfg, std::function<std::
       cfg_(std::move(cfg)),
       clock_(std::move(clock)),
       rng_(cfg_.seed * 0x9E3779B97F4A7C15ULL + 1),
-      stride_(inner.caps().max_datagram) {
+      stride_(inner.caps().rx_datagram()) {
     pool_.resize(cfg_.held_slots * stride_);
     free_.reserve(cfg_.held_slots);
     for (std::size_t i = cfg_.held_slots; i > 0; --i) {

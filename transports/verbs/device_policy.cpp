@@ -179,18 +179,18 @@ std::size_t tx_stride(std::size_t mtu) noexcept {
     return round_up(mtu, kSlotAlign);
 }
 
-std::size_t pool_bytes(std::size_t rx, std::size_t tx, std::size_t mtu) noexcept {
-    return round_up(rx * rx_stride(mtu) + tx * tx_stride(mtu), kPage);
+std::size_t pool_bytes(std::size_t rx, std::size_t tx, Mtus mtu) noexcept {
+    return round_up(rx * rx_stride(mtu.rx) + tx * tx_stride(mtu.tx), kPage);
 }
 
-std::size_t pinned_estimate(std::size_t rx, std::size_t tx, std::size_t mtu) noexcept {
+std::size_t pinned_estimate(std::size_t rx, std::size_t tx, Mtus mtu) noexcept {
     // pool + send queue + receive queue + send CQ + receive CQ
     return pool_bytes(rx, tx, mtu) + round_up(2 * (rx + tx) * kQueueEntryBytes, kPage);
 }
 
 std::size_t rx_depth_for_limit(std::size_t rx,
                                std::size_t tx,
-                               std::size_t mtu,
+                               Mtus mtu,
                                std::size_t limit) noexcept {
     if (pinned_estimate(8, tx, mtu) > limit) {
         return 0;
@@ -305,6 +305,15 @@ int rejoin_delay_ms(unsigned attempt, std::uint32_t random) noexcept {
     }
     const std::uint32_t base = attempt > 9 ? 30000U : std::min(100U << (attempt - 1), 30000U);
     return static_cast<int>(base - base / 4 + random % (base / 2 + 1));
+}
+
+QpRecovery qp_recovery(QpState state) noexcept {
+    switch (state) {
+        case QpState::rts:
+        case QpState::sqd: return QpRecovery::none;
+        case QpState::sqe: return QpRecovery::to_rts;
+        default: return QpRecovery::rebuild;
+    }
 }
 
 MembershipPlan plan_membership(bool infiniband, bool multicast, bool subscriber) noexcept {

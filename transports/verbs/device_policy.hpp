@@ -84,17 +84,23 @@ std::string describe_gids(std::span<const GidEntry> table);
 // -------------------------------------------------------------------------------------------
 // Pinned memory (docs/RDMA.md §1, §11)
 
-/// Bytes of one receive slot and one send slot for `mtu`.
+/// The payload MTUs of a channel: what it receives (the port's active MTU: a peer may send
+/// that much whatever this channel's `mtu=` is) and what it sends (`mtu=`, the group's).
+struct Mtus {
+    std::size_t rx = 0;
+    std::size_t tx = 0;
+};
+/// Bytes of one receive slot (GRH + rx MTU) and one send slot.
 std::size_t rx_stride(std::size_t mtu) noexcept;
 std::size_t tx_stride(std::size_t mtu) noexcept;
 /// The registered pool (page rounded) for the depths.
-std::size_t pool_bytes(std::size_t rx, std::size_t tx, std::size_t mtu) noexcept;
+std::size_t pool_bytes(std::size_t rx, std::size_t tx, Mtus mtu) noexcept;
 /// The pool plus the queues and CQs the kernel pins for the QP (64 bytes a WQE/CQE estimate).
-std::size_t pinned_estimate(std::size_t rx, std::size_t tx, std::size_t mtu) noexcept;
+std::size_t pinned_estimate(std::size_t rx, std::size_t tx, Mtus mtu) noexcept;
 /// The largest rx depth (>= 8) whose pinned estimate fits in `limit`; 0 when even 8 does not.
 std::size_t rx_depth_for_limit(std::size_t rx,
                                std::size_t tx,
-                               std::size_t mtu,
+                               Mtus mtu,
                                std::size_t limit) noexcept;
 /// What to change when pinning `need` bytes failed: RLIMIT_MEMLOCK (`limit`, UINT64_MAX =
 /// unlimited) in limits.conf / systemd / docker, CAP_IPC_LOCK, or smaller depths/pinned_max=.
@@ -177,6 +183,16 @@ AhFields group_ah(const LocalPort& lp,
 /// fabric event) given a random draw: spread over 0-250 ms at first (every host hears the
 /// same SM event: no storm of joins at the SA), then 100 ms doubling to 30 s, each +-25%.
 int rejoin_delay_ms(unsigned attempt, std::uint32_t random) noexcept;
+
+/// A QP's state, as enum ibv_qp_state numbers it.
+enum class QpState : std::uint8_t { reset = 0, init, rtr, rts, sqd, sqe, err };
+enum class QpRecovery : std::uint8_t {
+    none,    ///< ready to send (RTS, or draining to SQD): a late flushed completion
+    to_rts,  ///< a send error stopped the send queue (SQE): back to RTS, same QP
+    rebuild  ///< the error state (a fatal QP event; rxe after any send error), or not ready
+};
+/// What the owner thread does after a failed or flushed completion or a QP error event.
+QpRecovery qp_recovery(QpState state) noexcept;
 
 // -------------------------------------------------------------------------------------------
 // Membership (docs/RDMA.md §6)

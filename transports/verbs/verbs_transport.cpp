@@ -32,6 +32,7 @@
 #include "transports/verbs/device_policy.hpp"
 #include "transports/verbs/ib_sa.hpp"
 #include "transports/verbs/port_refcount.hpp"
+#include "transports/verbs/verbs_testing.hpp"
 
 namespace prizma::verbs {
 namespace {
@@ -411,6 +412,13 @@ struct CreateState {
 namespace {
 
 constexpr std::size_t kAhSlots = 256;
+static_assert(static_cast<int>(policy::QpState::sqe) == IBV_QPS_SQE
+              && static_cast<int>(policy::QpState::err) == IBV_QPS_ERR
+              && static_cast<int>(policy::QpState::rts) == IBV_QPS_RTS);
+// A QP replaced this many times within kRebuildWindowNs is not replaced again: the device or
+// the configuration is at fault, the transport becomes fatal (said by the event and counters).
+constexpr std::size_t kMaxRebuilds = 4;
+constexpr std::int64_t kRebuildWindowNs = 1'000'000'000;
 // AhSlot::state. The owner thread moves free -> requested and anything -> evict; the control
 // thread moves requested/failed -> ready/failed and evict -> free.
 constexpr std::uint8_t kSlotFree = 0;
@@ -566,7 +574,7 @@ struct VerbsTransport::Impl {
     // Group membership: attached QP + IP-level join (RoCE) or SA membership (IB).
     bool attached = false;
     Gid mgid{};
-    std::uint16_t mlid = 0;
+    std::atomic<std::uint16_t> mlid{0};  // the control thread changes it after a re-join
     UniqueFd ip_join;
     std::unique_ptr<SaMembership> sa;
     std::unique_ptr<PortMembership> port_member;  // the host-wide count behind `sa` (§6.3)
@@ -575,9 +583,15 @@ struct VerbsTransport::Impl {
     UniqueFd ctl_wake;  // eventfd
     std::atomic<bool> ctl_stop{false};
     std::atomic<bool> fatal{false};
+    // The QP failed (a send error, a flushed work request, a QP error event): the owner thread
+    // brings it back (SQE -> RTS) or replaces it (ERR) before its next send or poll.
+    std::atomic<bool> qp_broken{false};
+    std::atomic<ibv_qp*> live_qp{nullptr};  // `qp`, for the control thread's event check
+    std::array<std::int64_t, kMaxRebuilds> rebuild_ns{};  // the last replacements' times
+    std::size_t rebuilds = 0;
     CtlCounters ctl_counters;
-    // take_events(): the control thread's counters as last reported (owner thread only).
-    std::array<std::uint64_t, 7> events_seen{};
+    // take_events(): the counters behind each event kind as last reported (owner thread only).
+    std::array<std::uint64_t, 8> events_seen{};
     policy::LocalPort local_port;
 
     VerbsConfig cfg;
@@ -586,7 +600,8 @@ struct VerbsTransport::Impl {
     Gid local_gid{};
     std::uint16_t pkey = 0xffff;  // the port's first P_Key (IB PathRecord queries)
     std::uint32_t dest_qpn = kMulticastQpn;
-    std::size_t mtu = 0;
+    std::size_t mtu = 0;     // what we send (mtu=, the group's, the port's)
+    std::size_t rx_mtu = 0;  // what a receive slot takes: the port's active MTU
     std::size_t max_inline = 0;
     std::size_t rx_stride = 0;
     std::size_t tx_stride = 0;
@@ -661,6 +676,22 @@ struct VerbsTransport::Impl {
     void note_source(const Endpoint& peer, const policy::SourceRoute& route) noexcept;
     ibv_ah* unicast_ah(const Endpoint& peer) noexcept;
     void reap_send() noexcept;
+    // Before a send of `n`: completions reaped, a failed QP recovered. False: fatal.
+    bool send_ready(std::size_t n) noexcept {
+        // Completions of signalled WRs (and any error: a send error stops the queue, every
+        // later send would be flushed). An empty CQ costs a read of one entry, no system call.
+        if (tx_posted - tx_done >= signal_every || tx_posted - tx_done + n > cfg.tx_depth) {
+            reap_send();
+        }
+        return !fatal.load(std::memory_order_relaxed)
+               && (!qp_broken.load(std::memory_order_acquire) || recover_qp());
+    }
+    // Owner thread, after qp_broken: -> false when the QP could not be brought back (then
+    // `fatal` is set). Receive completions still stashed are handed out first.
+    bool recover_qp() noexcept;
+    bool rebuild_qp() noexcept;
+    // INIT, RTR, RTS: nullptr, or the state the QP failed to reach.
+    const char* bring_up(ibv_qp* q) const noexcept;
     void refresh_counters() const noexcept;
     // Control thread.
     void stop_control() noexcept;
@@ -678,7 +709,7 @@ void VerbsTransport::Impl::post_receives(const std::uint32_t* slots_, std::size_
         for (std::size_t k = 0; k < chunk; ++k) {
             const std::uint32_t s = slots_[i + k];
             rsge[k].addr = reinterpret_cast<std::uintptr_t>(rx_base + s * rx_stride + kRxGrhOffset);
-            rsge[k].length = static_cast<std::uint32_t>(kGrhBytes + mtu);
+            rsge[k].length = static_cast<std::uint32_t>(kGrhBytes + rx_mtu);
             rsge[k].lkey = mr->lkey;
             rwr[k].wr_id = s;
             rwr[k].sg_list = &rsge[k];
@@ -789,14 +820,114 @@ void VerbsTransport::Impl::reap_send() noexcept {
             return;
         }
         for (int i = 0; i < n; ++i) {
-            if (w[i].status != IBV_WC_SUCCESS) {
+            if (w[i].status == IBV_WC_WR_FLUSH_ERR) {
+                ++counters.wr_flushed;
+                qp_broken.store(true, std::memory_order_relaxed);
+            } else if (w[i].status != IBV_WC_SUCCESS) {
+                // A UD send error moves the QP to SQE (or ERR): every later send would be
+                // flushed. recover_qp() runs before the next one.
                 ++counters.completion_errors;
                 counters.last_completion_error = ibv_wc_status_str(w[i].status);
+                qp_broken.store(true, std::memory_order_relaxed);
             }
             // Completions arrive in posting order; a signalled WR retires all before it.
             tx_done = std::max(tx_done, w[i].wr_id + 1);
         }
     }
+}
+
+bool VerbsTransport::Impl::recover_qp() noexcept {
+    qp_broken.store(false, std::memory_order_relaxed);
+    ibv_qp_attr a{};
+    ibv_qp_init_attr ia{};
+    if (ibv_query_qp(qp.get(), &a, IBV_QP_STATE, &ia) == 0) {
+        switch (policy::qp_recovery(static_cast<policy::QpState>(a.qp_state))) {
+            case policy::QpRecovery::none: return true;  // a late flush of before: recovered
+            case policy::QpRecovery::to_rts: {
+                // A send error (UD: SQE). The receive side never stopped; the send queue
+                // restarts with the next post.
+                ibv_qp_attr m{};
+                m.qp_state = IBV_QPS_RTS;
+                m.cur_qp_state = IBV_QPS_SQE;
+                if (ibv_modify_qp(qp.get(), &m, IBV_QP_STATE | IBV_QP_CUR_STATE) == 0) {
+                    ++counters.qp_recovered;
+                    return true;
+                }
+                break;  // then a new QP
+            }
+            case policy::QpRecovery::rebuild: break;
+        }
+    }
+    return rebuild_qp();
+}
+
+// The QP in the error state (a fatal QP event, or rxe after any send error) is replaced:
+// detached, destroyed, the CQs drained of what it left there, a new one made like it (same
+// depths and inline grant), re-attached, every receive slot not held by the caller posted
+// again. Its QPN is new: sources learn it from the next datagram (their NAK handles), and a
+// receiver takes a source's new QPN from its next SPM. Owner thread; error path only.
+bool VerbsTransport::Impl::rebuild_qp() noexcept {
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    const std::size_t oldest = rebuilds % kMaxRebuilds;
+    if (rebuilds >= kMaxRebuilds && now - rebuild_ns[oldest] < kRebuildWindowNs) {
+        ++counters.qp_rebuild_failures;  // failing over and over: a device or config fault
+        fatal.store(true, std::memory_order_relaxed);
+        return false;
+    }
+    rebuild_ns[oldest] = now;
+    ++rebuilds;
+    const std::uint16_t group_lid = mlid.load();
+    if (attached) {
+        (void)ibv_detach_mcast(qp.get(), reinterpret_cast<const ibv_gid*>(mgid.data()), group_lid);
+    }
+    live_qp.store(nullptr, std::memory_order_release);
+    qp.reset();  // waits until the control thread acknowledged the QP's async events
+    for (ibv_cq* cq : {send_cq.get(), recv_cq.get()}) {
+        ibv_wc w[16];
+        while (ibv_poll_cq(cq, 16, w) > 0) {
+        }
+    }
+    tx_done = tx_posted;
+    rx_posted = 0;
+    stash_begin = stash_end = 0;
+    repost_count = 0;
+    ibv_qp_init_attr qa{};
+    qa.send_cq = send_cq.get();
+    qa.recv_cq = recv_cq.get();
+    qa.qp_type = IBV_QPT_UD;
+    qa.cap.max_send_wr = static_cast<std::uint32_t>(cfg.tx_depth);
+    qa.cap.max_recv_wr = static_cast<std::uint32_t>(cfg.rx_depth);
+    qa.cap.max_send_sge = 2;
+    qa.cap.max_recv_sge = 1;
+    qa.cap.max_inline_data = static_cast<std::uint32_t>(max_inline);
+    QpPtr fresh(ibv_create_qp(pd.get(), &qa));
+    const bool ok =
+        fresh && bring_up(fresh.get()) == nullptr
+        && (!attached
+            || ibv_attach_mcast(fresh.get(), reinterpret_cast<const ibv_gid*>(mgid.data()),
+                                group_lid)
+                   == 0);
+    if (!ok) {
+        ++counters.qp_rebuild_failures;
+        fatal.store(true, std::memory_order_relaxed);
+        return false;
+    }
+    qp = std::move(fresh);
+    info.qpn = qp->qp_num;
+    live_qp.store(qp.get(), std::memory_order_release);
+    // Every slot but those the caller holds (handed out, given back by release_rx).
+    for (std::uint32_t s = 0; s < cfg.rx_depth; ++s) {
+        if (std::find(handed.begin(), handed.begin() + static_cast<std::ptrdiff_t>(handed_count), s)
+            == handed.begin() + static_cast<std::ptrdiff_t>(handed_count)) {
+            repost[repost_count++] = s;
+        }
+    }
+    post_receives(repost.data(), repost_count);
+    repost_count = 0;
+    ++counters.qp_rebuilt;
+    return true;
 }
 
 void VerbsTransport::Impl::refresh_counters() const noexcept {
@@ -962,12 +1093,18 @@ void VerbsTransport::Impl::handle_async(bool& rejoin) noexcept {
             case IBV_EVENT_QP_FATAL:
             case IBV_EVENT_QP_REQ_ERR:
             case IBV_EVENT_QP_ACCESS_ERR:
-            case IBV_EVENT_CQ_ERR:
-                // Our QP or a CQ is in error: nothing it sends or receives will complete. Loud
-                // (counted, a fatal transport event, sends fail) rather than silent.
-                if (ev.element.qp == qp.get() || ev.element.cq == send_cq.get()
-                    || ev.element.cq == recv_cq.get()) {
+                // Our QP is in error: nothing it sends or receives completes any more. The
+                // owner thread replaces it (its receives, flushed, wake that thread up).
+                if (ev.element.qp == live_qp.load(std::memory_order_acquire)) {
                     c.qp_fatal.fetch_add(1, std::memory_order_relaxed);
+                    qp_broken.store(true, std::memory_order_release);
+                }
+                break;
+            case IBV_EVENT_CQ_ERR:
+                // A CQ overran (a provider bug given our depths): loud, fatal, not retried;
+                // counted with the device's fatal errors.
+                if (ev.element.cq == send_cq.get() || ev.element.cq == recv_cq.get()) {
+                    c.device_fatal.fetch_add(1, std::memory_order_relaxed);
                     fatal.store(true, std::memory_order_relaxed);
                 }
                 break;
@@ -1265,7 +1402,11 @@ Result<void, Error> VerbsTransport::Impl::choose_gid(CreateState& st) {
             info.netdev = name;
         }
     }
-    mtu = policy::effective_mtu(mtu_bytes(st.pa.active_mtu), 0, false, cfg.mtu);
+    // Receive slots take what the port can carry (a peer whose `mtu=` is larger than ours
+    // must not be truncated); what we send is capped by `mtu=` (and the group's, below).
+    rx_mtu = mtu_bytes(st.pa.active_mtu);
+    info.rx_mtu = rx_mtu;
+    mtu = policy::effective_mtu(rx_mtu, 0, false, cfg.mtu);
     info.mtu = mtu;
     local_port = {info.infiniband, static_cast<std::uint8_t>(info.port),
                   static_cast<std::uint8_t>(info.gid_index), cfg.traffic_class, cfg.sl};
@@ -1339,13 +1480,14 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
     // Pinned memory: stated, bounded by pinned_max (rx_depth lowered to fit) (§11).
     if (cfg.pinned_max != 0) {
         const std::size_t rx =
-            policy::rx_depth_for_limit(cfg.rx_depth, cfg.tx_depth, mtu, cfg.pinned_max);
+            policy::rx_depth_for_limit(cfg.rx_depth, cfg.tx_depth, {rx_mtu, mtu}, cfg.pinned_max);
         if (rx == 0) {
-            return fail<void>("pinned_max=" + std::to_string(cfg.pinned_max)
-                              + " is below what 8 receive slots and tx_depth "
-                              + std::to_string(cfg.tx_depth) + " need at MTU " + std::to_string(mtu)
-                              + " (" + std::to_string(policy::pinned_estimate(8, cfg.tx_depth, mtu))
-                              + " bytes)");
+            return fail<void>(
+                "pinned_max=" + std::to_string(cfg.pinned_max)
+                + " is below what 8 receive slots and tx_depth " + std::to_string(cfg.tx_depth)
+                + " need at MTU " + std::to_string(mtu) + " ("
+                + std::to_string(policy::pinned_estimate(8, cfg.tx_depth, {rx_mtu, mtu}))
+                + " bytes)");
         }
         if (rx != cfg.rx_depth) {
             info.notes += (info.notes.empty() ? "" : "; ") + std::string("rx_depth ")
@@ -1356,7 +1498,7 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
     }
     info.rx_depth = cfg.rx_depth;
     info.tx_depth = cfg.tx_depth;
-    info.pinned_bytes = policy::pinned_estimate(cfg.rx_depth, cfg.tx_depth, mtu);
+    info.pinned_bytes = policy::pinned_estimate(cfg.rx_depth, cfg.tx_depth, {rx_mtu, mtu});
     counters.pinned_bytes = info.pinned_bytes;
     // Resources: comp channel, PD, one registered pool, CQs, the UD QP.
     channel.reset(ibv_create_comp_channel(ctx));
@@ -1371,9 +1513,9 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
     if (!pd) {
         return fail<void>("ibv_alloc_pd failed", std::errc::io_error);
     }
-    rx_stride = policy::rx_stride(mtu);
+    rx_stride = policy::rx_stride(rx_mtu);
     tx_stride = policy::tx_stride(mtu);
-    const std::size_t bytes = policy::pool_bytes(cfg.rx_depth, cfg.tx_depth, mtu);
+    const std::size_t bytes = policy::pool_bytes(cfg.rx_depth, cfg.tx_depth, {rx_mtu, mtu});
     pool.reset(std::aligned_alloc(4096, bytes));  // NOLINT(*-no-malloc)
     if (!pool) {
         return fail<void>("cannot allocate the " + std::to_string(bytes) + "-byte pool",
@@ -1491,35 +1633,39 @@ Result<void, Error> VerbsTransport::Impl::open_qp() {
     return {};
 }
 
+const char* VerbsTransport::Impl::bring_up(ibv_qp* q) const noexcept {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = static_cast<std::uint8_t>(info.port);
+    a.qkey = cfg.qkey;
+    if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) != 0) {
+        return "INIT";
+    }
+    a = ibv_qp_attr{};
+    a.qp_state = IBV_QPS_RTR;
+    if (ibv_modify_qp(q, &a, IBV_QP_STATE) != 0) {
+        return "RTR";
+    }
+    a = ibv_qp_attr{};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0;
+    if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) {
+        return "RTS";
+    }
+    return nullptr;
+}
+
 // The UD QP through INIT, RTR, RTS; the work-request scratch; the receive ring filled.
 Result<void, Error> VerbsTransport::Impl::create_qp() {
-    const auto port = static_cast<std::uint8_t>(info.port);
     if (auto r = open_qp(); !r) {
         return r;
     }
-    ibv_qp* made = qp.get();
-    {
-        ibv_qp_attr a{};
-        a.qp_state = IBV_QPS_INIT;
-        a.pkey_index = 0;
-        a.port_num = port;
-        a.qkey = cfg.qkey;
-        if (ibv_modify_qp(made, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)
-            != 0) {
-            return fail<void>("UD QP to INIT failed: " + posix::errno_text(), std::errc::io_error);
-        }
-        a = ibv_qp_attr{};
-        a.qp_state = IBV_QPS_RTR;
-        if (ibv_modify_qp(made, &a, IBV_QP_STATE) != 0) {
-            return fail<void>("UD QP to RTR failed: " + posix::errno_text(), std::errc::io_error);
-        }
-        a = ibv_qp_attr{};
-        a.qp_state = IBV_QPS_RTS;
-        a.sq_psn = 0;
-        if (ibv_modify_qp(made, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) {
-            return fail<void>("UD QP to RTS failed: " + posix::errno_text(), std::errc::io_error);
-        }
+    if (const char* step = bring_up(qp.get()); step != nullptr) {
+        return fail<void>(std::string("UD QP to ") + step + " failed: " + posix::errno_text(),
+                          std::errc::io_error);
     }
+    live_qp.store(qp.get(), std::memory_order_release);
     // Work-request scratch, sized once.
     const std::size_t b = std::min(cfg.batch, cfg.tx_depth / 2);
     swr.resize(b);
@@ -1632,7 +1778,9 @@ Result<std::unique_ptr<VerbsTransport>, Error> VerbsTransport::create(const Verb
 }
 
 TransportCaps VerbsTransport::caps() const noexcept {
-    return {impl_->mtu, impl_->swr.size(), kGrhBytes};
+    TransportCaps c{impl_->mtu, impl_->swr.size(), kGrhBytes};
+    c.max_rx_datagram = impl_->rx_mtu;
+    return c;
 }
 
 int VerbsTransport::wakeup_fd() const noexcept {
@@ -1655,8 +1803,8 @@ Result<bool> VerbsTransport::arm_wakeup() noexcept {
     if (ibv_req_notify_cq(m.recv_cq.get(), 0) != 0) {
         return err(std::errc::io_error);
     }
-    if (m.stash_end > m.stash_begin) {
-        return false;
+    if (m.stash_end > m.stash_begin || m.qp_broken.load(std::memory_order_acquire)) {
+        return false;  // poll now (a broken QP is recovered there)
     }
     const int n = ibv_poll_cq(m.recv_cq.get(), static_cast<int>(m.wc.size()), m.wc.data());
     if (n > 0) {
@@ -1693,6 +1841,9 @@ std::string describe(const VerbsInfo& i, std::uint32_t qkey) {
     d += " qkey " + hex(qkey) + " rx_depth " + std::to_string(i.rx_depth) + " tx_depth "
          + std::to_string(i.tx_depth) + " inline " + std::to_string(i.max_inline) + " comp_vector "
          + std::to_string(i.comp_vector) + "/" + std::to_string(i.comp_vectors);
+    if (i.rx_mtu > i.mtu) {
+        d += " receives up to " + std::to_string(i.rx_mtu);  // the port's MTU, over mtu=
+    }
     if (!i.notes.empty()) {
         d += "; " + i.notes;
     }
@@ -1721,17 +1872,19 @@ std::size_t VerbsTransport::take_events(std::span<TransportEvent> out) noexcept 
         return a.load(std::memory_order_relaxed);
     };
     using K = TransportEvent::Kind;
-    const std::array<std::uint64_t, 7> now = {
+    const VerbsCounters& o = impl_->counters;  // the owner thread's own
+    const std::array<std::uint64_t, 8> now = {
         get(c.port_err),
         get(c.port_active),
         get(c.lid_change) + get(c.gid_change) + get(c.pkey_change),
         get(c.sm_change) + get(c.client_reregister),
         get(c.rejoins),
         get(c.rejoin_failures),
-        get(c.device_fatal) + get(c.qp_fatal)};
-    constexpr std::array<K, 7> kinds = {K::link_down,      K::link_up,        K::address_changed,
+        get(c.device_fatal) + o.qp_rebuild_failures,
+        o.qp_recovered + o.qp_rebuilt};
+    constexpr std::array<K, 8> kinds = {K::link_down,      K::link_up,        K::address_changed,
                                         K::fabric_changed, K::group_rejoined, K::rejoin_failed,
-                                        K::fatal};
+                                        K::fatal,          K::qp_recovered};
     std::size_t n = 0;
     for (std::size_t i = 0; i < now.size() && n < out.size(); ++i) {
         if (now[i] != impl_->events_seen[i]) {
@@ -1749,6 +1902,7 @@ std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const no
         {"rx_datagrams", c.rx_datagrams},
         {"rx_ring_low", c.rx_ring_low},
         {"rx_reposts", c.rx_reposts},
+        {"rx_truncated", c.rx_truncated},
         {"tx_datagrams", c.tx_datagrams},
         {"tx_inline", c.tx_inline},
         {"tx_posts", c.tx_posts},
@@ -1775,6 +1929,10 @@ std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const no
         {"client_reregister", c.client_reregister},
         {"device_fatal", c.device_fatal},
         {"qp_fatal", c.qp_fatal},
+        {"qp_recovered", c.qp_recovered},
+        {"qp_rebuilt", c.qp_rebuilt},
+        {"qp_rebuild_failures", c.qp_rebuild_failures},
+        {"wr_flushed", c.wr_flushed},
         {"path_fallbacks", c.path_fallbacks},
         {"ah_flushed", c.ah_flushed},
         {"ah_route_changes", c.ah_route_changes},
@@ -1809,13 +1967,10 @@ IpAddress VerbsTransport::local_ip() const noexcept {
 Result<std::size_t> VerbsTransport::send_batch(std::span<const TxPacket> packets) noexcept {
     Impl& m = *impl_;
     const std::size_t depth = m.cfg.tx_depth;
-    if (m.tx_posted - m.tx_done + packets.size() > depth) {
-        m.reap_send();
+    if (!m.send_ready(packets.size())) {
+        return err(std::errc::io_error);  // the device or the QP failed for good
     }
     std::size_t room = depth - (m.tx_posted - m.tx_done);
-    if (m.fatal.load(std::memory_order_relaxed)) {
-        return err(std::errc::io_error);  // IBV_EVENT_DEVICE_FATAL: nothing works any more
-    }
     ibv_ah* const group = m.live_group_ah.load(std::memory_order_acquire);
     if (room == 0) {
         ++m.counters.tx_sq_full;
@@ -1911,6 +2066,10 @@ Result<std::size_t> VerbsTransport::poll_rx(std::span<RxPacket> out) noexcept {
     if (m.fatal.load(std::memory_order_relaxed)) {
         return err(std::errc::io_error);  // IBV_EVENT_DEVICE_FATAL: nothing works any more
     }
+    if (m.stash_end == m.stash_begin && m.qp_broken.load(std::memory_order_acquire)
+        && !m.recover_qp()) {
+        return err(std::errc::io_error);
+    }
     if (m.stash_end == m.stash_begin) {
         const int want = static_cast<int>(std::min(out.size(), m.wc.size()));
         const int n = ibv_poll_cq(m.recv_cq.get(), want, m.wc.data());
@@ -1926,7 +2085,17 @@ Result<std::size_t> VerbsTransport::poll_rx(std::span<RxPacket> out) noexcept {
         const ibv_wc& w = m.wc[m.stash_begin++];
         --m.rx_posted;
         const auto slot = static_cast<std::uint32_t>(w.wr_id);
+        if (w.status == IBV_WC_WR_FLUSH_ERR) {
+            // The QP is in the error state: not re-posted (it would be flushed at once);
+            // recover_qp() replaces the QP and posts every slot again.
+            ++m.counters.wr_flushed;
+            m.qp_broken.store(true, std::memory_order_relaxed);
+            continue;
+        }
         if (w.status != IBV_WC_SUCCESS || w.byte_len < kGrhBytes) {
+            if (w.status == IBV_WC_LOC_LEN_ERR) {
+                ++m.counters.rx_truncated;  // longer than the port's MTU: cannot happen
+            }
             if (w.status != IBV_WC_SUCCESS) {
                 ++m.counters.completion_errors;
                 m.counters.last_completion_error = ibv_wc_status_str(w.status);
@@ -1979,6 +2148,12 @@ void VerbsTransport::release_rx(std::size_t count) noexcept {
         m.post_receives(m.repost.data(), m.repost_count);
         m.repost_count = 0;
     }
+}
+
+int VerbsTransportTesting::force_qp_error(VerbsTransport& t) noexcept {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    return ibv_modify_qp(t.impl_->qp.get(), &a, IBV_QP_STATE);
 }
 
 }  // namespace prizma::verbs

@@ -82,8 +82,9 @@ std::array<std::uint8_t, 16> source_gid_from_grh(const std::uint8_t* grh) noexce
 
 struct VerbsCounters {
     std::uint64_t rx_datagrams = 0;
-    std::uint64_t rx_ring_low = 0;  ///< polls that found the receive ring < 1/8 full
-    std::uint64_t rx_reposts = 0;   ///< ibv_post_recv calls (each a chain)
+    std::uint64_t rx_ring_low = 0;   ///< polls that found the receive ring < 1/8 full
+    std::uint64_t rx_reposts = 0;    ///< ibv_post_recv calls (each a chain)
+    std::uint64_t rx_truncated = 0;  ///< datagrams longer than a receive slot (the port MTU)
     std::uint64_t tx_datagrams = 0;
     std::uint64_t tx_inline = 0;
     std::uint64_t tx_posts = 0;           ///< ibv_post_send calls (doorbells)
@@ -110,12 +111,19 @@ struct VerbsCounters {
     std::uint64_t gid_change = 0;
     std::uint64_t pkey_change = 0;
     std::uint64_t client_reregister = 0;
-    std::uint64_t device_fatal = 0;     ///< the device died: every call fails from now on
-    std::uint64_t path_fallbacks = 0;   ///< IB NAK routes without the SA's path: the SL seen used
-    std::uint64_t qp_fatal = 0;         ///< our QP or CQ went to error (async event): sends fail
-    std::uint64_t rejoin_failures = 0;  ///< SA re-joins that failed (retried)
-    std::uint64_t mlid_changes = 0;     ///< a re-join brought a new MLID: re-attached
-    std::uint64_t pinned_bytes = 0;     ///< memory pinned for this transport (estimate)
+    std::uint64_t device_fatal = 0;    ///< the device died or a CQ overran: every call fails now
+    std::uint64_t path_fallbacks = 0;  ///< IB NAK routes without the SA's path: the SL seen used
+    std::uint64_t qp_fatal = 0;        ///< async QP error events on our QP (it is rebuilt, below)
+    /// Send-queue errors (QP in SQE) brought back to RTS; QPs in the error state replaced by a
+    /// new QP (re-attached, receives posted again: the QPN changes); replacements that failed
+    /// (the transport is then fatal); work requests flushed by such an error.
+    std::uint64_t qp_recovered = 0;
+    std::uint64_t qp_rebuilt = 0;
+    std::uint64_t qp_rebuild_failures = 0;
+    std::uint64_t wr_flushed = 0;
+    std::uint64_t rejoin_failures = 0;       ///< SA re-joins that failed (retried)
+    std::uint64_t mlid_changes = 0;          ///< a re-join brought a new MLID: re-attached
+    std::uint64_t pinned_bytes = 0;          ///< memory pinned for this transport (estimate)
     const char* last_completion_error = "";  ///< ibv_wc_status_str of the last failed CQE
 };
 
@@ -126,7 +134,8 @@ struct VerbsInfo {
     int gid_index = 0;
     std::string gid;  ///< textual
     bool infiniband = false;
-    std::size_t mtu = 0;
+    std::size_t mtu = 0;     ///< the largest datagram sent: mtu=, the group's, the port's
+    std::size_t rx_mtu = 0;  ///< the largest received: the port's active MTU (receive slots)
     std::size_t max_inline = 0;
     std::uint32_t qpn = 0;
     std::string netdev;  ///< RoCE: the netdev behind the GID
@@ -180,6 +189,7 @@ public:
     [[nodiscard]] IpAddress local_ip() const noexcept;
 
 private:
+    friend struct VerbsTransportTesting;  // verbs_testing.hpp: fault injection for the VM tests
     struct Impl;
     explicit VerbsTransport(std::unique_ptr<Impl> impl) noexcept;
     std::unique_ptr<Impl> impl_;

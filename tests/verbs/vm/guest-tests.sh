@@ -217,7 +217,7 @@ done
 s=$(date +%s)
 "$T" "[.mtu4096]" -d yes >"$OUT/mtu4096.log" 2>&1
 rc=$?
-result "MTU 4096: $(ibv_devinfo -d "$RXE_DEV" | grep -o 'active_mtu:.*' | xargs), 12 KB APDUs [$(($(date +%s) - s))s]" $rc "$OUT/mtu4096.log"
+result "MTU 4096: $(ibv_devinfo -d "$RXE_DEV" | grep -o 'active_mtu:.*' | xargs), 12 KB APDUs, a mtu=1024 subscriber beside them [$(($(date +%s) - s))s]" $rc "$OUT/mtu4096.log"
 
 # 7. async events: the second NIC's netdev down and up -> PORT_ERR, PORT_ACTIVE counted
 s=$(date +%s)

@@ -663,10 +663,13 @@ TEST_CASE("verbs NAK route on IB: the SA path's SL, LID and rate over the comple
 
 TEST_CASE("verbs NAK route: a source heard on another LID or SL is a new route", "[unit][verbs]") {
     const policy::SourceRoute cached{0x21, 2, 0};
-    CHECK_FALSE(policy::route_changed(cached, {0x21, 2, 0}));
-    CHECK(policy::route_changed(cached, {0x22, 2, 0}));  // the SM gave it another LID
-    CHECK(policy::route_changed(cached, {0x21, 3, 0}));  // another SL
-    CHECK(policy::route_changed(cached, {0x21, 2, 1}));  // another of our path bits
+    CHECK_FALSE(policy::route_changed(cached, {0x21, 2, 0}, true));
+    CHECK(policy::route_changed(cached, {0x22, 2, 0}, true));  // the SM gave it another LID
+    CHECK(policy::route_changed(cached, {0x21, 3, 0}, true));  // another SL
+    CHECK(policy::route_changed(cached, {0x21, 2, 1}, true));  // another of our path bits
     // requested before it was heard (an SPMR target): the first datagram brings its route
-    CHECK(policy::route_changed(policy::SourceRoute{}, cached));
+    CHECK(policy::route_changed(policy::SourceRoute{}, cached, true));
+    // RoCE: the GID is the route; whatever the completion's SL/LID fields say, no change
+    CHECK_FALSE(policy::route_changed(cached, {0x22, 3, 1}, false));
+    CHECK_FALSE(policy::route_changed(policy::SourceRoute{}, cached, false));
 }

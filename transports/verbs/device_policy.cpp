@@ -255,9 +255,10 @@ AhFields unicast_ah(const LocalPort& lp, const Gid& peer, const SourceRoute& rou
     return a;
 }
 
-bool route_changed(const SourceRoute& cached, const SourceRoute& now) noexcept {
-    return cached.slid != now.slid || cached.sl != now.sl
-           || cached.dlid_path_bits != now.dlid_path_bits;
+bool route_changed(const SourceRoute& cached, const SourceRoute& now, bool infiniband) noexcept {
+    return infiniband
+           && (cached.slid != now.slid || cached.sl != now.sl
+               || cached.dlid_path_bits != now.dlid_path_bits);
 }
 
 void apply_path(AhFields& a, const PathFacts& p) noexcept {

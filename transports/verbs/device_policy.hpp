@@ -148,7 +148,9 @@ struct LocalPort {
 /// the GRH names the peer's GID. On RoCE the LID fields are 0 and the GID does the routing.
 AhFields unicast_ah(const LocalPort& lp, const Gid& peer, const SourceRoute& route) noexcept;
 /// A source heard on another route than its cached handle's (IB: LID or SL; path bits too).
-bool route_changed(const SourceRoute& cached, const SourceRoute& now) noexcept;
+/// Never on RoCE: the GID routes there, and a completion's SL/LID fields carry nothing of the
+/// route (a priority that may vary per packet would flush the handle over and over).
+bool route_changed(const SourceRoute& cached, const SourceRoute& now, bool infiniband) noexcept;
 
 /// What the SA's PathRecord to a peer says (IB).
 struct PathFacts {

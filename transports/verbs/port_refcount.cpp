@@ -172,9 +172,8 @@ Result<std::unique_ptr<PortMembership>, Error> PortMembership::enter(
         (void)::unlink(file.c_str());
         return r.error();
     }
-    auto m = std::unique_ptr<PortMembership>(new PortMembership(dir, key, file, std::move(fd)));
-    m->patience_ = patience;
-    return m;
+    return std::unique_ptr<PortMembership>(
+        new PortMembership(dir, key, file, std::move(fd), patience));
 }
 
 void PortMembership::leave(const std::function<void(bool last)>& leave_fn) {

@@ -54,13 +54,21 @@ public:
     static Result<int, Error> count(const std::string& dir, const std::string& key);
 
 private:
-    PortMembership(std::string dir, std::string key, std::string file, posix::UniqueFd fd)
-        : dir_(std::move(dir)), key_(std::move(key)), file_(std::move(file)), fd_(std::move(fd)) {}
+    PortMembership(std::string dir,
+                   std::string key,
+                   std::string file,
+                   posix::UniqueFd fd,
+                   std::chrono::milliseconds patience)
+        : dir_(std::move(dir)),
+          key_(std::move(key)),
+          file_(std::move(file)),
+          fd_(std::move(fd)),
+          patience_(patience) {}
     std::string dir_;
     std::string key_;
     std::string file_;
     posix::UniqueFd fd_;
-    std::chrono::milliseconds patience_ = kPatience;
+    std::chrono::milliseconds patience_;  // the key lock's, for leave() as for enter()
 };
 
 }  // namespace prizma::verbs

@@ -438,6 +438,10 @@ struct AhSlot {
     ibv_ah* ah = nullptr;
     std::uint32_t failures = 0;
     std::chrono::steady_clock::time_point retry_at{};
+    // IB: the SA's path to the peer, asked once per slot (a query blocks up to ~1 s), not
+    // again on each retry of a failed AH creation.
+    bool path_known = false;
+    policy::PathFacts path{};
 };
 
 /// Counters the control thread writes (the owner thread copies them out).
@@ -758,7 +762,7 @@ void VerbsTransport::Impl::note_source(const Endpoint& peer,
     if (const std::size_t i = find_slot(peer); i != kAhSlots) {
         AhSlot& s = slots[i];
         s.last_use = ++ah_clock;
-        if (policy::route_changed(s.route, route)) {
+        if (policy::route_changed(s.route, route, local_port.infiniband)) {
             // The source moved (a new LID or SL after an SM sweep): its cached handle would
             // send NAKs nowhere. Dropped; the next datagram from it requests a fresh one.
             ++counters.ah_route_changes;
@@ -972,14 +976,18 @@ int VerbsTransport::Impl::service_slots() noexcept {
         const bool due = st == kSlotRequested || (st == kSlotFailed && now >= s.retry_at);
         if (due) {
             policy::AhFields f = policy::unicast_ah(local_port, s.peer.addr, s.route);
-            if (local_port.infiniband) {
+            if (local_port.infiniband && !s.path_known) {
                 // The path's own SL, from the SA (blocks up to ~1 s: this thread's job).
                 auto path = query_path(info.device, info.port, local_gid, s.peer.addr, pkey);
                 if (path) {
-                    policy::apply_path(f, {path->dlid, path->sl, path->rate});
+                    s.path = {path->dlid, path->sl, path->rate};
+                    s.path_known = true;
                 } else {
                     ctl_counters.path_fallbacks.fetch_add(1, std::memory_order_relaxed);
                 }
+            }
+            if (s.path_known) {
+                policy::apply_path(f, s.path);
             }
             ibv_ah_attr a = to_attr(f);
             ibv_ah* ah = ibv_create_ah(pd.get(), &a);
@@ -1013,6 +1021,7 @@ int VerbsTransport::Impl::service_slots() noexcept {
                 s.ah = nullptr;
             }
             s.failures = 0;
+            s.path_known = false;
             s.state.store(kSlotFree, std::memory_order_release);
         }
     }

@@ -7,7 +7,7 @@ packages=(
     libibverbs-dev libibumad-dev ibverbs-providers
     # the SA join against a real OpenSM on a simulated fabric (tests/verbs/sa)
     ibsim-utils opensm infiniband-diags
-    libpgm-dev libbenchmark-dev catch2 libfmt-dev libcli11-dev libsodium-dev
+    libpgm-dev libbenchmark-dev catch2 libfmt-dev libcli11-dev libsodium-dev libxxhash-dev
     clang libclang-rt-14-dev clang-format tshark iproute2 iptables
     # examples/marketdata (md-gateway and its tests)
     libboost-dev liblmdb-dev curl openssl python3-websocket python3-selenium chromium

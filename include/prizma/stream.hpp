@@ -26,13 +26,16 @@ struct StreamSubscriberTesting;  // lib/pubsub/stream_testing.hpp: a clock for t
 }  // namespace detail
 
 /// The record header every stream record starts with (28 bytes, big-endian; docs/STREAMS.md).
+/// Version 2: the checksum is XXH3-64. Records of version 1 (prizma before XXH3) are not read:
+/// a StreamSubscriber counts them (`StreamCounters::other_version`) and drops them.
 struct RecordHeader {
     static constexpr std::size_t kBytes = 28;
-    static constexpr std::uint8_t kVersion = 1;
+    static constexpr std::uint8_t kVersion = 2;
+    static constexpr std::size_t kChecksumOffset = 20;  ///< bytes 20-27; 0-19 are the fields
     std::uint32_t stream_id = 0;
     std::uint32_t epoch = 0;
     std::uint64_t sequence = 0;
-    std::uint64_t checksum = 0;  ///< of stream id, epoch, sequence and payload
+    std::uint64_t checksum = 0;  ///< of every other header byte and the payload
 
     /// Writes the header for `payload` into out[0, kBytes).
     static void write(std::span<std::byte> out,
@@ -40,10 +43,11 @@ struct RecordHeader {
                       std::uint32_t epoch,
                       std::uint64_t sequence,
                       std::span<const std::byte> payload) noexcept;
-    /// Reads a record's header; false when the record is shorter than a header or of another
-    /// version. Does not check the checksum (valid() does).
+    /// Reads a record's header; false when the record is shorter than a header, of another
+    /// version, or its reserved bytes are not zero. Does not check the checksum.
     static bool read(std::span<const std::byte> record, RecordHeader& out) noexcept;
-    /// The checksum of a record's fields and payload.
+    /// The checksum of a record's header (bytes 0-19, as write() lays them out) and payload:
+    /// XXH3-64 of the payload, seeded with XXH3-64 of those 20 bytes.
     static std::uint64_t checksum_of(std::uint32_t stream_id,
                                      std::uint32_t epoch,
                                      std::uint64_t sequence,
@@ -130,6 +134,8 @@ struct StreamCounters {
     std::uint64_t foreign = 0;       ///< another stream's records, or not records at all
     std::uint64_t overflows = 0;     ///< gaps declared lost because the buffer was full
     std::uint64_t stalls = 0;        ///< stall events (a loss with nothing after it)
+    /// Records of another RecordHeader version (a prizma of another record format), dropped.
+    std::uint64_t other_version = 0;
 };
 
 /// Merges every copy of one stream heard on its subscribers: each sequence number once, in

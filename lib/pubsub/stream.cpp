@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Lossless streams over the public pub/sub API (docs/STREAMS.md): the record header, the
 // publisher that writes it and the arbitrating subscriber that merges copies.
+#include <xxhash.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -14,59 +16,35 @@
 namespace prizma {
 namespace {
 
-// Fractional hex digits of pi: fixed keys that keep a zero word from zeroing a product.
-constexpr std::uint64_t kP0 = 0x243F6A8885A308D3ULL;
-constexpr std::uint64_t kP1 = 0x13198A2E03707344ULL;
-constexpr std::uint64_t kP2 = 0xA4093822299F31D0ULL;
-constexpr std::uint64_t kP3 = 0x082EFA98EC4E6C89ULL;
-constexpr std::uint64_t kP4 = 0x452821E638D01377ULL;
-constexpr std::uint64_t kP5 = 0xBE5466CF34E90C6CULL;
-constexpr std::uint64_t kP6 = 0xC0AC29B7C97C50DDULL;
-constexpr std::uint64_t kP7 = 0x3F84D5B5B5470917ULL;
-constexpr unsigned kRot = 29;
-
-__extension__ using U128 = unsigned __int128;
-
-/// The 128-bit product of a and b, its halves xored.
-std::uint64_t fold(std::uint64_t a, std::uint64_t b) noexcept {
-    const U128 r = static_cast<U128>(a) * b;
-    return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64U);
-}
-
-/// A lane: its previous value rotated, plus the folded product of the next 16 bytes.
-std::uint64_t step(std::uint64_t lane, std::uint64_t lo, std::uint64_t hi) noexcept {
-    return std::rotl(lane, static_cast<int>(kRot)) + fold(lo ^ kP4, hi ^ kP5);
+/// Header bytes 0-19 (version, header length, reserved, stream id, epoch, sequence) as
+/// RecordHeader::write() lays them out.
+void header_fields(std::byte* p,
+                   std::uint32_t stream_id,
+                   std::uint32_t epoch,
+                   std::uint64_t sequence) noexcept {
+    p[0] = std::byte{RecordHeader::kVersion};
+    p[1] = std::byte{static_cast<std::uint8_t>(RecordHeader::kBytes)};
+    p[2] = std::byte{0};
+    p[3] = std::byte{0};
+    pgm::store_be32(p + 4, stream_id);
+    pgm::store_be32(p + 8, epoch);
+    pgm::store_be64(p + 12, sequence);
 }
 
 }  // namespace
 
-// Two lanes, each taking 16 bytes per 64x64->128 multiply whose product does not depend on the
-// lane (the multiplies of a record run in parallel; a lane's own chain is a rotate and an add,
-// so the order of blocks counts). Not cryptographic: it finds corruption and diverging copies,
-// not forgeries (authentication is the channel's key_file=). docs/STREAMS.md gives the steps.
+// XXH3-64 (libxxhash) of the payload, seeded with XXH3-64 of header bytes 0-19: every byte of
+// the record but the checksum itself, the payload's length included (XXH3 hashes it). Not
+// cryptographic: it finds corruption and diverging copies, not forgeries (authentication is
+// the channel's key_file=). docs/STREAMS.md, "The record".
 std::uint64_t RecordHeader::checksum_of(std::uint32_t stream_id,
                                         std::uint32_t epoch,
                                         std::uint64_t sequence,
                                         std::span<const std::byte> payload) noexcept {
-    std::uint64_t a = fold(((std::uint64_t{stream_id} << 32U) | epoch) ^ kP0, sequence ^ kP1);
-    std::uint64_t b = fold(payload.size() ^ kP2, kP3);
-    const std::byte* p = payload.data();
-    std::size_t n = payload.size();
-    for (; n >= 32; p += 32, n -= 32) {
-        a = step(a, pgm::load_le64(p), pgm::load_le64(p + 8));
-        b = step(b, pgm::load_le64(p + 16), pgm::load_le64(p + 24));
-    }
-    if (n >= 16) {
-        a = step(a, pgm::load_le64(p), pgm::load_le64(p + 8));
-        p += 16;
-        n -= 16;
-    }
-    if (n != 0) {  // 1..15 bytes, zero-padded to 16
-        std::byte tail[16] = {};
-        std::memcpy(tail, p, n);
-        b = step(b, pgm::load_le64(tail), pgm::load_le64(tail + 8));
-    }
-    return fold(a ^ kP6, b ^ kP7) ^ a;
+    std::byte fields[kChecksumOffset];
+    header_fields(fields, stream_id, epoch, sequence);
+    const XXH64_hash_t seed = XXH3_64bits(fields, sizeof fields);
+    return XXH3_64bits_withSeed(payload.data(), payload.size(), seed);
 }
 
 void RecordHeader::write(std::span<std::byte> out,
@@ -75,19 +53,14 @@ void RecordHeader::write(std::span<std::byte> out,
                          std::uint64_t sequence,
                          std::span<const std::byte> payload) noexcept {
     std::byte* p = out.data();
-    p[0] = std::byte{kVersion};
-    p[1] = std::byte{static_cast<std::uint8_t>(kBytes)};
-    p[2] = std::byte{0};
-    p[3] = std::byte{0};
-    pgm::store_be32(p + 4, stream_id);
-    pgm::store_be32(p + 8, epoch);
-    pgm::store_be64(p + 12, sequence);
-    pgm::store_be64(p + 20, checksum_of(stream_id, epoch, sequence, payload));
+    header_fields(p, stream_id, epoch, sequence);
+    pgm::store_be64(p + kChecksumOffset, checksum_of(stream_id, epoch, sequence, payload));
 }
 
 bool RecordHeader::read(std::span<const std::byte> record, RecordHeader& out) noexcept {
     if (record.size() < kBytes || std::to_integer<std::uint8_t>(record[0]) != kVersion
-        || std::to_integer<std::uint8_t>(record[1]) != kBytes) {
+        || std::to_integer<std::uint8_t>(record[1]) != kBytes || record[2] != std::byte{0}
+        || record[3] != std::byte{0}) {
         return false;
     }
     const std::byte* p = record.data();
@@ -244,7 +217,14 @@ bool StreamSubscriber::Impl::take(const Subscriber* sub, const Message& m, Strea
 bool StreamSubscriber::Impl::take_record(Copy& cp, const Message& m, StreamEvent& out) {
     RecordHeader h;
     if (!RecordHeader::read(m.payload, h) || h.stream_id != opt.stream_id) {
-        ++c.foreign;
+        // This stream's records in another header version (an older prizma's: version 1,
+        // before XXH3; its header has the same layout) are told apart from another stream's
+        // and from what is no record at all. All are dropped, never delivered.
+        const bool other_version = m.payload.size() >= RecordHeader::kBytes
+                                   && m.payload[0] != std::byte{RecordHeader::kVersion}
+                                   && m.payload[1] == std::byte{RecordHeader::kBytes}
+                                   && pgm::load_be32(m.payload.data() + 4) == opt.stream_id;
+        ++(other_version ? c.other_version : c.foreign);
         return false;
     }
     const auto payload = m.payload.subspan(RecordHeader::kBytes);

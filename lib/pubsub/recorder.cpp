@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <cerrno>
@@ -17,6 +18,13 @@
 #include "lib/pubsub/recorder_format.hpp"
 
 namespace prizma {
+
+std::uint64_t journal::frame_check(const std::byte* header,
+                                   std::span<const std::byte> head) noexcept {
+    const XXH64_hash_t seed = XXH3_64bits(header, kCheckOffset);
+    return XXH3_64bits_withSeed(head.data(), head.size(), seed);
+}
+
 namespace {
 
 using journal::Frame;
@@ -68,6 +76,24 @@ ssize_t pread_full(int fd, std::byte* p, std::size_t n, std::uint64_t off) noexc
         got += static_cast<std::size_t>(r);
     }
     return static_cast<ssize_t>(got);
+}
+
+/// Refuses a segment (open as `fd`) whose first frame header is of another format than ours,
+/// by name: a journal of an older prizma is neither read as corrupt nor cut by a recovery.
+Result<void, Error> check_format(int fd, const std::string& path) {
+    std::byte h[8];
+    const ssize_t r = pread_full(fd, h, sizeof h, 0);
+    if (r < 0) {
+        return os_error("journal: read " + path);
+    }
+    const unsigned format = journal::segment_format({h, static_cast<std::size_t>(r)});
+    if (format == 0 || format == journal::kFormat) {
+        return {};
+    }
+    return Error(Errc::unsupported,
+                 "journal segment " + path + " is format " + std::to_string(format)
+                     + (format == 1 ? " (before XXH3)" : "") + "; this prizma reads format "
+                     + std::to_string(journal::kFormat));
 }
 
 /// Whether `f` may follow journal position `pos`: a record or loss at it (neither wrapping
@@ -190,14 +216,13 @@ bool entry_holds(int fd, std::uint64_t size, const IndexEntry& e) noexcept {
     const std::uint32_t len = pgm::load_be32(h);
     const auto kind = std::to_integer<std::uint8_t>(h[4]);
     if (len > journal::kMaxBody || journal::kFrameHeader + len > size - e.offset
-        || h[5] != std::byte{0} || h[6] != std::byte{0} || h[7] != std::byte{0}) {
+        || !journal::format_bytes_ok(h)) {
         return false;
     }
     const std::uint64_t seq = pgm::load_be64(h + 8);
-    const std::uint64_t count = pgm::load_be64(h + 16);
     const std::span<const std::byte> head(h + journal::kFrameHeader,
                                           std::min<std::size_t>(len, RecordHeader::kBytes));
-    if (pgm::load_be64(h + 24) != journal::frame_check(len, kind, seq, count, head)) {
+    if (pgm::load_be64(h + journal::kCheckOffset) != journal::frame_check(h, head)) {
         return false;
     }
     return (kind == journal::kRecord || kind == journal::kLoss) && seq == e.key;
@@ -570,6 +595,18 @@ Result<void, Error> Recorder::Impl::recover() {
     if (segs.empty()) {
         return {};
     }
+    if (segs.size() > 1) {
+        // The journal's format is its first segment's too (the last may be new and empty).
+        const std::string first = journal::segment_path(opt.directory, segs.front(), "seg");
+        auto f =
+            open_own_file(dir.get(), journal::file_name(segs.front(), "seg"), O_RDONLY, 0, first);
+        if (!f) {
+            return f.error();
+        }
+        if (auto ok = check_format(f->get(), first); !ok) {
+            return ok.error();
+        }
+    }
     const std::uint64_t name = segs.back();
     const std::string path = journal::segment_path(opt.directory, name, "seg");
     auto f = open_own_file(dir.get(), journal::file_name(name, "seg"), O_RDWR, 0, path);
@@ -581,6 +618,9 @@ Result<void, Error> Recorder::Impl::recover() {
     struct stat st {};
     if (::fstat(seg.get(), &st) != 0) {
         return os_error("recorder: stat " + path);
+    }
+    if (auto ok = check_format(seg.get(), path); !ok) {
+        return ok.error();
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);
     const auto entries = open_index(name, size);
@@ -884,8 +924,7 @@ Result<bool> JournalReader::Impl::at_bad_frame(std::span<const std::byte> at) co
     // A header that looks whole, its frame all in the file and more bytes after it: corruption
     // inside. So is any bad frame at the end of a segment the journal goes on after.
     const std::uint32_t body = pgm::load_be32(at.data());
-    const bool plausible = body <= journal::kMaxBody && at[5] == std::byte{0}
-                           && at[6] == std::byte{0} && at[7] == std::byte{0};
+    const bool plausible = body <= journal::kMaxBody && journal::format_bytes_ok(at.data());
     const std::uint64_t here = file_off + begin;
     if (plausible && file_size - here > journal::kFrameHeader + body) {
         return Errc::malformed_packet;
@@ -980,10 +1019,14 @@ Result<JournalReader, Error> JournalReader::open(const std::string& directory, s
     if (const int err = impl->open_segment(name, 0); err != 0) {
         return os_error("journal: open " + journal::segment_path(directory, name, "seg"), err);
     }
+    const std::string path = journal::segment_path(directory, name, "seg");
+    if (auto ok = check_format(impl->fd.get(), path); !ok) {
+        return ok.error();
+    }
     // The sparse index: the last entry at or before `from` that holds for the segment.
     struct stat st {};
     if (::fstat(impl->fd.get(), &st) != 0) {
-        return os_error("journal: stat " + journal::segment_path(directory, name, "seg"));
+        return os_error("journal: stat " + path);
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);
     const auto entries = segment_index(dfd, name, size);

@@ -3,11 +3,14 @@
 // The journal's on-disk entry ("frame"), shared by the recorder, the journal reader and the
 // replay service, which sends the same frames over TCP (docs/STREAMS.md, "Recording and late
 // join"). Big-endian:
-//   0-3 body length | 4 kind | 5-7 zero | 8-15 sequence | 16-23 count/epoch | 24-31 check | body
+//   0-3 body length | 4 kind | 5 format, 2 | 6-7 zero | 8-15 sequence | 16-23 count/epoch |
+//   24-31 check | body
 // kind 1 record (body = the whole record, count = epoch), 2 loss (count), 3 reset (count =
 // epoch), 0x80 end of a replay, 0x81 replay error (sequence = code, body = text).
-// check = checksum_of(body length, kind, sequence, first ≤ 28 body bytes) ^ mix(count): with the
-// record's own checksum (which covers its payload) every byte of a record frame is covered.
+// check = XXH3-64 (libxxhash) of the first <= 28 body bytes, seeded with XXH3-64 of header
+// bytes 0-23: with the record's own checksum (which covers its payload) every byte of a record
+// frame is covered. Format 1 (prizma before XXH3) had byte 5 zero and another check; it is not
+// read: a segment of it is refused by name (segment_format()).
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -47,13 +50,30 @@ struct Frame {
     }
 };
 
-inline std::uint64_t frame_check(std::uint32_t body_len,
-                                 std::uint8_t kind,
-                                 std::uint64_t sequence,
-                                 std::uint64_t count,
-                                 std::span<const std::byte> head) noexcept {
-    const std::uint64_t c = (count + 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
-    return RecordHeader::checksum_of(body_len, kind, sequence, head) ^ (c ^ (c >> 29U));
+/// The frame format this prizma writes and reads (header byte 5). Format 1, before XXH3, had
+/// a zero there.
+inline constexpr std::uint8_t kFormat = 2;
+inline constexpr std::size_t kCheckOffset = 24;
+
+/// The check of a frame: `header` is its bytes [0, 24), `head` its body's first min(28, body
+/// length) bytes (lib/pubsub/recorder.cpp).
+std::uint64_t frame_check(const std::byte* header, std::span<const std::byte> head) noexcept;
+
+/// Whether bytes 5-7 of a frame header are this format's: kFormat, 0, 0.
+inline bool format_bytes_ok(const std::byte* header) noexcept {
+    return header[5] == std::byte{kFormat} && header[6] == std::byte{0}
+           && header[7] == std::byte{0};
+}
+
+/// The format of the frame header at the start of `in` (a segment's first bytes): 1 for a
+/// header of prizma before XXH3 (byte 5 zero), the byte itself for another, 0 when the bytes
+/// say nothing (fewer than 8, or bytes 6-7 not zero: no frame header of any format).
+inline unsigned segment_format(std::span<const std::byte> in) noexcept {
+    if (in.size() < 8 || in[6] != std::byte{0} || in[7] != std::byte{0}) {
+        return 0;
+    }
+    const auto b = std::to_integer<unsigned>(in[5]);
+    return b == 0 ? 1U : b;
 }
 
 /// Writes a frame header; `head` is the body's first min(28, body_len) bytes.
@@ -65,10 +85,11 @@ inline void write_header(std::byte* out,
                          std::span<const std::byte> head) noexcept {
     pgm::store_be32(out, body_len);
     out[4] = std::byte{kind};
-    out[5] = out[6] = out[7] = std::byte{0};
+    out[5] = std::byte{kFormat};
+    out[6] = out[7] = std::byte{0};
     pgm::store_be64(out + 8, sequence);
     pgm::store_be64(out + 16, count);
-    pgm::store_be64(out + 24, frame_check(body_len, kind, sequence, count, head));
+    pgm::store_be64(out + kCheckOffset, frame_check(out, head));
 }
 
 enum class Parse : std::uint8_t { ok, need_more, bad };
@@ -80,7 +101,7 @@ inline Parse parse(std::span<const std::byte> in, Frame& out) noexcept {
     }
     const std::uint32_t len = pgm::load_be32(in.data());
     const auto kind = std::to_integer<std::uint8_t>(in[4]);
-    if (len > kMaxBody || in[5] != std::byte{0} || in[6] != std::byte{0} || in[7] != std::byte{0}) {
+    if (len > kMaxBody || !format_bytes_ok(in.data())) {
         return Parse::bad;
     }
     if (in.size() < kFrameHeader + len) {
@@ -91,7 +112,7 @@ inline Parse parse(std::span<const std::byte> in, Frame& out) noexcept {
     out.count = pgm::load_be64(in.data() + 16);
     out.body = in.subspan(kFrameHeader, len);
     const auto head = out.body.first(std::min<std::size_t>(len, RecordHeader::kBytes));
-    if (pgm::load_be64(in.data() + 24) != frame_check(len, kind, out.sequence, out.count, head)) {
+    if (pgm::load_be64(in.data() + kCheckOffset) != frame_check(in.data(), head)) {
         return Parse::bad;
     }
     if (kind == kRecord) {

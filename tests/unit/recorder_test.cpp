@@ -20,6 +20,7 @@
 
 #include <prizma/prizma.hpp>
 
+#include "lib/pubsub/recorder_format.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/full_size.hpp"
 #include "tests/support/journal.hpp"
@@ -1274,4 +1275,85 @@ TEST_CASE("recorder: a position past 2^64 - 1 is refused, not wrapped", "[unit][
     auto rd = prizma::JournalReader::open(dir.path, kMax - 5);
     REQUIRE(rd.has_value());
     CHECK(rd->end_sequence() == kMax);
+}
+
+TEST_CASE("journal: a frame as written verifies and one flipped bit in any byte does not",
+          "[unit][recorder]") {
+    namespace journal = prizma::journal;
+    const auto payload = body(9, 50);
+    std::vector<std::byte> rec_frame(journal::kFrameHeader + prizma::RecordHeader::kBytes + 50);
+    const auto rec = std::span<std::byte>(rec_frame).subspan(journal::kFrameHeader);
+    prizma::RecordHeader::write(rec, 42, 3, 77, payload);
+    std::memcpy(rec.data() + prizma::RecordHeader::kBytes, payload.data(), payload.size());
+    journal::write_header(rec_frame.data(), static_cast<std::uint32_t>(rec.size()),
+                          journal::kRecord, 77, 3, rec.first(prizma::RecordHeader::kBytes));
+    std::vector<std::byte> loss_frame(journal::kFrameHeader);
+    journal::write_header(loss_frame.data(), 0, journal::kLoss, 78, 5, {});
+    CHECK(std::to_integer<int>(rec_frame[5]) == journal::kFormat);
+    for (auto* frame : {&rec_frame, &loss_frame}) {
+        journal::Frame f;
+        REQUIRE(journal::parse(*frame, f) == journal::Parse::ok);
+        CHECK(f.size() == frame->size());
+        std::size_t accepted = 0;
+        for (std::size_t i = 0; i < frame->size(); ++i) {
+            for (unsigned bit = 0; bit < 8; ++bit) {
+                (*frame)[i] ^= std::byte{static_cast<unsigned char>(1U << bit)};
+                // A longer length is a frame not all there (need_more), never one that verifies.
+                accepted += journal::parse(*frame, f) == journal::Parse::ok ? 1U : 0U;
+                (*frame)[i] ^= std::byte{static_cast<unsigned char>(1U << bit)};
+            }
+        }
+        CHECK(accepted == 0);
+    }
+}
+
+namespace {
+
+/// A frame header as prizma before XXH3 wrote it (format 1: byte 5 zero, a check of its own,
+/// here any 8 bytes: the format is refused before any check is made).
+std::vector<char> format1_loss_frame(std::uint64_t seq, std::uint64_t count) {
+    std::vector<char> f(32, 0);
+    f[4] = 2;  // loss
+    for (int k = 0; k < 8; ++k) {
+        f[static_cast<std::size_t>(8 + k)] = static_cast<char>((seq >> (56 - 8 * k)) & 0xffU);
+        f[static_cast<std::size_t>(16 + k)] = static_cast<char>((count >> (56 - 8 * k)) & 0xffU);
+        f[static_cast<std::size_t>(24 + k)] = static_cast<char>(0xA5 ^ k);
+    }
+    return f;
+}
+
+}  // namespace
+
+TEST_CASE("journal: a segment of format 1 is refused by name and never cut", "[unit][recorder]") {
+    const TempDir dir;
+    const std::string seg = dir.path + "/00000000000000000000.seg";
+    auto bytes = format1_loss_frame(0, 5);
+    const auto second = format1_loss_frame(5, 3);
+    bytes.insert(bytes.end(), second.begin(), second.end());
+    bytes.push_back('x');  // a torn tail, as a recovery would cut in a journal of ours
+    write_file(seg, bytes, bytes.size());
+    const std::string want =
+        "journal segment " + seg + " is format 1 (before XXH3); this prizma reads format 2";
+    auto rec = prizma::Recorder::open(options(dir.path));
+    REQUIRE_FALSE(rec.has_value());
+    CHECK(rec.error().code() == prizma::Errc::unsupported);
+    CHECK(rec.error().detail() == want);
+    CHECK(fs::file_size(seg) == bytes.size());  // nothing cut
+    auto rd = prizma::JournalReader::open(dir.path, 0);
+    REQUIRE_FALSE(rd.has_value());
+    CHECK(rd.error().detail() == want);
+    // An older prizma may have started a segment and written nothing to it: the first
+    // segment still names the journal's format.
+    write_file(dir.path + "/00000000000000000008.seg", {}, 0);
+    auto again = prizma::Recorder::open(options(dir.path));
+    REQUIRE_FALSE(again.has_value());
+    CHECK(again.error().detail() == want);
+    CHECK(fs::file_size(dir.path + "/00000000000000000008.seg") == 0);
+    // A format this prizma does not know (byte 5 = 3) is named as such.
+    bytes[5] = 3;
+    write_file(seg, bytes, bytes.size());
+    auto other = prizma::JournalReader::open(dir.path, 0);
+    REQUIRE_FALSE(other.has_value());
+    CHECK(other.error().detail()
+          == "journal segment " + seg + " is format 3; this prizma reads format 2");
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lib/protocol/receiver.hpp"
 
+#include <sodium.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -53,42 +55,19 @@ Endpoint sender_key(const Endpoint& from) noexcept {
     return e;
 }
 
-// A keyed 64-bit fingerprint of a payload: two copies of one sqn with different bytes differ
-// (a key unknown on the wire keeps forged collisions out of reach of a casual attacker).
-// Two independent lanes of 8 bytes each per step, so the multiplies overlap, and the tail
-// read as the last 16 bytes (overlapping), never by a variable-length copy: on the hot path
-// (every stored packet).
-std::uint64_t load64(const std::byte* p) noexcept {
-    std::uint64_t w = 0;
-    std::memcpy(&w, p, 8);
-    return w;
-}
-
-std::uint64_t fingerprint(std::span<const std::byte> b, std::uint64_t key) noexcept {
-    const std::size_t n = b.size();
-    std::uint64_t h1 = key ^ (n * 0x9E3779B97F4A7C15ULL);
-    std::uint64_t h2 = (key + n) * 0xc4ceb9fe1a85ec53ULL;
-    std::uint64_t t1 = 0;
-    std::uint64_t t2 = 0;
-    if (n >= 16) {
-        for (std::size_t i = 0; i + 16 < n; i += 16) {
-            h1 = (h1 ^ load64(b.data() + i)) * 0xff51afd7ed558ccdULL;
-            h2 = (h2 ^ load64(b.data() + i + 8)) * 0x9E3779B97F4A7C15ULL;
-            h1 ^= h1 >> 32U;
-            h2 ^= h2 >> 29U;
-        }
-        t1 = load64(b.data() + n - 16);
-        t2 = load64(b.data() + n - 8);
-    } else if (n >= 8) {
-        t1 = load64(b.data());
-        t2 = load64(b.data() + n - 8);
-    } else if (n != 0) {
-        std::memcpy(&t1, b.data(), n);
-    }
-    h1 = (h1 ^ t1) * 0xc4ceb9fe1a85ec53ULL;
-    h2 = (h2 ^ t2) * 0xff51afd7ed558ccdULL;
-    const std::uint64_t h = (h1 ^ (h2 >> 31U) ^ (h2 << 33U)) * 0x9E3779B97F4A7C15ULL;
-    return h ^ (h >> 29U);
+// A keyed 64-bit fingerprint of a payload: SipHash-2-4 (libsodium's crypto_shorthash) under a
+// random key drawn at construction, so two copies of one sqn with different bytes differ, and
+// one who sees the traffic but not the key cannot make a copy with other bytes that does not.
+// On the hot path (every stored packet, with detect_conflicts).
+std::uint64_t fingerprint(std::span<const std::byte> b,
+                          const std::array<unsigned char, 16>& key) noexcept {
+    static_assert(crypto_shorthash_BYTES == 8 && crypto_shorthash_KEYBYTES == 16);
+    unsigned char out[crypto_shorthash_BYTES];
+    (void)crypto_shorthash(out, reinterpret_cast<const unsigned char*>(b.data()), b.size(),
+                           key.data());
+    std::uint64_t h = 0;
+    std::memcpy(&h, out, sizeof h);
+    return h;
 }
 
 // After a FIN the source only lingers: three rounds of NAK, NCF and RDATA.
@@ -257,6 +236,9 @@ Result<std::unique_ptr<Receiver>, Error> Receiver::create(const ReceiverConfig& 
     if (auto r = validate(cfg); !r) {
         return r.error();
     }
+    if (sodium_init() < 0) {  // thread-safe; once per process does the work
+        return Error(Errc::unsupported, "libsodium cannot be initialised");
+    }
     try {
         return std::unique_ptr<Receiver>(new Receiver(cfg));
     } catch (const std::bad_alloc&) {
@@ -289,7 +271,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     due_.reserve(capacity_);
     wheel_shift_ = wheel_shift_for(cfg.timers);
     rng_ = cfg.seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL;
-    print_key_ = rng_ ^ reinterpret_cast<std::uintptr_t>(this);
+    randombytes_buf(print_key_.data(), print_key_.size());  // create() ran sodium_init()
 }
 
 Receiver::~Receiver() = default;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -230,7 +231,8 @@ private:
     std::vector<std::uint32_t> due_;  // run_naks: slots whose NAK timer expired
     unsigned wheel_shift_ = 10;       // NAK timer wheel tick = 2^shift ns (from the timers)
     std::uint64_t rng_ = 0;
-    std::uint64_t print_key_ = 0;  // key of the payload fingerprints (conflict detection)
+    // Key of the payload fingerprints (conflict detection): SipHash-2-4's 16 bytes, random.
+    std::array<unsigned char, 16> print_key_{};
     std::int64_t repair_limit_ns_ = 0;
     std::int64_t fin_limit_ns_ = 0;
     std::uint32_t max_gap_ = 0;      // most missing sqns one data packet may open

@@ -38,6 +38,7 @@ mutant() {
     NAMES+=("$1") FILES+=("$2") FROMS+=("$3") TOS+=("$4") TESTS+=("$5")
 }
 R=lib/protocol/receiver.cpp
+RN=lib/protocol/nak_scheduler.cpp
 S=lib/protocol/source.cpp
 P=lib/pgm/packet.cpp
 
@@ -47,11 +48,11 @@ mutant trail-off-by-one $R \
     'Sqn last_gone = p.trail - 1;' \
     'Sqn last_gone = p.trail;' \
     'protocol\.boundary: the trail inside a lost run'
-mutant ncf-retries-gt $R \
+mutant ncf-retries-gt $RN \
     'if (sl.ncf_retries >= t.nak_ncf_retries) {' \
     'if (sl.ncf_retries > t.nak_ncf_retries) {' \
     'protocol\.boundary: exactly nak_ncf_retries'
-mutant data-retries-gt $R \
+mutant data-retries-gt $RN \
     'if (sl.data_retries >= t.nak_data_retries) {' \
     'if (sl.data_retries > t.nak_data_retries) {' \
     'protocol\.boundary: exactly nak_data_retries'
@@ -75,17 +76,17 @@ mutant gro-last-piece transports/udp/gro_policy.hpp \
     'for (std::size_t off = seg; off < d.size(); off += seg) {' \
     'for (std::size_t off = seg; off + seg < d.size(); off += seg) {' \
     'unit\.GRO split'
-mutant nak-at-once-known $R \
+mutant nak-at-once-known $RN \
     'const std::int64_t deadline = backoff(now_ns);\n    const std::uint32_t mask = capacity_ - 1;\n    for (Sqn s = p.lead + 1;' \
     'const std::int64_t deadline = p.has_nla ? now_ns : backoff(now_ns);\n    const std::uint32_t mask = capacity_ - 1;\n    for (Sqn s = p.lead + 1;' \
     'protocol\.boundary: the first NAK waits'
 
 # More of the same kind.
-mutant backoff-zero $R \
+mutant backoff-zero $RN \
     'return now_ns + 1 + static_cast<std::int64_t>(r % ivl);' \
     'return now_ns + static_cast<std::int64_t>(r % ivl);' \
     'protocol\.boundary: the first NAK waits'
-mutant unpark-at-once $R \
+mutant unpark-at-once $RN \
     'const std::int64_t deadline = backoff(now_ns);\n    for (Sqn s = p.next; p.in_range(s); ++s) {' \
     'const std::int64_t deadline = now_ns;\n    for (Sqn s = p.next; p.in_range(s); ++s) {' \
     'protocol\.boundary: the first NAK waits'
@@ -105,7 +106,7 @@ mutant spmr-cap-gt $R \
     'if (p.spmrs >= kMaxSpmrs) {' \
     'if (p.spmrs > kMaxSpmrs) {' \
     'hostile\.a source that never sends an SPM'
-mutant peer-nak-holds-forever $R \
+mutant peer-nak-holds-forever $RN \
     'if (sl.state == SlotState::back_off && !sl.yielded) {' \
     'if (sl.state == SlotState::back_off) {' \
     'hostile\.forged NCFs and NAKs every millisecond'
@@ -113,7 +114,7 @@ mutant rxw-edge $R \
     'if (distance(p.next, s) >= static_cast<std::int32_t>(capacity_)) {' \
     'if (distance(p.next, s) > static_cast<std::int32_t>(capacity_)) {' \
     'protocol\.boundary: data one window ahead'
-mutant ncf-rxw-edge $R \
+mutant ncf-rxw-edge $RN \
     'if (precedes(s, p.next) || distance(p.next, s) >= static_cast<std::int32_t>(capacity_)) {' \
     'if (precedes(s, p.next) || distance(p.next, s) > static_cast<std::int32_t>(capacity_)) {' \
     'protocol\.boundary: an NCF one window ahead'

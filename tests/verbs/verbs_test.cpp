@@ -537,6 +537,44 @@ TEST_CASE("verbs: a QP in the error state is replaced and the stream goes on, on
     check_all(sub, 600, 100);
 }
 
+// §1.1: the channels of a process on one device share its context and PD, and a destination's
+// unicast AH is made once: a second subscriber hearing the same host (another publisher QP
+// on it) takes the first one's handle instead of making its own.
+TEST_CASE("verbs: channels on one device share the context and the NAK address handles",
+          "[verbs][share]") {
+    const std::string far = dev2().empty() ? dev1() : dev2();
+    Node sub_a = make_node(cfg(dev1(), "239.192.0.18", true), false, 81);
+    Node sub_b = make_node(cfg(dev1(), "239.192.0.19", true), false, 82);
+    Node pub_a = make_node(cfg(far, "239.192.0.18", false), true, 8);
+    Node pub_b = make_node(cfg(far, "239.192.0.19", false), true, 9);
+    CHECK(sub_b.t->info().device_channels >= 2);
+    CHECK(sub_b.t->description().find("device shared by") != std::string::npos);
+    REQUIRE(run(pub_a, {&sub_a}, 100, 100, 30));
+    const auto settled = [](Node& n) {
+        return eventually({&n}, 20, [&] { return n.t->counters().ah_cache_size == 1; });
+    };
+    REQUIRE(settled(sub_a));
+    REQUIRE(run(pub_b, {&sub_b}, 100, 100, 30));
+    REQUIRE(settled(sub_b));
+    INFO("a: created " << sub_a.t->counters().ah_created << " shared "
+                       << sub_a.t->counters().ah_shared << "; b: created "
+                       << sub_b.t->counters().ah_created << " shared "
+                       << sub_b.t->counters().ah_shared);
+    CHECK(sub_a.t->counters().ah_created == 1);
+    CHECK(sub_b.t->counters().ah_created == 0);  // pub_b's host: the handle sub_a made
+    CHECK(sub_b.t->counters().ah_shared == 1);
+    check_all(sub_a, 100, 100);
+    check_all(sub_b, 100, 100);
+    // The handle outlives the channel that made it while another holds it: sub_a goes, and
+    // sub_b still has it (and NAKs through it: a freed AH would fail its sends).
+    sub_a.session.reset();
+    sub_a.t.reset();
+    CHECK(sub_b.t->counters().ah_cache_size == 1);
+    REQUIRE(publish(pub_b, {&sub_b}, 100, 200, 100, 30));
+    check_all(sub_b, 200, 100);
+    CHECK(sub_b.t->counters().completion_errors == 0);
+}
+
 TEST_CASE("one publisher over UDP and verbs at once: the same APDUs reach both subscribers",
           "[verbs][mixed]") {
     const std::string addr = env("RXE_ADDR", "192.0.2.1");
@@ -670,6 +708,10 @@ TEST_CASE("verbs completion vector, CQ moderation and fork safety are applied or
 TEST_CASE("verbs async events: port down and up are counted, off the data path", "[.portevents]") {
     const std::string dev = dev2().empty() ? dev1() : dev2();
     auto t = open(cfg(dev, "239.192.0.61", true));
+    // A second channel on the device: one event thread reads the device's events and hands
+    // each to both (§1.1).
+    auto other = open(cfg(dev, "239.192.0.63", true));
+    CHECK(other->info().device_channels == 2);
     const std::string netdev = t->info().netdev;
     REQUIRE_FALSE(netdev.empty());
     auto named = [&](std::string_view name) {
@@ -701,6 +743,9 @@ TEST_CASE("verbs async events: port down and up are counted, off the data path",
     CHECK(named("async_events") >= 2);
     CHECK(named("device_fatal") == 0);
     CHECK(named("qp_fatal") == 0);  // a port event is not taken for a QP or CQ error
+    CHECK(other->counters().port_err >= 1);
+    CHECK(other->counters().port_active >= 1);
+    CHECK(other->counters().port_err == t->counters().port_err);
     // The same as events for the application: one link_down and one link_up, then nothing.
     std::array<TransportEvent, 8> ev{};
     const std::size_t n = t->take_events(ev);

@@ -30,32 +30,24 @@
 #include "lib/posix/unique_fd.hpp"
 #include "lib/runtime/parse.hpp"
 #include "transports/verbs/device_policy.hpp"
+#include "transports/verbs/device_share.hpp"
 #include "transports/verbs/ib_sa.hpp"
 #include "transports/verbs/port_refcount.hpp"
+#include "transports/verbs/verbs_handles.hpp"
 #include "transports/verbs/verbs_testing.hpp"
 
 namespace prizma::verbs {
 namespace {
 
-// ---------------------------------------------------------------------------------------
-// RAII for verbs objects: one deleter template; the member order of Resources encodes the
-// teardown order libibverbs requires (children before parents).
-
-template <auto DestroyFn>
-struct VerbsDeleter {
-    template <typename T>
-    void operator()(T* object) const noexcept {
-        [[maybe_unused]] const int rc = DestroyFn(object);
-        assert(rc == 0 && "verbs object destroyed out of order (EBUSY) or twice");
+// Fork safety (§1): on kernels without copy-on-fork for pinned pages (before 5.13) a fork()
+// would corrupt registered memory unless libibverbs marks it MADV_DONTFORK. True when safe:
+// IBV_FORK_UNNEEDED (the kernel copies pinned pages on fork, 5.13+) or ENABLED.
+bool make_fork_safe() noexcept {
+    if (ibv_is_fork_initialized() == IBV_FORK_DISABLED) {
+        (void)ibv_fork_init();  // EINVAL once memory is registered: then it is too late anyway
     }
-};
-using ContextPtr = std::unique_ptr<ibv_context, VerbsDeleter<&ibv_close_device>>;
-using ChannelPtr = std::unique_ptr<ibv_comp_channel, VerbsDeleter<&ibv_destroy_comp_channel>>;
-using PdPtr = std::unique_ptr<ibv_pd, VerbsDeleter<&ibv_dealloc_pd>>;
-using MrPtr = std::unique_ptr<ibv_mr, VerbsDeleter<&ibv_dereg_mr>>;
-using CqPtr = std::unique_ptr<ibv_cq, VerbsDeleter<&ibv_destroy_cq>>;
-using QpPtr = std::unique_ptr<ibv_qp, VerbsDeleter<&ibv_destroy_qp>>;
-using AhPtr = std::unique_ptr<ibv_ah, VerbsDeleter<&ibv_destroy_ah>>;
+    return ibv_is_fork_initialized() != IBV_FORK_DISABLED;
+}
 
 struct DeviceListDeleter {
     void operator()(ibv_device** l) const noexcept { ibv_free_device_list(l); }
@@ -436,6 +428,7 @@ struct AhSlot {
     std::uint64_t last_use = 0;  // owner thread only
     // Control thread only, published by `ready`.
     ibv_ah* ah = nullptr;
+    std::shared_ptr<ibv_ah> hold;  // the handle, maybe shared with other channels (§1.1)
     std::uint32_t failures = 0;
     std::chrono::steady_clock::time_point retry_at{};
     // IB: the SA's path to the peer, asked once per slot (a query blocks up to ~1 s), not
@@ -464,6 +457,7 @@ struct CtlCounters {
     std::atomic<std::uint64_t> qp_fatal{0};
     std::atomic<std::uint64_t> path_fallbacks{0};
     std::atomic<std::uint64_t> ah_flushed{0};
+    std::atomic<std::uint64_t> ah_shared{0};
 };
 
 bool is_port_event(ibv_event_type t) noexcept {
@@ -559,10 +553,11 @@ struct VerbsTransport::Impl {
     Impl& operator=(const Impl&) = delete;
     Impl(Impl&&) = delete;
     Impl& operator=(Impl&&) = delete;
-    // Declaration order = reverse teardown order (children below parents).
-    ContextPtr context;
+    // Declaration order = reverse teardown order (children below parents). The context and
+    // the PD are the device's, shared with the process's other channels on it (§1.1).
+    std::shared_ptr<DeviceShare> dev;
+    std::uint64_t listen_id = 0;  // our listener of the device's async events
     ChannelPtr channel;
-    PdPtr pd;
     std::unique_ptr<void, FreeDeleter> pool;  // rx slots then tx slots, page aligned
     MrPtr mr;
     CqPtr send_cq;
@@ -590,7 +585,8 @@ struct VerbsTransport::Impl {
     // The QP failed (a send error, a flushed work request, a QP error event): the owner thread
     // brings it back (SQE -> RTS) or replaces it (ERR) before its next send or poll.
     std::atomic<bool> qp_broken{false};
-    std::atomic<ibv_qp*> live_qp{nullptr};  // `qp`, for the control thread's event check
+    std::atomic<bool> rejoin_wanted{false};  // a fabric event asked the control thread
+    std::atomic<ibv_qp*> live_qp{nullptr};   // `qp`, for the control thread's event check
     std::array<std::int64_t, kMaxRebuilds> rebuild_ns{};  // the last replacements' times
     std::size_t rebuilds = 0;
     CtlCounters ctl_counters;
@@ -657,10 +653,8 @@ struct VerbsTransport::Impl {
             ibv_ack_cq_events(recv_cq.get(), unacked_events);
         }
         for (auto& s : slots) {
-            if (s.ah != nullptr) {
-                (void)ibv_destroy_ah(s.ah);
-                s.ah = nullptr;
-            }
+            s.ah = nullptr;
+            s.hold.reset();  // the AH goes when no other channel holds it
         }
         group_ah.reset();
         retired_ahs.clear();
@@ -669,9 +663,8 @@ struct VerbsTransport::Impl {
         send_cq.reset();
         mr.reset();
         pool.reset();
-        pd.reset();
         channel.reset();
-        context.reset();
+        dev.reset();  // the last channel on the device closes it
     }
 
     void post_receives(const std::uint32_t* slots_, std::size_t n) noexcept;
@@ -701,7 +694,9 @@ struct VerbsTransport::Impl {
     void stop_control() noexcept;
     void control_loop() noexcept;
     int service_slots() noexcept;  // -> ms until the next retry, -1 = none
-    void handle_async(bool& rejoin) noexcept;
+    // The device's event thread (DeviceShare): counts, flags a rejoin or a broken QP, flushes
+    // the AH slots, wakes the control thread. Never blocks.
+    void on_async(const ibv_async_event& ev) noexcept;
     void flush_ahs(bool ours) noexcept;
     bool rejoin_sa() noexcept;
 };
@@ -906,7 +901,7 @@ bool VerbsTransport::Impl::rebuild_qp() noexcept {
     qa.cap.max_send_sge = 2;
     qa.cap.max_recv_sge = 1;
     qa.cap.max_inline_data = static_cast<std::uint32_t>(max_inline);
-    QpPtr fresh(ibv_create_qp(pd.get(), &qa));
+    QpPtr fresh(ibv_create_qp(dev->pd(), &qa));
     const bool ok =
         fresh && bring_up(fresh.get()) == nullptr
         && (!attached
@@ -957,6 +952,7 @@ void VerbsTransport::Impl::refresh_counters() const noexcept {
     counters.qp_fatal = get(c.qp_fatal);
     counters.path_fallbacks = get(c.path_fallbacks);
     counters.ah_flushed = get(c.ah_flushed);
+    counters.ah_shared = get(c.ah_shared);
     std::size_t used = 0;
     for (std::size_t i = 0; i < slot_hw; ++i) {
         used += slots[i].state.load(std::memory_order_relaxed) == kSlotReady ? 1U : 0U;
@@ -989,13 +985,22 @@ int VerbsTransport::Impl::service_slots() noexcept {
             if (s.path_known) {
                 policy::apply_path(f, s.path);
             }
-            ibv_ah_attr a = to_attr(f);
-            ibv_ah* ah = ibv_create_ah(pd.get(), &a);
+            // Another channel of this process may have made it already (§1.1).
+            std::shared_ptr<ibv_ah> ah = dev->find_ah(f);
+            const bool shared = ah != nullptr;
+            if (!shared) {
+                ibv_ah_attr a = to_attr(f);
+                if (ibv_ah* made = ibv_create_ah(dev->pd(), &a); made != nullptr) {
+                    ah = dev->keep_ah(f, made);
+                }
+            }
             if (ah != nullptr) {
-                s.ah = ah;
+                s.ah = ah.get();
+                s.hold = std::move(ah);
                 s.failures = 0;
                 if (s.state.compare_exchange_strong(st, kSlotReady, std::memory_order_acq_rel)) {
-                    ctl_counters.ah_created.fetch_add(1, std::memory_order_relaxed);
+                    (shared ? ctl_counters.ah_shared : ctl_counters.ah_created)
+                        .fetch_add(1, std::memory_order_relaxed);
                     continue;
                 }
             } else {
@@ -1016,10 +1021,8 @@ int VerbsTransport::Impl::service_slots() noexcept {
             next = std::min(next, s.retry_at);
         }
         if (st == kSlotEvict) {
-            if (s.ah != nullptr) {
-                (void)ibv_destroy_ah(s.ah);
-                s.ah = nullptr;
-            }
+            s.ah = nullptr;
+            s.hold.reset();
             s.failures = 0;
             s.path_known = false;
             s.state.store(kSlotFree, std::memory_order_release);
@@ -1049,10 +1052,10 @@ void VerbsTransport::Impl::flush_ahs(bool ours) noexcept {
     }
 }
 
-void VerbsTransport::Impl::handle_async(bool& rejoin) noexcept {
-    ibv_async_event ev{};
+void VerbsTransport::Impl::on_async(const ibv_async_event& ev) noexcept {
     CtlCounters& c = ctl_counters;
-    while (ibv_get_async_event(context.get(), &ev) == 0) {
+    bool rejoin = false;
+    {
         c.async_events.fetch_add(1, std::memory_order_relaxed);
         // element is a union: port_num only for port events (a QP or CQ event carries a
         // pointer there).
@@ -1119,8 +1122,11 @@ void VerbsTransport::Impl::handle_async(bool& rejoin) noexcept {
                 break;
             default: break;
         }
-        ibv_ack_async_event(&ev);
     }
+    if (rejoin) {
+        rejoin_wanted.store(true, std::memory_order_release);
+    }
+    wake(ctl_wake.get());  // the control thread: a rejoin, a flush, a count to report
 }
 
 // Re-joins the SA; a new MLID is attached (then the old one detached) and gets a new group AH.
@@ -1140,7 +1146,7 @@ bool VerbsTransport::Impl::rejoin_sa() noexcept {
     // which carries the MLID as its DLID, is replaced.
     const policy::GroupPath path{r.sl, r.flow_label, r.rate};
     ibv_ah_attr a = to_attr(policy::group_ah(local_port, mgid, r.mlid, &path, cfg.hop_limit));
-    AhPtr fresh(ibv_create_ah(pd.get(), &a));
+    AhPtr fresh(ibv_create_ah(dev->pd(), &a));
     if (!fresh) {
         ctl_counters.ah_failed.fetch_add(1, std::memory_order_relaxed);
         return false;  // retried at the next event
@@ -1155,7 +1161,7 @@ bool VerbsTransport::Impl::rejoin_sa() noexcept {
 }
 
 void VerbsTransport::Impl::control_loop() noexcept {
-    pollfd fds[2] = {{context->async_fd, POLLIN, 0}, {ctl_wake.get(), POLLIN, 0}};
+    pollfd fds[1] = {{ctl_wake.get(), POLLIN, 0}};
     using Clock = std::chrono::steady_clock;
     std::mt19937 rng(static_cast<std::uint32_t>(Clock::now().time_since_epoch().count())
                      ^ static_cast<std::uint32_t>(::getpid()));
@@ -1174,12 +1180,12 @@ void VerbsTransport::Impl::control_loop() noexcept {
             wait_ms = static_cast<int>(std::max<std::int64_t>(left.count(), 0));
             wait_ms = timeout < 0 ? wait_ms : std::min(wait_ms, timeout);
         }
-        (void)::poll(fds, 2, wait_ms);
+        (void)::poll(fds, 1, wait_ms);
         std::uint64_t drained = 0;
         [[maybe_unused]] const ssize_t got = ::read(ctl_wake.get(), &drained, sizeof drained);
-        const bool was = rejoin;
-        handle_async(rejoin);
-        if (rejoin && !was) {  // a fabric event: every host heard it, spread the joins
+        if (rejoin_wanted.exchange(false, std::memory_order_acq_rel) && !rejoin) {
+            // a fabric event: every host heard it, spread the joins
+            rejoin = true;
             attempt = 0;
             rejoin_at =
                 Clock::now() + std::chrono::milliseconds(policy::rejoin_delay_ms(0, draw()));
@@ -1197,6 +1203,10 @@ void VerbsTransport::Impl::control_loop() noexcept {
 }
 
 void VerbsTransport::Impl::stop_control() noexcept {
+    if (listen_id != 0) {
+        dev->unlisten(listen_id);  // no event reaches this channel any more
+        listen_id = 0;
+    }
     if (ctl.joinable()) {
         ctl_stop.store(true, std::memory_order_release);
         wake(ctl_wake.get());
@@ -1216,6 +1226,8 @@ Result<void, Error> VerbsTransport::Impl::start_control() {
         return fail<void>(std::string("cannot start the verbs control thread: ") + e.what(),
                           std::errc::resource_unavailable_try_again);
     }
+    listen_id = dev->listen([this](const ibv_async_event& ev) { on_async(ev); });
+    info.device_channels = dev->channels();
     return {};
 }
 
@@ -1226,14 +1238,7 @@ Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
     if (cfg.tx_depth < 8 || cfg.rx_depth < 8 || cfg.batch == 0) {
         return fail<void>("verbs: rx_depth and tx_depth must be >= 8");
     }
-    // Fork safety (§1): on kernels without copy-on-fork for pinned pages (before 5.13) a
-    // fork() would corrupt registered memory unless libibverbs marks it MADV_DONTFORK.
-    if (ibv_is_fork_initialized() == IBV_FORK_DISABLED) {
-        (void)ibv_fork_init();  // EINVAL once memory is registered: then it is too late anyway
-    }
-    // IBV_FORK_UNNEEDED: the kernel copies pinned pages on fork (5.13+); ENABLED: libibverbs
-    // marks them MADV_DONTFORK.
-    info.fork_safe = ibv_is_fork_initialized() != IBV_FORK_DISABLED;
+    info.fork_safe = make_fork_safe();
     int n_dev = 0;
     DeviceList list(ibv_get_device_list(&n_dev));
     if (!list || n_dev == 0) {
@@ -1253,6 +1258,7 @@ Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
     }
     // Find the device (by name, or the port whose GID table holds the local address).
     bool found = false;
+    ContextPtr probe;  // the chosen device's context, handed to the process's share of it
     for (int i = 0; i < n_dev && !found; ++i) {
         ibv_device* d = list.get()[i];
         if (!st.by_addr && cfg.device != ibv_get_device_name(d)) {
@@ -1280,7 +1286,7 @@ Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
             }
             info.device = cfg.device;
             info.port = cfg.port;
-            context = std::move(ctx);
+            probe = std::move(ctx);
             found = true;
             break;
         }
@@ -1304,7 +1310,7 @@ Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
             }
         }
         if (found) {
-            context = std::move(ctx);
+            probe = std::move(ctx);
         }
     }
     if (!found) {
@@ -1317,11 +1323,18 @@ Result<void, Error> VerbsTransport::Impl::open_device(CreateState& st) {
         return fail<void>("no RDMA device '" + cfg.device + "' (devices: " + names + ")",
                           std::errc::no_such_device);
     }
+    // One context, PD and event thread per device per process (§1.1): an existing share is
+    // used and `probe` closed.
+    auto share = DeviceShare::adopt(std::move(probe));
+    if (!share) {
+        return share.error();
+    }
+    dev = std::move(*share);
     return {};
 }
 
 Result<void, Error> VerbsTransport::Impl::query_port(CreateState& st) {
-    ibv_context* ctx = context.get();
+    ibv_context* ctx = dev->context();
     const auto port = static_cast<std::uint8_t>(info.port);
     ibv_port_attr& pa = st.pa;
     if (ibv_query_port(ctx, port, &pa) != 0) {
@@ -1372,7 +1385,7 @@ Result<void, Error> VerbsTransport::Impl::query_port(CreateState& st) {
 }
 
 Result<void, Error> VerbsTransport::Impl::choose_gid(CreateState& st) {
-    ibv_context* ctx = context.get();
+    ibv_context* ctx = dev->context();
     const auto port = static_cast<std::uint8_t>(info.port);
     const auto table = read_gid_table(ctx, port, st.pa.gid_tbl_len);
     // GID: the one asked for, the one holding the local address, or the RoCE v2 entry of the
@@ -1485,7 +1498,7 @@ Result<void, Error> VerbsTransport::Impl::join_sa(CreateState& st) {
 }
 
 Result<void, Error> VerbsTransport::Impl::create_resources() {
-    ibv_context* ctx = context.get();
+    ibv_context* ctx = dev->context();
     // Pinned memory: stated, bounded by pinned_max (rx_depth lowered to fit) (§11).
     if (cfg.pinned_max != 0) {
         const std::size_t rx =
@@ -1516,12 +1529,6 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
     }
     const int fl = ::fcntl(channel->fd, F_GETFL);
     (void)::fcntl(channel->fd, F_SETFL, fl | O_NONBLOCK);
-    const int afl = ::fcntl(ctx->async_fd, F_GETFL);
-    (void)::fcntl(ctx->async_fd, F_SETFL, afl | O_NONBLOCK);
-    pd.reset(ibv_alloc_pd(ctx));
-    if (!pd) {
-        return fail<void>("ibv_alloc_pd failed", std::errc::io_error);
-    }
     rx_stride = policy::rx_stride(rx_mtu);
     tx_stride = policy::tx_stride(mtu);
     const std::size_t bytes = policy::pool_bytes(cfg.rx_depth, cfg.tx_depth, {rx_mtu, mtu});
@@ -1535,7 +1542,7 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
     tx_base = rx_base + cfg.rx_depth * rx_stride;
     // (ibv_reg_mr): the function, not verbs.h's macro of the same name, whose enum arithmetic
     // clang rejects under -Werror (-Wdeprecated-enum-enum-conversion).
-    mr.reset((ibv_reg_mr)(pd.get(), pool.get(), bytes, static_cast<int>(IBV_ACCESS_LOCAL_WRITE)));
+    mr.reset((ibv_reg_mr)(dev->pd(), pool.get(), bytes, static_cast<int>(IBV_ACCESS_LOCAL_WRITE)));
     if (!mr) {
         const int e = errno;
         return fail<void>(
@@ -1598,7 +1605,7 @@ Result<void, Error> VerbsTransport::Impl::open_qp() {
     const policy::InlineGrant g = policy::step_inline(cfg.max_inline, [&](std::size_t n) {
         ibv_qp_init_attr a = qa;
         a.cap.max_inline_data = static_cast<std::uint32_t>(n);
-        ibv_qp* q = ibv_create_qp(pd.get(), &a);
+        ibv_qp* q = ibv_create_qp(dev->pd(), &a);
         if (q == nullptr) {
             last_errno = errno;
             return false;
@@ -1624,7 +1631,7 @@ Result<void, Error> VerbsTransport::Impl::open_qp() {
     if (static_cast<std::size_t>(g.granted) != qa.cap.max_inline_data) {
         ibv_qp_init_attr a = qa;
         a.cap.max_inline_data = static_cast<std::uint32_t>(g.granted);
-        if (ibv_qp* q = ibv_create_qp(pd.get(), &a); q != nullptr) {
+        if (ibv_qp* q = ibv_create_qp(dev->pd(), &a); q != nullptr) {
             (void)ibv_destroy_qp(made);
             made = q;
             qa.cap = a.cap;
@@ -1752,7 +1759,7 @@ Result<void, Error> VerbsTransport::Impl::join_group(const CreateState& st) {
                 ? policy::group_ah(local_port, st.dest, mlid, sa ? &path : nullptr, cfg.hop_limit)
                 : policy::configured_unicast_ah(local_port, st.dest, cfg.dlid);
         ibv_ah_attr a = to_attr(f);
-        group_ah.reset(ibv_create_ah(pd.get(), &a));
+        group_ah.reset(ibv_create_ah(dev->pd(), &a));
         if (!group_ah) {
             return fail<void>(
                 "ibv_create_ah for " + gid_text(st.dest) + " failed: " + posix::errno_text(),
@@ -1850,6 +1857,9 @@ std::string describe(const VerbsInfo& i, std::uint32_t qkey) {
     d += " qkey " + hex(qkey) + " rx_depth " + std::to_string(i.rx_depth) + " tx_depth "
          + std::to_string(i.tx_depth) + " inline " + std::to_string(i.max_inline) + " comp_vector "
          + std::to_string(i.comp_vector) + "/" + std::to_string(i.comp_vectors);
+    if (i.device_channels > 1) {
+        d += " device shared by " + std::to_string(i.device_channels) + " channels";
+    }
     if (i.rx_mtu > i.mtu) {
         d += " receives up to " + std::to_string(i.rx_mtu);  // the port's MTU, over mtu=
     }
@@ -1945,6 +1955,7 @@ std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const no
         {"path_fallbacks", c.path_fallbacks},
         {"ah_flushed", c.ah_flushed},
         {"ah_route_changes", c.ah_route_changes},
+        {"ah_shared", c.ah_shared},
         {"pinned_bytes", c.pinned_bytes},
     };
     const std::size_t n = std::min(out.size(), std::size(all));

@@ -103,6 +103,8 @@ struct VerbsCounters {
     /// SL), and all of them dropped after a LID, SM, client-reregister or GID event.
     std::uint64_t ah_route_changes = 0;
     std::uint64_t ah_flushed = 0;
+    /// Unicast handles another channel of this process had made (the device's share, §1.1).
+    std::uint64_t ah_shared = 0;
     std::uint64_t port_err = 0;     ///< IBV_EVENT_PORT_ERR (link down)
     std::uint64_t port_active = 0;  ///< IBV_EVENT_PORT_ACTIVE (link up again)
     std::uint64_t port_down = 0;    ///< 1 while the port is down (last event PORT_ERR)
@@ -150,6 +152,9 @@ struct VerbsInfo {
     int comp_vectors = 0;          ///< the device's count of them
     bool cq_moderated = false;     ///< cq_moderation= applied (ibv_modify_cq)
     bool fork_safe = false;        ///< registered memory survives a fork() of the process
+    /// Channels of this process on the device when this one started (it included): they share
+    /// one context, PD, async-event thread and the unicast address handles.
+    std::size_t device_channels = 0;
 };
 
 /// What was chosen, on one line (Transport::description(), prizma-stat, the tools).

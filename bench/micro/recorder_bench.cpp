@@ -7,13 +7,17 @@
 //  - ReplayLoopback/0: a ReplayServer on 127.0.0.1 streaming a journal of those records to one
 //    ReplayClient (records/s; bytes = payload bytes), plaintext; /1 the same over TLS 1.3 with a
 //    pre-shared key (what a replay off loopback uses). Compare with
-//    --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true.
+//    --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true (medians). The
+//    counters server_cpu_ms and client_cpu_ms say which side's thread a replay was bound by.
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -39,6 +43,31 @@ std::string temp_dir() {
         std::abort();
     }
     return t;
+}
+
+// On-CPU time of this process's threads other than the calling one (the replay server's), in
+// ns, from /proc/self/task/*/schedstat (first field). Read outside the timed region's hot loop.
+double other_threads_cpu_ns() {
+    const long self = ::syscall(SYS_gettid);
+    double total = 0;
+    for (const auto& t : fs::directory_iterator("/proc/self/task")) {
+        if (std::stol(t.path().filename().string()) == self) {
+            continue;
+        }
+        std::ifstream f(t.path() / "schedstat");
+        unsigned long long ns = 0;
+        if (!(f >> ns)) {
+            ns = 0;
+        }
+        total += static_cast<double>(ns);
+    }
+    return total;
+}
+
+double thread_cpu_ns() {
+    timespec ts{};
+    (void)::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
 }
 
 void write_journal(const std::string& dir, std::uint64_t n) {
@@ -167,6 +196,8 @@ void BM_ReplayLoopback(benchmark::State& state) {
     prizma::ReplayClientOptions co;
     co.security = sec;
     std::uint64_t records = 0;
+    const double server0 = other_threads_cpu_ns();
+    const double client0 = thread_cpu_ns();
     for (auto _ : state) {
         prizma::ReplayRequest rq;
         rq.stream_id = 42;
@@ -185,6 +216,10 @@ void BM_ReplayLoopback(benchmark::State& state) {
             }
         }
     }
+    // Each side's CPU per replay: the server's thread and the client's (this one).
+    const auto iters = static_cast<double>(state.iterations());
+    state.counters["server_cpu_ms"] = (other_threads_cpu_ns() - server0) / 1e6 / iters;
+    state.counters["client_cpu_ms"] = (thread_cpu_ns() - client0) / 1e6 / iters;
     state.SetItemsProcessed(static_cast<std::int64_t>(records));
     state.SetBytesProcessed(static_cast<std::int64_t>(records * kPayload));
     server.stop();

@@ -45,8 +45,8 @@ P=lib/pgm/packet.cpp
 # The eight bugs the suite let through before its boundary tests (docs/TESTING.md); the
 # retry limit and the first NAK's back-off each as two.
 mutant trail-off-by-one $R \
-    'Sqn last_gone = p.trail - 1;' \
-    'Sqn last_gone = p.trail;' \
+    'Sqn last_gone = *p.trail - 1;' \
+    'Sqn last_gone = *p.trail;' \
     'protocol\.boundary: the trail inside a lost run'
 mutant ncf-retries-gt $RN \
     'if (sl.ncf_retries >= t.nak_ncf_retries) {' \
@@ -57,8 +57,8 @@ mutant data-retries-gt $RN \
     'if (sl.data_retries > t.nak_data_retries) {' \
     'protocol\.boundary: exactly nak_data_retries'
 mutant spm-not-heard $R \
-    '    p.last_heard_ns = now_ns;\n    p.pinned = true;' \
-    '    p.pinned = true;' \
+    '    p.last_heard_ns = now_ns;\n    p.sender = who;' \
+    '    p.sender = who;' \
     'protocol\.boundary: a quiet source'
 mutant nnak-answered $S \
     'case PacketType::nnak: ++counters_.nnak_received; break;' \
@@ -78,7 +78,7 @@ mutant gro-last-piece transports/udp/gro_policy.hpp \
     'unit\.GRO split'
 mutant nak-at-once-known $RN \
     'const std::int64_t deadline = backoff(now_ns);\n    const std::uint32_t mask = capacity_ - 1;\n    for (Sqn s = p.lead + 1;' \
-    'const std::int64_t deadline = p.has_nla ? now_ns : backoff(now_ns);\n    const std::uint32_t mask = capacity_ - 1;\n    for (Sqn s = p.lead + 1;' \
+    'const std::int64_t deadline = p.nla ? now_ns : backoff(now_ns);\n    const std::uint32_t mask = capacity_ - 1;\n    for (Sqn s = p.lead + 1;' \
     'protocol\.boundary: the first NAK waits'
 
 # More of the same kind.
@@ -99,8 +99,8 @@ mutant opt-length-past-end $P \
     'if (total < 8 || d.size() + 1 < off + total) {' \
     'unit\.an option one byte past the end'
 mutant expiry-gt $R \
-    'if (!p.expired && now_ns - p.last_heard_ns >= cfg_.timers.peer_expiry_ns) {' \
-    'if (!p.expired && now_ns - p.last_heard_ns > cfg_.timers.peer_expiry_ns) {' \
+    'if (!p.expired() && now_ns - p.last_heard_ns >= cfg_.timers.peer_expiry_ns) {' \
+    'if (!p.expired() && now_ns - p.last_heard_ns > cfg_.timers.peer_expiry_ns) {' \
     'hostile\.a source that never sends an SPM'
 mutant spmr-cap-gt $R \
     'if (p.spmrs >= kMaxSpmrs) {' \
@@ -279,8 +279,8 @@ mutant auth-verify-checksum-kept $AU \
     '    std::memset' \
     'unit\.auth: a changed byte'
 mutant spm-other-nla-same $R \
-    'const bool other = p.pinned && (who != p.sender || pkt.nla != p.nla);' \
-    'const bool other = p.pinned && who != p.sender;' \
+    'const bool other = p.sender && (who != *p.sender || pkt.nla != p.nla);' \
+    'const bool other = p.sender && who != *p.sender;' \
     'protocol\.boundary: an SPM from the pinned address'
 mutant spm-pinned-alive-le $R \
     'if (other && now_ns - p.pinned_spm_ns < 2 * cfg_.timers.ambient_spm_ns) {' \

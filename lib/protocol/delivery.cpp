@@ -23,7 +23,7 @@ bool Receiver::next_event(Event& out) noexcept {
         }
         Peer* p = live_[j];
         const bool got = peer_event(*p, out);
-        if (!p->in_use) {
+        if (p->state == PeerState::free) {
             live_.erase(live_.begin() + static_cast<std::ptrdiff_t>(j));  // a source left: rare
             free_storage(p);
             if (got) {
@@ -92,11 +92,11 @@ Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
     const std::uint32_t apdu_len = sl.fragment.apdu_length;
     std::uint32_t off = 0;
     Sqn x = s;
-    if (p.scan_valid && p.scan_head == s) {
-        x = p.scan_next;  // the fragments before it were checked by an earlier call
-        off = p.scan_off;
+    if (p.scan && p.scan->head == s) {
+        x = p.scan->next;  // the fragments before it were checked by an earlier call
+        off = p.scan->off;
     }
-    p.scan_valid = false;
+    p.scan.reset();
     bool broken = apdu_len > pgm::kMaxApduBytes;
     bool waiting = false;
     while (!broken && off < apdu_len) {
@@ -147,10 +147,7 @@ Receiver::Assembly Receiver::reassemble(Peer& p, Sqn s, Event& out) noexcept {
         return Assembly::broken;  // the caller now reports the lost run
     }
     if (waiting) {
-        p.scan_valid = true;
-        p.scan_head = s;
-        p.scan_next = x;
-        p.scan_off = off;
+        p.scan = Peer::Scan{s, x, off};
         return Assembly::waiting;
     }
     std::size_t pos = 0;
@@ -178,18 +175,18 @@ bool Receiver::left_event(Peer& p, Event& out) noexcept {
     const bool drained = !p.started || p.missing == 0;
     // A FIN'd source leaves only once its FIN deadline has passed (give_up) with no data past
     // the FIN's lead: a forged FIN is cancelled by the data that keeps coming before then.
-    if (!p.left_reported && drained && ((p.finished && p.give_up) || p.expired)
-        && (!p.started || !p.in_range(p.next))) {
-        p.left_reported = true;
+    const bool leaving =
+        (p.state == PeerState::finishing && p.give_up) || p.state == PeerState::expired;
+    if (leaving && drained && (!p.started || !p.in_range(p.next))) {
         ++counters_.peers_left;
         out.kind = Event::Kind::left;
-        if (p.expired) {
-            p.in_use = false;  // slot free for a new source
-        }
+        // An expired source's entry is free for a new one; a finished one stays (ignoring
+        // what it still sends) until it expires too.
+        p.state = p.state == PeerState::expired ? PeerState::free : PeerState::left;
         return true;
     }
-    if (p.expired && p.left_reported) {
-        p.in_use = false;
+    if (p.state == PeerState::retired) {
+        p.state = PeerState::free;
     }
     return false;
 }

@@ -191,7 +191,7 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
                     // A passive receiver never NAKs: it waits as if an NCF had come.
                     sl.state = SlotState::wait_data;
                     p.wheel.arm(idx, now_ns + t.nak_rdata_ivl_ns);
-                } else if (!p.has_nla) {
+                } else if (!p.nla) {
                     // §6.2: no NAK before the first SPM. Parked without a timer until it comes
                     // (unpark): a source that never sends one costs no timer runs.
                     p.wheel.cancel(idx);
@@ -247,7 +247,7 @@ void Receiver::send_nak(Peer& p, std::span<const Sqn> sqns, PacketSink& sink) no
     spec.dport = p.tsi.sport;
     spec.gsi = p.tsi.gsi;
     spec.sqn = sqns[0];
-    spec.nla = p.nla;
+    spec.nla = p.nla.value_or(pgm::Nla{});
     spec.group = cfg_.group;
     spec.nak_list = sqns.subspan(1);
     const std::size_t n = pgm::encode(scratch_, spec);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "lib/protocol/packed_ring.hpp"
@@ -25,6 +26,19 @@ enum class SlotState : std::uint8_t {
     have,       // data stored
     lost,       // unrecoverable, to be reported
 };
+
+/// Where a source is in its life; every move is in receiver.cpp, peer_table.cpp or
+/// delivery.cpp:
+///   free -> live         its first packet claims the entry (claim_entry)
+///   live -> finishing    an SPM with OPT_FIN, or the second with OPT_RST (on_spm)
+///   finishing -> live    data past the FIN's lead: that FIN was not the source's (admit_data)
+///   finishing -> left    `left` reported: FIN deadline passed (give_up), nothing missing
+///   live, finishing -> expired   silent for peer_expiry, or evicted (expire)
+///   left -> retired      expired after its `left` (expire)
+///   expired -> free      `left` reported (its gaps first, as loss)
+///   retired -> free      at the next event pass, without an event
+/// Packets are taken in live and finishing only.
+enum class PeerState : std::uint8_t { free, live, finishing, left, expired, retired };
 
 inline bool is_missing(SlotState s) noexcept {
     return s == SlotState::back_off || s == SlotState::wait_ncf || s == SlotState::wait_data;
@@ -65,13 +79,13 @@ struct Receiver::Peer {
         std::uint32_t off = 0;
         bool freed = false;
     };
-    bool in_use = false;
+    PeerState state = PeerState::free;
     bool used = false;  // has held a source: its slots need clearing before the next one
     Tsi tsi{};
     PeerCounters counters{};
     Endpoint from{};
-    bool pinned = false;             // sender and NLA fixed by the first SPM
-    Endpoint sender{};               // sender_key() of the pinned sender
+    // sender_key() of the pinned sender: sender and NLA are fixed by the first SPM.
+    std::optional<Endpoint> sender;
     std::int64_t pinned_spm_ns = 0;  // last SPM from it
     Candidate cand{};
     std::uint8_t spmrs = 0;                         // SPMRs sent while no SPM came (capped)
@@ -87,29 +101,25 @@ struct Receiver::Peer {
     Sqn tail_from{};  // an RST's lead past our window: lost, reported last
     std::uint32_t tail_lost = 0;
     bool give_up = false;  // expired, evicted, reset or past its FIN deadline: no more waiting
-    // Reassembly of the APDU at scan_head resumes at scan_next (offset scan_off): each
-    // fragment is checked once, not at every poll while the APDU waits.
-    bool scan_valid = false;
-    Sqn scan_head{};
-    Sqn scan_next{};
-    std::uint32_t scan_off = 0;
-    bool has_nla = false;
-    pgm::Nla nla{};
-    bool has_spm = false;
-    Sqn spm_sqn{};
-    bool started = false;
-    Sqn next{};  // next sequence number to deliver
-    Sqn lead{};  // highest sequence number known (next - 1 when none)
-    bool has_trail = false;
-    Sqn trail{};  // the source's advertised trail
+    // Reassembly of the APDU at `head` resumes at `next` (offset `off`): each fragment is
+    // checked once, not at every poll while the APDU waits.
+    struct Scan {
+        Sqn head{};
+        Sqn next{};
+        std::uint32_t off = 0;
+    };
+    std::optional<Scan> scan;
+    std::optional<pgm::Nla> nla;  // from its last SPM (none before the first)
+    std::optional<Sqn> spm_sqn;   // of its last SPM taken
+    bool started = false;         // `next` and `lead` hold: a window exists
+    Sqn next{};                   // next sequence number to deliver
+    Sqn lead{};                   // highest sequence number known (next - 1 when none)
+    std::optional<Sqn> trail;     // the source's advertised trail
     std::int64_t last_heard_ns = 0;
     std::int64_t nak_deadline = kNever;
     std::int64_t spmr_deadline = kNever;
     std::uint32_t missing = 0;
     bool joined_pending = false;
-    bool finished = false;  // FIN or RST seen
-    bool expired = false;
-    bool left_reported = false;
     Sqn trail_done{};  // apply_trail has handled every sqn before this one
     // Flow control: the consumed position of the last status sent, and when the next is due.
     Sqn status_pos{};
@@ -171,6 +181,17 @@ struct Receiver::Peer {
     /// The sqn held by slot idx, for a slot inside [next, next + capacity).
     [[nodiscard]] Sqn sqn_of(std::uint32_t idx, std::uint32_t mask) const noexcept {
         return next + ((idx - (next.value & mask)) & mask);
+    }
+    /// A FIN or RST was taken (and not undone by data past the FIN).
+    [[nodiscard]] bool finished() const noexcept {
+        return state == PeerState::finishing || state == PeerState::left;
+    }
+    [[nodiscard]] bool expired() const noexcept {
+        return state == PeerState::expired || state == PeerState::retired;
+    }
+    /// Packets are taken: neither gone nor draining.
+    [[nodiscard]] bool takes_packets() const noexcept {
+        return state == PeerState::live || state == PeerState::finishing;
     }
     [[nodiscard]] bool in_range(Sqn s) const noexcept {
         return precedes_or_equal(next, s) && precedes_or_equal(s, lead);

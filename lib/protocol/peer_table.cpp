@@ -66,7 +66,7 @@ Receiver::Peer* Receiver::find_or_add(const Gsi& gsi,
 Receiver::Peer* Receiver::claim_entry(const Tsi& tsi, std::int64_t now_ns) noexcept {
     std::unique_ptr<Peer>* entry = nullptr;
     for (auto& e : peers_) {  // an entry with storage first, then an empty one
-        if (e && !e->in_use) {
+        if (e && e->state == PeerState::free) {
             entry = &e;
             break;
         }
@@ -100,7 +100,7 @@ Receiver::Peer* Receiver::claim_entry(const Tsi& tsi, std::int64_t now_ns) noexc
     p.allocs = std::move(allocs);
     p.wheel.bind(Peer::SlotLinks{p.slots.data()});
     p.wheel.reset(wheel_shift_);
-    p.in_use = true;
+    p.state = PeerState::live;
     p.tsi = tsi;
     p.counters.tsi = tsi;
     p.last_heard_ns = now_ns;
@@ -118,7 +118,7 @@ void Receiver::evict_one(std::int64_t now_ns) noexcept {
     Peer* victim = nullptr;
     for (const bool confirmed : {false, true}) {
         for (Peer* p : live_) {
-            if (p->expired || p->has_spm != confirmed) {
+            if (p->expired() || p->spm_sqn.has_value() != confirmed) {
                 continue;
             }
             if (confirmed && now_ns - p->last_heard_ns < 2 * cfg_.timers.ambient_spm_ns) {
@@ -140,7 +140,8 @@ void Receiver::evict_one(std::int64_t now_ns) noexcept {
 }
 
 void Receiver::expire(Peer& p) noexcept {
-    p.expired = true;
+    // Silent or evicted: after its `left` only its entry is left to free.
+    p.state = p.state == PeerState::left ? PeerState::retired : PeerState::expired;
     p.give_up = true;
     lose_all_missing(p);
     p.nak_deadline = kNever;

@@ -162,12 +162,12 @@ void Receiver::on_packet(const pgm::Packet& pkt,
     }
     Peer* p =
         pkt.type == PacketType::ncf ? find(pkt.gsi, sport) : find_or_add(pkt.gsi, sport, now_ns);
-    if (p == nullptr || p->expired || p->left_reported) {
+    if (p == nullptr || !p->takes_packets()) {
         // Refused, being drained (a new session after expiry starts fresh), or gone: nothing
         // follows a source's `left`.
         return;
     }
-    if (pkt.type != PacketType::spm && p->pinned && sender_key(from) != p->sender) {
+    if (pkt.type != PacketType::spm && p->sender && sender_key(from) != *p->sender) {
         ++counters_.refused;  // data or NCF from another host than the source's SPMs
         return;
     }
@@ -176,7 +176,7 @@ void Receiver::on_packet(const pgm::Packet& pkt,
         case PacketType::odata:
         case PacketType::rdata:
             p->last_heard_ns = now_ns;
-            if (!p->has_nla) {
+            if (!p->nla) {
                 p->from = from;
             }
             on_data(*p, pkt, now_ns, rx_ns != 0 ? rx_ns : now_ns);
@@ -190,11 +190,11 @@ void Receiver::on_packet(const pgm::Packet& pkt,
     (void)sink;
 }
 
-void Receiver::start(Peer& p, Sqn first, Sqn trail, bool has_trail) const noexcept {
+void Receiver::start(Peer& p, Sqn first, std::optional<Sqn> trail) const noexcept {
     Sqn begin = first;
-    if (cfg_.join == JoinPolicy::from_trail && has_trail && precedes(trail, first)) {
+    if (cfg_.join == JoinPolicy::from_trail && trail && precedes(*trail, first)) {
         // Recover back to the source's trail, but never more than max_recover_sqns.
-        const auto back = static_cast<std::uint32_t>(distance(trail, first));
+        const auto back = static_cast<std::uint32_t>(distance(*trail, first));
         begin = first - std::min(back, cfg_.max_recover_sqns);
     }
     p.started = true;
@@ -211,13 +211,13 @@ void Receiver::start(Peer& p, Sqn first, Sqn trail, bool has_trail) const noexce
 // The source's trail (SPM, ODATA, RDATA) is the oldest sqn it can still repair: anything
 // missing before it is unrecoverable (RFC 3208 §6.3 "cancellation").
 void Receiver::apply_trail(Peer& p, std::int64_t now_ns) noexcept {
-    if (!p.started || !p.has_trail || !precedes(p.next, p.trail)) {
+    if (!p.started || !p.trail || !precedes(p.next, *p.trail)) {
         p.trail_done = p.next;  // keeps the cursor within the window
         return;
     }
     (void)now_ns;
     // Data the source no longer holds and that we never heard of is lost too.
-    Sqn last_gone = p.trail - 1;
+    Sqn last_gone = *p.trail - 1;
     const Sqn window_end = p.next + (capacity_ - 1);
     if (precedes(window_end, last_gone)) {
         last_gone = window_end;
@@ -245,10 +245,9 @@ void Receiver::apply_trail(Peer& p, std::int64_t now_ns) noexcept {
 
 // The source's trail only moves forward (serial order); an older value is ignored.
 void Receiver::note_trail(Peer& p, Sqn trail) noexcept {
-    if (!p.has_trail || precedes(p.trail, trail)) {
+    if (!p.trail || precedes(*p.trail, trail)) {
         p.trail = trail;
     }
-    p.has_trail = true;
 }
 
 // An SPM far ahead (is_far) or from another sender than the pinned one is applied only when
@@ -259,8 +258,8 @@ bool Receiver::spm_confirmed(Peer& p,
                              const pgm::Packet& pkt,
                              const Endpoint& who,
                              std::int64_t now_ns) noexcept {
-    const bool other = p.pinned && (who != p.sender || pkt.nla != p.nla);
-    const bool far = p.has_spm && is_far(p, pkt);
+    const bool other = p.sender && (who != *p.sender || pkt.nla != p.nla);
+    const bool far = p.spm_sqn && is_far(p, pkt);
     if (!other && !far) {
         p.cand.count = 0;
         return true;
@@ -293,8 +292,8 @@ bool Receiver::spm_confirmed(Peer& p,
 // Further than one packet may move a source: the SPM sequence by more than kMaxSpmJump, the
 // trail past the end of our window, or the lead more than a window past ours.
 bool Receiver::is_far(const Peer& p, const pgm::Packet& pkt) const noexcept {
-    if (precedes(p.spm_sqn, pkt.sqn)
-        && distance(p.spm_sqn, pkt.sqn) > static_cast<std::int32_t>(kMaxSpmJump)) {
+    if (precedes(*p.spm_sqn, pkt.sqn)
+        && distance(*p.spm_sqn, pkt.sqn) > static_cast<std::int32_t>(kMaxSpmJump)) {
         return true;
     }
     if (!p.started) {
@@ -332,7 +331,7 @@ void Receiver::resync(Peer& p, Sqn begin) noexcept {
     p.lead = begin - 1;
     p.dropped_lead = begin - 1;
     p.trail_done = begin;
-    p.scan_valid = false;
+    p.scan.reset();
     p.nak_deadline = kNever;
 }
 
@@ -356,9 +355,9 @@ void Receiver::on_spm(Peer& p,
                       std::int64_t now_ns) noexcept {
     ++counters_.spm_received;
     const Endpoint who = sender_key(from);
-    const bool same = !p.pinned || (who == p.sender && pkt.nla == p.nla);
+    const bool same = !p.sender || (who == *p.sender && pkt.nla == p.nla);
     // §6.2: SPMs are sequenced; only a newer one (within half the number space) counts.
-    if (same && p.has_spm && !precedes(p.spm_sqn, pkt.sqn)) {
+    if (same && p.spm_sqn && !precedes(*p.spm_sqn, pkt.sqn)) {
         return;
     }
     if (precedes(pkt.lead + 1, pkt.trail) || !spm_confirmed(p, pkt, who, now_ns)) {
@@ -369,13 +368,10 @@ void Receiver::on_spm(Peer& p,
         resync(p, pkt.trail);  // confirmed: the source's window has left ours behind
     }
     p.last_heard_ns = now_ns;
-    p.pinned = true;
     p.sender = who;
     p.pinned_spm_ns = now_ns;
     p.from = from;
-    p.has_spm = true;
     p.spm_sqn = pkt.sqn;
-    p.has_nla = true;
     p.nla = pkt.nla;
     // OPT_PARITY_PRM: what FEC the source offers (shown per source; prizma uses none).
     p.counters.fec_group_size = pkt.opts.has_parity_prm ? pkt.opts.parity_group_size : 0;
@@ -395,9 +391,9 @@ void Receiver::on_spm(Peer& p,
             return;
         }
         if (!p.started) {
-            start(p, pkt.lead + 1, pkt.trail, false);
+            start(p, pkt.lead + 1, std::nullopt);
         }
-        p.finished = true;
+        p.state = PeerState::finishing;
         lose_tail(p, pkt.lead, now_ns);  // what it sent and we never saw is lost too
         lose_all_missing(p);
         p.give_up = true;
@@ -405,7 +401,7 @@ void Receiver::on_spm(Peer& p,
     }
     if (!p.started) {
         // Empty window: lead = trail - 1. first_packet starts after the current lead.
-        start(p, pkt.lead + 1, pkt.trail, true);
+        start(p, pkt.lead + 1, pkt.trail);
     }
     unpark(p, now_ns);
     note_trail(p, pkt.trail);
@@ -414,7 +410,7 @@ void Receiver::on_spm(Peer& p,
     mark_missing(p, pkt.lead, now_ns);
     if (pkt.opts.fin) {
         // What is missing gets a few more rounds while the source lingers, then is lost.
-        p.finished = true;
+        p.state = PeerState::finishing;
         p.fin_lead = pkt.lead;
         p.fin_deadline = std::min(p.fin_deadline, now_ns + fin_limit_ns_);
     }
@@ -458,8 +454,8 @@ bool Receiver::admit_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) 
             && distance(pkt.opts.fragment.first_sqn, s) < static_cast<std::int32_t>(capacity_)) {
             first = pkt.opts.fragment.first_sqn;  // start at the APDU's head, NAK the rest
         }
-        start(p, first, pkt.trail, true);
-        if (p.spmr_deadline == kNever && !p.has_nla && p.spmrs < kMaxSpmrs) {
+        start(p, first, pkt.trail);
+        if (p.spmr_deadline == kNever && !p.nla && p.spmrs < kMaxSpmrs) {
             // §13: data before any SPM: ask for one after SPMR_EXPIRY unless another asks.
             p.spmr_deadline = now_ns + cfg_.timers.spmr_expiry_ns;
         }
@@ -484,8 +480,8 @@ bool Receiver::admit_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) 
         return false;
     }
     note_trail(p, pkt.trail);
-    if (p.finished && p.rst_spms < 2 && precedes(p.fin_lead, s)) {
-        p.finished = false;  // data after the FIN: that FIN was not the source's
+    if (p.state == PeerState::finishing && p.rst_spms < 2 && precedes(p.fin_lead, s)) {
+        p.state = PeerState::live;  // data after the FIN: that FIN was not the source's
         p.fin_deadline = kNever;
     }
     return true;
@@ -566,15 +562,15 @@ void Receiver::on_timer(std::int64_t now_ns, PacketSink& sink) noexcept {
             p.forget_pending = false;
             sink.forget(p.from);  // evicted: e.g. the verbs address handle of its source
         }
-        if (!p.expired && now_ns - p.last_heard_ns >= cfg_.timers.peer_expiry_ns) {
+        if (!p.expired() && now_ns - p.last_heard_ns >= cfg_.timers.peer_expiry_ns) {
             expire(p);
             sink.forget(p.from);  // e.g. the verbs address handle of its source
             continue;
         }
-        if (p.expired) {
+        if (p.expired()) {
             continue;
         }
-        if (p.finished && now_ns >= p.fin_deadline) {
+        if (p.finished() && now_ns >= p.fin_deadline) {
             p.give_up = true;  // an APDU still waiting for fragments is lost now
         }
         spmr_timer(p, now_ns, sink);
@@ -615,7 +611,8 @@ void Receiver::spmr_timer(Peer& p, std::int64_t now_ns, PacketSink& sink) noexce
     ++p.spmrs;
     // Without an SPM yet: again at doubling intervals. A known source asked for its lead
     // (ask_lead): once; the next far packet asks again.
-    p.spmr_deadline = p.has_spm ? kNever : now_ns + (cfg_.timers.spmr_expiry_ns << p.spmrs);
+    p.spmr_deadline =
+        p.spm_sqn.has_value() ? kNever : now_ns + (cfg_.timers.spmr_expiry_ns << p.spmrs);
 }
 
 // SPMR (§13): header only, multicast (so other receivers suppress theirs) and unicast to the
@@ -665,7 +662,7 @@ void Receiver::send_status(Peer& p, bool leaving, PacketSink& sink) noexcept {
 void Receiver::leave(PacketSink& sink) noexcept {
     for (Peer* pp : live_) {
         Peer& p = *pp;
-        if (p.status_due != kNever && !p.expired) {
+        if (p.status_due != kNever && !p.expired()) {
             send_status(p, true, sink);
             p.status_due = kNever;
         }
@@ -676,10 +673,10 @@ std::int64_t Receiver::next_deadline() const noexcept {
     std::int64_t d = kNever;
     for (const Peer* pp : live_) {
         const Peer& p = *pp;
-        if (!p.expired) {
+        if (!p.expired()) {
             d = std::min({d, p.nak_deadline, p.spmr_deadline, p.status_due,
                           p.last_heard_ns + cfg_.timers.peer_expiry_ns});
-            if (p.finished && !p.give_up) {
+            if (p.finished() && !p.give_up) {
                 d = std::min(d, p.fin_deadline);
             }
         }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -198,7 +199,7 @@ private:
                 std::int64_t now_ns) noexcept;
     void on_ncf(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
     void on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
-    void start(Peer& p, Sqn first, Sqn trail, bool has_trail) const noexcept;
+    void start(Peer& p, Sqn first, std::optional<Sqn> trail) const noexcept;
     void mark_missing(Peer& p, Sqn last, std::int64_t now_ns) noexcept;
     static void note_trail(Peer& p, Sqn trail) noexcept;
     enum class Assembly : std::uint8_t { delivered, waiting, broken };

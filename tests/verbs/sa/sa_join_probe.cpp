@@ -7,9 +7,14 @@
 //   sa_join_probe CA PORT IPV4_GROUP
 //
 // The MGID is the one a verbs:// channel of that group uses on InfiniBand (prizma's signature,
-// ff12:5047:ffff::..., policy::ib_mgid_v4). Prints "joined mgid MGID mlid 0x...", with the MGID
-// as inet_ntop writes it, then waits for end of input, leaves and prints "left".
-// Exits 1 (saying why) when the join fails.
+// ff12:5047:ffff::..., policy::ib_mgid_v4). Prints "joined mgid MGID mlid 0x... qkey 0x...
+// gid GID", with GIDs as inet_ntop writes them, then reads commands, one per line:
+//   rejoin       joins again, as after a client reregister: "rejoined mlid 0x..." or
+//                "rejoin failed: WHY"
+//   path GID     the SA's PathRecord to GID: "path dlid 0x... sl N mtu N" or "path failed: WHY"
+// and at end of input leaves and prints "left". Exits 1 (saying why) when the join fails.
+//
+//   sa_join_probe CA PORT path GID     only the PathRecord query, printed as above
 #include <arpa/inet.h>
 #include <infiniband/umad.h>
 
@@ -27,7 +32,7 @@ namespace sa = prizma::verbs::sa;
 
 int main(int argc, char** argv) {
     if (argc != 4 && argc != 5) {
-        std::fprintf(stderr, "usage: sa_join_probe CA PORT IPV4_GROUP [QKEY]\n");
+        std::fprintf(stderr, "usage: sa_join_probe CA PORT IPV4_GROUP [QKEY] | CA PORT path GID\n");
         return 2;
     }
     const std::string ca = argv[1];
@@ -42,15 +47,30 @@ int main(int argc, char** argv) {
         return 1;
     }
     sa::McMemberRecord want;
+    std::memcpy(want.port_gid.data(), &p.gid_prefix, 8);  // both in network order
+    std::memcpy(want.port_gid.data() + 8, &p.port_guid, 8);
+    umad_release_port(&p);
+    if (std::strcmp(argv[3], "path") == 0 && argc == 5) {
+        std::array<std::uint8_t, 16> dgid{};
+        if (inet_pton(AF_INET6, argv[4], dgid.data()) != 1) {
+            std::fprintf(stderr, "sa_join_probe: %s is no GID\n", argv[4]);
+            return 2;
+        }
+        auto pr = prizma::verbs::query_path(ca, port, want.port_gid, dgid, 0xffff);
+        if (!pr) {
+            std::printf("path failed: %s\n", pr.error().message().c_str());
+            return 1;
+        }
+        std::printf("path dlid 0x%04x sl %u mtu %u\n", pr->dlid, unsigned{pr->sl},
+                    unsigned{pr->mtu});
+        return 0;
+    }
     std::array<std::uint8_t, 4> group{};
     if (inet_pton(AF_INET, argv[3], group.data()) != 1) {
         std::fprintf(stderr, "sa_join_probe: %s is no IPv4 group\n", argv[3]);
         return 2;
     }
     want.mgid = prizma::verbs::policy::ib_mgid_v4(group.data(), 0xffff);
-    std::memcpy(want.port_gid.data(), &p.gid_prefix, 8);  // both in network order
-    std::memcpy(want.port_gid.data() + 8, &p.port_guid, 8);
-    umad_release_port(&p);
     want.qkey =
         argc > 4 ? static_cast<std::uint32_t>(std::strtoul(argv[4], nullptr, 0)) : 0x80010000U;
     want.pkey = 0xffff;
@@ -67,10 +87,30 @@ int main(int argc, char** argv) {
     char text[INET6_ADDRSTRLEN] = {};
     (void)inet_ntop(AF_INET6, r.mgid.data(), text, sizeof text);
     std::printf("joined mgid %s", text);
-    std::printf(" mlid 0x%04x qkey 0x%08x\n", r.mlid, r.qkey);
+    (void)inet_ntop(AF_INET6, want.port_gid.data(), text, sizeof text);
+    std::printf(" mlid 0x%04x qkey 0x%08x gid %s\n", r.mlid, r.qkey, text);
     std::fflush(stdout);
     std::string line;
     while (std::getline(std::cin, line)) {
+        if (line == "rejoin") {
+            if (auto j = (*m)->rejoin(); j) {
+                std::printf("rejoined mlid 0x%04x\n", (*m)->record().mlid);
+            } else {
+                std::printf("rejoin failed: %s\n", j.error().message().c_str());
+            }
+        } else if (line.rfind("path ", 0) == 0) {
+            std::array<std::uint8_t, 16> dgid{};
+            if (inet_pton(AF_INET6, line.c_str() + 5, dgid.data()) != 1) {
+                std::printf("path failed: %s is no GID\n", line.c_str() + 5);
+            } else if (auto pr = prizma::verbs::query_path(ca, port, want.port_gid, dgid, 0xffff);
+                       pr) {
+                std::printf("path dlid 0x%04x sl %u mtu %u\n", pr->dlid, unsigned{pr->sl},
+                            unsigned{pr->mtu});
+            } else {
+                std::printf("path failed: %s\n", pr.error().message().c_str());
+            }
+        }
+        std::fflush(stdout);
     }
     m->reset();
     std::printf("left\n");

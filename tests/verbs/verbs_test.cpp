@@ -761,6 +761,29 @@ TEST_CASE("verbs async events: port down and up are counted, off the data path",
     CHECK(t->take_events(ev) == 0);
 }
 
+// Item 6 of docs/RDMA.md §7: a GID change (here an address added to the subscriber's netdev;
+// on a fabric a new MAC or VLAN address) drops the cached NAK handles of the device, and the
+// source's next datagram brings a fresh one (not the cached one: a new generation, §1.1).
+TEST_CASE("verbs: a GID change drops the cached NAK handles, a fresh one follows",
+          "[.portevents]") {
+    const std::string far = dev2().empty() ? dev1() : dev2();
+    Node sub = make_node(cfg(far, "239.192.0.64", true), false, 91);
+    Node pub = make_node(cfg(dev1(), "239.192.0.64", false), true, 10);
+    REQUIRE(run(pub, {&sub}, 50, 100, 30));
+    REQUIRE(eventually({&pub, &sub}, 20, [&] { return sub.t->counters().ah_cache_size == 1; }));
+    CHECK(sub.t->counters().ah_created == 1);
+    const std::string netdev = sub.t->info().netdev;
+    REQUIRE_FALSE(netdev.empty());
+    REQUIRE(std::system(("ip addr add 203.0.113.77/32 dev " + netdev).c_str()) == 0);
+    CHECK(eventually({&pub, &sub}, 20, [&] { return sub.t->counters().gid_change >= 1; }));
+    CHECK(eventually({&pub, &sub}, 20, [&] { return sub.t->counters().ah_flushed >= 1; }));
+    REQUIRE(publish(pub, {&sub}, 50, 100, 100, 30));
+    CHECK(eventually({&pub, &sub}, 20, [&] { return sub.t->counters().ah_created == 2; }));
+    CHECK(sub.t->counters().ah_shared == 0);  // not the handle from before the event
+    (void)std::system(("ip addr del 203.0.113.77/32 dev " + netdev).c_str());
+    check_all(sub, 100, 100);
+}
+
 // Run on its own as a non-root user with a small RLIMIT_MEMLOCK (guest-tests.sh).
 TEST_CASE("verbs non-root: a memlock limit gives an error saying what to change, pinned_max fits",
           "[.memlock]") {

@@ -223,7 +223,7 @@ result "MTU 4096: $(ibv_devinfo -d "$RXE_DEV" | grep -o 'active_mtu:.*' | xargs)
 s=$(date +%s)
 "$T" "[.portevents]" -d yes >"$OUT/portevents.log" 2>&1
 rc=$?
-result "async events: ip link down/up -> port_err, port_active, port_down counters [$(($(date +%s) - s))s]" $rc "$OUT/portevents.log"
+result "async events: ip link down/up -> port_err, port_active, port_down on two channels; an address added -> GID change, NAK handles flushed and made again [$(($(date +%s) - s))s]" $rc "$OUT/portevents.log"
 
 echo "guest-tests: $pass passed, $fail failed"
 [ $fail = 0 ]

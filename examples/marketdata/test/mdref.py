@@ -129,6 +129,27 @@ def port_free(port):
             return False
 
 
+def drop_messages(src, dst, drop):
+    """Copies a recording without the tick messages for which drop(index, ticks) is true
+    (index: the tick message's place among the tick messages): a feed with real holes in its
+    channel sequence, as after an unrecoverable loss."""
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        out.write(f.read(8))
+        index = 0
+        while True:
+            n = f.read(4)
+            if not n:
+                break
+            msg = f.read(struct.unpack("<I", n)[0])
+            _, kind, count, _, _ = struct.unpack_from("<IHHQq", msg, 0)
+            if kind == 1:
+                ticks = [struct.unpack_from("<QIIIIiIq", msg, 24 + 40 * i) for i in range(count)]
+                index += 1
+                if drop(index - 1, ticks):
+                    continue
+            out.write(n + msg)
+
+
 def group_uri(index):
     """A loopback-pinned multicast channel of its own per test (239.192.122.x)."""
     return "udp://239.192.122.%d:%d?iface=127.0.0.1" % (index, 24720 + index)

@@ -4,7 +4,9 @@
 python3-selenium): the K-line chart renders the day's bars with their volumes in a 1000x640
 window, asks for no more than --max-bars, uses A-share colours, shows the OHLC/volume legend
 under the mouse and the feed's state, changes with bars pushed over the WebSocket, reconnects
-after a gateway restart, and logs no console error; screenshots in $MD_WEB_ARTEFACTS.
+after a gateway restart, draws grey (and names in the legend) exactly the bars the gateway
+flagged after real holes in the feed, and logs no console error; screenshots in
+$MD_WEB_ARTEFACTS.
   web_test.py BIN_DIR WEB_DIR   (WEB_DIR: scripts/fetch-web-assets.sh's output)"""
 import json
 import os
@@ -62,6 +64,76 @@ def console_errors(driver, allowed=()):
             if e["level"] == "SEVERE" and not any(a in e["message"] for a in allowed)]
 
 
+def feed_with_holes(gw, work):
+    """The next day with real holes: every other tick message between 10:00 and 10:45 never
+    reaches the gateway (an unrecoverable loss), so the channel sequence jumps there. Returns
+    md_feed_gaps_total before it; waits until the gateway has applied what was published."""
+    gaps_before = gw.metric("md_feed_gaps_total")
+    rec, holed = os.path.join(work, "day3.rec"), os.path.join(work, "day3-holed.rec")
+    mdref.run_feed(FEED, "mem://md:1", "--symbols", "40", "--day-ticks", "30000", "--seed",
+                   "13", "--date", "20230822", "--rate", "0", "--record", rec)
+    mdref.drop_messages(rec, holed, lambda i, ticks: i % 2 == 1 and all(
+        10 * 3600000 <= t[4] < 10 * 3600000 + 45 * 60000 for t in ticks))
+    ticks = gw.health()["ticks"]
+    gw.wait_ticks(ticks + mdref.run_feed(FEED, URI, "--replay", holed, "--rate", "30000"))
+    return gaps_before
+
+
+GREY = """
+let n = 0;
+for (const c of document.querySelectorAll('#chart canvas')) {
+  if (!c.width || !c.height) continue;
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  for (let i = 0; i < d.length; i += 4) {
+    if (d[i] === 0x9e && d[i + 1] === 0x9e && d[i + 2] === 0x9e && d[i + 3] === 255) n++;
+  }
+}
+return n;
+"""
+
+
+def check_real_gaps(driver, gw, gaps_before, grey_before, artefacts):
+    """The gateway marked the holes of the feed; the reloaded page draws exactly those bars
+    grey and says so under the mouse."""
+    deadline = time.time() + 10
+    while gw.metric("md_feed_gaps_total") <= gaps_before:
+        assert time.time() < deadline, "the holes in the feed marked no gap"
+        time.sleep(0.1)
+    bars = json.loads(mdref.get(gw.port, "/v2/bars?codes=600000.SH&period=1m&last=300")[2])
+    bars = bars["600000.SH"]
+    flagged = [b["time"] for b in bars if b.get("gap")]
+    # Only bars around the holes (10:00 to 10:45 of 2023-08-22, give or take the bar that held
+    # the last tick before the first hole and the one after the last) carry the flag.
+    assert len(flagged) >= 10, flagged
+    assert all(202308220959 <= t <= 202308221047 for t in flagged), flagged
+    driver.refresh()  # the page's first load: the bars as the gateway now serves them
+    wait_for(driver, "return window.md && md.points === %d && md.series.data().length === %d"
+             % (len(bars), len(bars)), "the reloaded bars")
+    time.sleep(0.5)  # a frame to draw them
+    drawn = driver.execute_script(
+        "return md.series.data().filter((p) => p.color === GAP).map((p) => md.bars.get(p.time)"
+        ".time);")
+    assert drawn == flagged, (drawn, flagged)
+    grey = driver.execute_script(GREY)
+    driver.save_screenshot(os.path.join(artefacts, "gaps.png"))
+    # Grey ink: more than the chart had before any gap, a few pixels for each flagged bar.
+    assert grey >= grey_before + 5 * len(flagged), (grey, grey_before, len(flagged))
+    # Under the mouse, a gap bar's legend says that ticks may be missing.
+    middle = flagged[len(flagged) // 2]
+    x, width = driver.execute_script(
+        "return [chart.timeScale().timeToCoordinate(toTime(%d)),"
+        " document.getElementById('chart').clientWidth];" % middle)
+    ActionChains(driver).move_to_element_with_offset(
+        driver.find_element(By.ID, "chart"), int(x - width / 2), -40).perform()
+    text = wait_for(driver, "const t = document.getElementById('legend').textContent;"
+                    "return t.includes('gap') && t;", "a gap bar's legend")
+    assert "ticks may be missing" in text, text
+    driver.save_screenshot(os.path.join(artefacts, "gap-legend.png"))
+    print("web: %d bars of 600000.SH 1m flagged from the feed's holes (%d..%d), drawn grey "
+          "(%d grey pixels, %d before any gap); legend: %s" % (
+              len(flagged), flagged[0], flagged[-1], grey, grey_before, text))
+
+
 def main():
     work = tempfile.mkdtemp(prefix="md-web-")
     artefacts = os.environ.get("MD_WEB_ARTEFACTS", os.path.join(work, "artefacts"))
@@ -93,6 +165,7 @@ def main():
                                  % PIXELS, "a drawn chart")
         # A-share colours by default; gap-flagged bars drawn grey; the chart (and its time
         # axis) inside a 1000x640 window.
+        grey_before = driver.execute_script(GREY)  # no gap yet: the chart's own grey ink
         assert driver.execute_script("return md.series.options().upColor") == "#e53935"
         assert driver.execute_script("return md.series.options().downColor") == "#26a69a"
         assert driver.execute_script(
@@ -129,8 +202,7 @@ def main():
                            extra=extra, port=port)
         wait_for(driver, "return md.connects >= 2 && md.state !== 'reconnecting'",
                  "a reconnection", 40)
-        mdref.run_feed(FEED, URI, "--symbols", "40", "--day-ticks", "10000", "--seed", "13",
-                       "--date", "20230822", "--rate", "30000")
+        gaps_before = feed_with_holes(gw, work)
         wait_for(driver, "return md.points > %d" % points, "updates after the restart")
         driver.save_screenshot(os.path.join(artefacts, "after-restart.png"))
         errors = console_errors(driver, allowed=("WebSocket connection",))
@@ -143,6 +215,9 @@ def main():
                   driver.execute_script("return md.points"), last_before,
                   driver.execute_script("return document.getElementById('last').textContent"),
                   artefacts))
+        check_real_gaps(driver, gw, gaps_before, grey_before, artefacts)
+        errors = console_errors(driver)
+        assert not errors, errors
     finally:
         if driver:
             driver.quit()

@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -1161,11 +1164,47 @@ std::optional<tcp::endpoint> parse_endpoint(const std::string& addr_port, std::s
 
 }  // namespace
 
+namespace {
+
+/// Claims ADDR:PORT among md-gateways for the life of this process: binds the abstract
+/// Unix-socket name "md-gateway/tcp/ADDR:PORT" (of this network namespace, as the port is).
+/// Binding is atomic, so of two gateways started at the same moment exactly one gets it, which
+/// the listen probe alone cannot promise (both may probe before either listens); the kernel
+/// drops the name when the process ends, however it ends. false when another process holds it.
+bool claim_among_gateways(const tcp::endpoint& ep, std::string& error) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        error = std::string("socket(AF_UNIX): ") + std::strerror(errno);
+        return false;
+    }
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    const std::string name =
+        "md-gateway/tcp/" + ep.address().to_string() + ":" + std::to_string(ep.port());
+    const std::size_t n = std::min(name.size(), sizeof sa.sun_path - 1);
+    std::memcpy(sa.sun_path + 1, name.data(), n);  // sun_path[0] == 0: the abstract namespace
+    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&sa), len) != 0) {
+        const int err = errno;
+        ::close(fd);
+        error = err == EADDRINUSE
+                    ? std::string("the address is in use (another md-gateway holds it)")
+                    : std::string("bind(@") + name + "): " + std::strerror(err);
+        return false;
+    }
+    return true;  // fd stays open (and bound) until the process ends
+}
+
+}  // namespace
+
 std::string check_address_free(const std::string& addr_port) {
     std::string error;
     const auto ep = parse_endpoint(addr_port, error);
     if (!ep) {
         return error;
+    }
+    if (ep->port() != 0 && !claim_among_gateways(*ep, error)) {
+        return "cannot listen on " + addr_port + ": " + error + "; refusing to share it";
     }
     // Bound without SO_REUSEPORT: refused (EADDRINUSE) when any socket listens on the address,
     // including another md-gateway's SO_REUSEPORT group, which would otherwise take this one

@@ -57,7 +57,7 @@ FEED_ARGS = FEED_ONE + ["--days", "2"]
 GROUPS = {"reference": 1, "restart": 2, "gap": 3, "http": 4, "push": 5, "web": 6, "redis": 7,
           "redis_cluster": 8, "ab": 10, "recorder": 12, "address": 13, "limits": 14,
           "redis_auth": 15, "liveness": 16,
-          "consistency": 17, "compat": 18}
+          "consistency": 17, "compat": 18, "address_race": 19}
 URI = mdref.group_uri(GROUPS[CASE])
 RANGE = "&start=202308180000&end=202308222359"
 
@@ -629,6 +629,47 @@ def case_address():
         gw.stop()
     again = mdref.Gateway(GATEWAY, URI, port=gw.port)
     again.stop()
+
+
+def case_address_race(rounds=5):
+    """Item 1 of issue 35, at the same moment: two md-gateways started together on one free
+    address (both may probe before either listens). Exactly one serves, every connection
+    reaches it; the other exits 1 with the address-in-use error. Repeated `rounds` times."""
+    for r in range(rounds):
+        port = mdref.free_port()
+        args = [GATEWAY, URI, "--http", "127.0.0.1:%d" % port, "--threads", "2"]
+        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        try:
+            deadline = time.time() + 30
+            while sum(p.poll() is not None for p in procs) == 0:
+                assert time.time() < deadline, "round %d: both gateways still run" % r
+                time.sleep(0.05)
+            lost = [p for p in procs if p.poll() is not None]
+            assert len(lost) == 1, "round %d: both exited" % r
+            err = lost[0].stderr.read()
+            assert lost[0].returncode == 1, (r, lost[0].returncode, err)
+            assert "in use" in err and "127.0.0.1:%d" % port in err, err
+            won = [p for p in procs if p is not lost[0]][0]
+            pids = set()
+            while not pids:
+                try:
+                    pids.add(json.loads(mdref.get(port, "/healthz", timeout=2)[2])["pid"])
+                except OSError:
+                    assert won.poll() is None, won.stderr.read()
+                    assert time.time() < deadline, "round %d: the winner never answered" % r
+                time.sleep(0.02)
+            for _ in range(40):
+                pids.add(json.loads(mdref.get(port, "/healthz")[2])["pid"])
+            assert pids == {won.pid}, (r, pids, won.pid)
+            assert won.poll() is None
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(20)
+        assert won.returncode == 0, won.stderr.read()[-2000:]
+    print("address_race: %d rounds, one gateway served each time, the other refused" % rounds)
 
 
 def proc_rss_kib(pid):
@@ -1502,7 +1543,7 @@ def main():
          "recorder": case_recorder, "address": case_address,
          "limits": case_limits, "redis_auth": case_redis_auth,
          "liveness": case_liveness, "consistency": case_consistency,
-         "compat": case_compat}[CASE]()
+         "compat": case_compat, "address_race": case_address_race}[CASE]()
         print("marketdata %s: ok" % CASE)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)

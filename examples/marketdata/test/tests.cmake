@@ -23,7 +23,7 @@ set_tests_properties(marketdata.public_headers_only PROPERTIES LABELS marketdata
 # Real processes on loopback multicast (label integration too): each case has its own group
 # (239.192.122.x), free ports and its own Redis, so they share nothing and run in parallel;
 # only the http case runs alone (RUN_SERIAL): it holds 10,000 sockets.
-set(md_cases reference restart gap http push redis redis_cluster ab recorder address limits redis_auth liveness consistency compat)
+set(md_cases reference restart gap http push redis redis_cluster ab recorder address address_race limits redis_auth liveness consistency compat)
 foreach(case ${md_cases})
     add_test(NAME marketdata.${case}
              COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/md_test.py ${case}

@@ -21,6 +21,7 @@
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/runtime/parse.hpp"
+#include "lib/runtime/uri_keys.hpp"
 #include "transports/udp/gro_policy.hpp"
 
 #ifndef UDP_SEGMENT
@@ -237,75 +238,60 @@ Error setup_error(std::string msg, std::error_code ec) {
     return {ec, std::move(msg)};
 }
 
-enum class KeyResult : std::uint8_t { ok, unknown, bad };
-
-bool parse_flag(std::string_view v, bool& out) noexcept {
-    if (v == "1" || v == "true") {
-        out = true;
-        return true;
-    }
-    if (v == "0" || v == "false") {
-        out = false;
-        return true;
-    }
-    return false;
+bool set_iface(UdpConfig& cfg, std::string_view v) {
+    Addr a;
+    cfg.iface = std::string(v);
+    return make_addr(cfg.iface, 0, a);
 }
 
-template <typename T>
-bool parse_number(std::string_view v, std::uint64_t max, T& out) noexcept {
-    const auto n = runtime::parse_uint(v, max);
-    if (n) {
-        out = static_cast<T>(*n);
-    }
-    return n.has_value();
-}
-
-/// One query key of a udp:// URI into `cfg`.
-KeyResult set_key(UdpConfig& cfg, const std::string& k, const std::string& v) {
+bool set_sources(UdpConfig& cfg, std::string_view v) {
+    cfg.sources.clear();
     bool ok = true;
-    if (k == "iface") {
+    std::string_view rest = v;
+    while (ok && !rest.empty()) {
+        const auto comma = rest.find(',');
+        const std::string one(rest.substr(0, comma));
         Addr a;
-        ok = make_addr(v, 0, a);
-        cfg.iface = v;
-    } else if (k == "ttl") {
-        ok = parse_number(v, 255, cfg.ttl);
-    } else if (k == "tos") {
-        ok = parse_number(v, 255, cfg.tos);
-    } else if (k == "rcvbuf") {
-        ok = parse_number(v, 1U << 30, cfg.rcvbuf);
-    } else if (k == "sndbuf") {
-        ok = parse_number(v, 1U << 30, cfg.sndbuf);
-    } else if (k == "busy_poll") {
-        ok = parse_number(v, 1000000, cfg.busy_poll_us);
-    } else if (k == "dport") {
-        ok = parse_number(v, 65535, cfg.dport) && cfg.dport != 0;
-    } else if (k == "loop") {
-        ok = parse_flag(v, cfg.loop);
-    } else if (k == "gso") {
-        ok = parse_flag(v, cfg.gso);
-    } else if (k == "sources") {
-        cfg.sources.clear();
-        std::string_view rest = v;
-        while (ok && !rest.empty()) {
-            const auto comma = rest.find(',');
-            const std::string one(rest.substr(0, comma));
-            Addr a;
-            ok = make_addr(one, 0, a);
-            cfg.sources.push_back(one);
-            rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-        }
-        ok = ok && !cfg.sources.empty();
-    } else if (k == "gro") {
-        bool on = false;
-        ok = v == "auto" || parse_flag(v, on);
-        cfg.gro = v == "auto" ? GroMode::adaptive : on ? GroMode::on : GroMode::off;
-    } else {
-        return KeyResult::unknown;
+        ok = make_addr(one, 0, a);
+        cfg.sources.push_back(one);
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
     }
-    return ok ? KeyResult::ok : KeyResult::bad;
+    return ok && !cfg.sources.empty();
 }
+
+bool set_gro(UdpConfig& cfg, std::string_view v) {
+    if (v == "auto") {
+        cfg.gro = GroMode::adaptive;
+        return true;
+    }
+    const auto on = runtime::parse_flag(v);
+    if (on) {
+        cfg.gro = *on ? GroMode::on : GroMode::off;
+    }
+    return on.has_value();
+}
+
+/// The query keys of a udp:// URI (docs/URI.md).
+constexpr runtime::UriKey<UdpConfig> kKeys[] = {
+    {"iface", "the interface's IP address", &set_iface},
+    {"dport", "1-65535", &runtime::set_uint<&UdpConfig::dport, 1, 65535>},
+    {"ttl", "0-255", &runtime::set_uint<&UdpConfig::ttl, 0, 255>},
+    {"tos", "0-255", &runtime::set_uint<&UdpConfig::tos, 0, 255>},
+    {"loop", "0 or 1", &runtime::set_flag<&UdpConfig::loop>},
+    {"rcvbuf", "bytes, 0-2^30", &runtime::set_uint<&UdpConfig::rcvbuf, 0, 1U << 30U>},
+    {"sndbuf", "bytes, 0-2^30", &runtime::set_uint<&UdpConfig::sndbuf, 0, 1U << 30U>},
+    {"gso", "0 or 1", &runtime::set_flag<&UdpConfig::gso>},
+    {"gro", "0, 1 or auto", &set_gro},
+    {"sources", "comma-separated IP literals of the group's family", &set_sources},
+    {"busy_poll", "microseconds, 0-1000000",
+     &runtime::set_uint<&UdpConfig::busy_poll_us, 0, 1000000>},
+};
 
 }  // namespace
+
+std::span<const runtime::UriKey<UdpConfig>> uri_keys() noexcept {
+    return kKeys;
+}
 
 Result<UdpConfig, Error> parse_uri(std::string_view uri) {
     auto parts = ChannelUri::parse(uri);
@@ -351,22 +337,8 @@ Result<UdpConfig, Error> config_from(const ChannelUri& uri) {
         return fail("bad port '" + std::string(port) + "' (1-65535)");
     }
     cfg.port = static_cast<std::uint16_t>(*port_value);
-    for (const auto& param : uri.params) {
-        const KeyResult r = set_key(cfg, param.key, param.value);
-        if (r == KeyResult::unknown) {
-            return fail("unknown key '" + param.key + "' in '" + uri.text
-                        + "' (udp keys: iface, dport, ttl, tos, loop, rcvbuf, sndbuf, gso, gro, "
-                          "busy_poll)");
-        }
-        if (r == KeyResult::bad) {
-            std::string msg = "bad value '" + param.value + "' for '";
-            msg += param.key;
-            msg += "' in '" + uri.text + "'";
-            if (param.key == "iface") {
-                msg += " (expected the interface's IP address)";
-            }
-            return fail(std::move(msg));
-        }
+    if (auto r = runtime::apply_keys<UdpConfig>(kKeys, cfg, uri, "udp"); !r) {
+        return r.error();
     }
     return cfg;
 }

@@ -14,6 +14,7 @@
 #include <prizma/transport.hpp>
 #include <prizma/transport_registry.hpp>
 
+#include "lib/runtime/uri_keys.hpp"
 #include "transports/udp/gro_policy.hpp"
 
 namespace prizma::udp {
@@ -76,6 +77,8 @@ struct UdpConfig {
 Result<UdpConfig, Error> parse_uri(std::string_view uri);
 /// The same, from a URI already split into its parts (the registry's factory uses this).
 Result<UdpConfig, Error> config_from(const ChannelUri& uri);
+/// The table of udp:// query keys those two read (docs/URI.md is held to it by a test).
+std::span<const runtime::UriKey<UdpConfig>> uri_keys() noexcept;
 
 struct UdpCounters {
     std::uint64_t rx_datagrams = 0;

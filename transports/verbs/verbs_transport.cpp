@@ -29,6 +29,7 @@
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
 #include "lib/runtime/parse.hpp"
+#include "lib/runtime/uri_keys.hpp"
 #include "transports/verbs/device_policy.hpp"
 #include "transports/verbs/device_share.hpp"
 #include "transports/verbs/ib_sa.hpp"
@@ -193,94 +194,34 @@ std::array<std::uint8_t, 16> source_gid_from_grh(const std::uint8_t* grh) noexce
 
 namespace {
 
-/// The query keys of a verbs:// URI: name, bounds (decimal or 0x hex), what the error says,
-/// and where the value goes.
-struct KeySpec {
-    std::string_view name;
-    std::uint64_t min;
-    std::uint64_t max;
-    std::string_view range;
-    void (*set)(VerbsConfig&, std::uint64_t) noexcept;
+/// The query keys of a verbs:// URI (docs/URI.md): decimal or 0x hexadecimal, within bounds.
+template <auto Field, std::uint64_t Min, std::uint64_t Max>
+constexpr auto kUint = &runtime::set_uint<Field, Min, Max, /*Hex=*/true>;
+
+constexpr runtime::UriKey<VerbsConfig> kKeys[] = {
+    {"gid_index", "0-65535", kUint<&VerbsConfig::gid_index, 0, 65535>},
+    {"qkey", "0-0x7fffffff; controlled Q_Keys need CAP_NET_RAW",
+     kUint<&VerbsConfig::qkey, 0, 0x7fffffff>},
+    {"qpn", "a unicast QP number, 2-0xfffffe", kUint<&VerbsConfig::dest_qpn, 2, 0xfffffe>},
+    {"rx_depth", "8-65536", kUint<&VerbsConfig::rx_depth, 8, 1U << 16U>},
+    {"tx_depth", "8-65536", kUint<&VerbsConfig::tx_depth, 8, 1U << 16U>},
+    {"inline", "0-4096", kUint<&VerbsConfig::max_inline, 0, 4096>},
+    {"mtu", "256-4096", kUint<&VerbsConfig::mtu, 256, 4096>},
+    {"hop_limit", "1-255", kUint<&VerbsConfig::hop_limit, 1, 255>},
+    {"tclass", "0-255", kUint<&VerbsConfig::traffic_class, 0, 255>},
+    {"sl", "0-15", kUint<&VerbsConfig::sl, 0, 15>},
+    {"pinned_max", "bytes, 65536-2^40", kUint<&VerbsConfig::pinned_max, 65536, 1ULL << 40U>},
+    {"dlid", "an InfiniBand unicast LID, 1-0xfffe", kUint<&VerbsConfig::dlid, 1, 0xfffe>},
+    {"comp_vector", "0-1023", kUint<&VerbsConfig::comp_vector, 0, 1023>},
+    {"cq_moderation", "completions per CQ event, 0-65535",
+     kUint<&VerbsConfig::cq_moderation, 0, 65535>},
 };
-
-constexpr KeySpec kKeys[] = {
-    {"gid_index", 0, 65535, "0-65535",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.gid_index = static_cast<int>(x);
-     }},
-    {"qkey", 0, 0x7fffffff, "0-0x7fffffff; controlled Q_Keys need CAP_NET_RAW",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.qkey = static_cast<std::uint32_t>(x);
-     }},
-    {"qpn", 2, 0xfffffe, "a unicast QP number, 2-0xfffffe",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.dest_qpn = static_cast<std::uint32_t>(x);
-     }},
-    {"rx_depth", 8, 1U << 16U, "8-65536",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.rx_depth = x;
-     }},
-    {"tx_depth", 8, 1U << 16U, "8-65536",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.tx_depth = x;
-     }},
-    {"inline", 0, 4096, "0-4096",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.max_inline = x;
-     }},
-    {"mtu", 256, 4096, "256-4096",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.mtu = x;
-     }},
-    {"hop_limit", 1, 255, "1-255",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.hop_limit = static_cast<std::uint8_t>(x);
-     }},
-    {"tclass", 0, 255, "0-255",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.traffic_class = static_cast<std::uint8_t>(x);
-     }},
-    {"sl", 0, 15, "0-15",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.sl = static_cast<std::uint8_t>(x);
-     }},
-    {"pinned_max", 65536, 1ULL << 40U, "bytes, 65536-2^40",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.pinned_max = x;
-     }},
-    {"dlid", 1, 0xfffe, "an InfiniBand unicast LID, 1-0xfffe",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.dlid = static_cast<std::uint16_t>(x);
-     }},
-    {"comp_vector", 0, 1023, "0-1023",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.comp_vector = static_cast<int>(x);
-     }},
-    {"cq_moderation", 0, 65535, "completions per CQ event, 0-65535",
-     [](VerbsConfig& c, std::uint64_t x) noexcept {
-         c.cq_moderation = static_cast<std::uint16_t>(x);
-     }},
-};
-
-const KeySpec* find_key(std::string_view name) noexcept {
-    for (const auto& k : kKeys) {
-        if (k.name == name) {
-            return &k;
-        }
-    }
-    return nullptr;
-}
-
-std::string key_names() {
-    std::string out;
-    for (const auto& k : kKeys) {
-        out += out.empty() ? "" : ", ";
-        out += k.name;
-    }
-    return out;
-}
 
 }  // namespace
+
+std::span<const runtime::UriKey<VerbsConfig>> uri_keys() noexcept {
+    return kKeys;
+}
 
 Result<VerbsConfig, Error> parse_uri(std::string_view uri) {
     auto parts = ChannelUri::parse(uri);
@@ -365,21 +306,8 @@ Result<VerbsConfig, Error> config_from(const ChannelUri& uri) {
                                               "address/GID)");
     }
     cfg.group = std::string(group);
-    for (const auto& param : uri.params) {
-        const KeySpec* spec = find_key(param.key);
-        if (spec == nullptr) {
-            return fail<VerbsConfig>("unknown key '" + param.key + "' in '" + u
-                                     + "' (keys: " + key_names() + ")");
-        }
-        std::uint64_t x = 0;
-        if (!parse_u64(param.value, spec->max, x) || x < spec->min) {
-            std::string msg = "bad " + param.key;
-            msg += " '" + param.value + "' in '" + u + "' (";
-            msg += spec->range;
-            msg += ")";
-            return fail<VerbsConfig>(std::move(msg));
-        }
-        spec->set(cfg, x);
+    if (auto r = runtime::apply_keys<VerbsConfig>(kKeys, cfg, uri, "verbs"); !r) {
+        return r.error();
     }
     return cfg;
 }

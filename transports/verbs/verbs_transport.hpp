@@ -14,6 +14,8 @@
 #include <prizma/transport.hpp>
 #include <prizma/transport_registry.hpp>
 
+#include "lib/runtime/uri_keys.hpp"
+
 namespace prizma::verbs {
 
 /// Endpoint::family of a verbs peer: addr = its GID, qpn = its UD QP number.
@@ -65,6 +67,8 @@ struct VerbsConfig {
 Result<VerbsConfig, Error> parse_uri(std::string_view uri);
 /// The same, from a URI already split into its parts (the registry's factory uses this).
 Result<VerbsConfig, Error> config_from(const ChannelUri& uri);
+/// The table of verbs:// query keys those two read (docs/URI.md is held to it by a test).
+std::span<const runtime::UriKey<VerbsConfig>> uri_keys() noexcept;
 
 /// The multicast GID a group address maps to on RoCE v2 (IPv4 a.b.c.d -> ::ffff:a.b.c.d,
 /// IPv6 as is) or on InfiniBand (IPv4 -> ff12:5047:PKEY::a.b.c.d low 28 bits: prizma's own

@@ -25,10 +25,12 @@
 #include "lib/protocol/config.hpp"
 #include "lib/protocol/limits.hpp"
 #include "lib/pubsub/auth.hpp"
+#include "lib/pubsub/channel_keys.hpp"
 #include "lib/pubsub/options_convert.hpp"
 #include "lib/pubsub/session.hpp"
 #include "lib/pubsub/stats_file.hpp"
 #include "lib/runtime/parse.hpp"
+#include "lib/runtime/uri_keys.hpp"
 #include "transports/memory/lossy_transport.hpp"
 
 namespace prizma {
@@ -99,6 +101,7 @@ struct Faults {
     memory::LossyTransport::Config config;
     bool any = false;
     /// key_file=PATH (every scheme): the channel's authentication keys, read from the file.
+    std::optional<std::string> key_file;
     std::optional<AuthOptions> auth;
     /// flow=, flow_tag=, flow_group=, flow_timeout_ms= (every scheme): override
     /// ChannelOptions::flow.
@@ -108,91 +111,65 @@ struct Faults {
     std::optional<std::uint64_t> flow_timeout_ms;
 };
 
-/// Takes flow=, flow_tag=, flow_group=, flow_timeout_ms=; false when `k` is none of them.
-Result<bool, Error> take_flow_key(const std::string& k,
-                                  const std::string& v,
-                                  Faults& f,
-                                  const std::string& uri) {
-    const auto bad = [&](std::string_view what) {
-        std::string msg = "bad " + k;
-        msg += " '" + v + "' in '" + uri + "' (";
-        msg += what;
-        msg += ")";
-        return Error(Errc::invalid_argument, std::move(msg));
-    };
-    if (k == "flow") {
-        f.flow = parse_flow_control(v);
-        if (!f.flow) {
-            return bad("max, min or tagged");
-        }
-    } else if (k == "flow_tag") {
-        const auto x = runtime::parse_uint(v);
-        if (!x || *x == 0) {
-            return bad("1-2^64-1");
-        }
-        f.flow_tag = *x;
-    } else if (k == "flow_group") {
-        const auto x = runtime::parse_uint(v);
-        if (!x || *x > 4096) {
-            return bad("0-4096");
-        }
-        f.flow_group = static_cast<std::uint32_t>(*x);
-    } else if (k == "flow_timeout_ms") {
-        const auto x = runtime::parse_uint(v);
-        if (!x || *x == 0 || *x > 3'600'000) {
-            return bad("1-3600000");
-        }
-        f.flow_timeout_ms = *x;
-    } else {
-        return false;
+bool set_loss(Faults& f, std::string_view v, bool on_send) {
+    const auto p = runtime::parse_probability(v);
+    if (p) {
+        f.config.drop = *p;
+        f.config.on_send = on_send;
+        f.config.type_mask = on_send ? 1U << 4U : 0xffffffffU;
+        f.any = true;
     }
-    return true;
+    return p.has_value();
 }
 
+/// The keys every scheme takes (docs/URI.md, "Keys common to every scheme").
+constexpr runtime::UriKey<Faults> kChannelKeys[] = {
+    {"key_file", "a path",
+     [](Faults& f, std::string_view v) {
+         f.key_file = std::string(v);  // read once the query is taken
+         return true;
+     }},
+    {"flow", "max, min or tagged",
+     [](Faults& f, std::string_view v) {
+         f.flow = parse_flow_control(v);
+         return f.flow.has_value();
+     }},
+    {"flow_tag", "1-2^64-1", &runtime::set_uint<&Faults::flow_tag, 1, UINT64_MAX>},
+    {"flow_group", "0-4096", &runtime::set_uint<&Faults::flow_group, 0, 4096>},
+    {"flow_timeout_ms", "1-3600000", &runtime::set_uint<&Faults::flow_timeout_ms, 1, 3'600'000>},
+    {"loss", "0 <= p < 1",
+     [](Faults& f, std::string_view v) {
+         return set_loss(f, v, false);
+     }},
+    {"tx_loss", "0 <= p < 1",
+     [](Faults& f, std::string_view v) {
+         return set_loss(f, v, true);
+     }},
+    {"seed", "0-2^64-1",
+     [](Faults& f, std::string_view v) {
+         const auto x = runtime::parse_uint(v);
+         f.config.seed = x.value_or(f.config.seed);
+         return x.has_value();
+     }},
+};
+
+/// Takes the keys of kChannelKeys out of `uri.params`; the rest is the transport's.
 Result<Faults, Error> take_fault_keys(ChannelUri& uri) {
     Faults f;
     auto& ps = uri.params;
     for (auto it = ps.begin(); it != ps.end();) {
-        const std::string& k = it->key;
-        const std::string& v = it->value;
-        auto flow_key = take_flow_key(k, v, f, uri.text);
-        if (!flow_key) {
-            return flow_key.error();
+        auto taken = runtime::take_key<Faults>(kChannelKeys, f, *it, uri.text);
+        if (!taken) {
+            return taken.error();
         }
-        if (*flow_key) {
-            it = ps.erase(it);
-            continue;
+        it = *taken ? ps.erase(it) : it + 1;
+    }
+    if (f.key_file) {
+        auto keys = read_key_file(*f.key_file);
+        if (!keys) {
+            return Error(keys.error().code(), keys.error().detail() + " (in '" + uri.text + "')");
         }
-        if (k == "key_file") {
-            auto keys = read_key_file(v);
-            if (!keys) {
-                return Error(keys.error().code(),
-                             keys.error().detail() + " (in '" + uri.text + "')");
-            }
-            f.auth = std::move(*keys);
-        } else if (k == "seed") {
-            const auto x = runtime::parse_uint(v);
-            if (!x) {
-                return Error(Errc::invalid_argument,
-                             "bad seed '" + v + "' in '" + uri.text + "' (0-2^64-1)");
-            }
-            f.config.seed = *x;
-        } else if (k == "loss" || k == "tx_loss") {
-            const auto p = runtime::parse_probability(v);
-            if (!p) {
-                std::string msg = "bad " + k;
-                msg += " '" + v + "' in '" + uri.text + "' (0 <= p < 1)";
-                return Error(Errc::invalid_argument, std::move(msg));
-            }
-            f.config.drop = *p;
-            f.config.on_send = k == "tx_loss";
-            f.config.type_mask = f.config.on_send ? 1U << 4U : 0xffffffffU;
-            f.any = true;
-        } else {
-            ++it;
-            continue;
-        }
-        it = ps.erase(it);
+        f.auth = std::move(*keys);
     }
     return f;
 }
@@ -252,6 +229,12 @@ Result<FlowOptions, Error> flow_options(const ChannelOptions& o,
 }
 
 }  // namespace
+
+namespace detail {
+std::vector<std::string_view> channel_uri_key_names() {
+    return runtime::key_names<Faults>(kChannelKeys);
+}
+}  // namespace detail
 
 struct Context::Impl {
     detail::OwnerThread owner;

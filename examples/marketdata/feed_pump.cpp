@@ -159,6 +159,7 @@ bool FeedPump::open_stores(std::string& error) {
         loaded += n;
         s_.feed.redis_redirections = redis_->redirections();
         s_.feed.redis_asks = redis_->asks();
+        writer_ = std::make_unique<RedisWriter>(*redis_, redis_mutex_, s_.feed);
     }
     s_.feed.bars_loaded = loaded;
     s_.feed.gaps = s_.bars.gaps().size();
@@ -257,6 +258,9 @@ void FeedPump::stop() {
     heartbeat_timer_.cancel();
     fd_.cancel();
     flush_store();
+    if (writer_) {
+        writer_->stop();  // what was handed over is written before the gateway exits
+    }
 }
 
 void FeedPump::run_once() {
@@ -574,7 +578,12 @@ bool FeedPump::fill_once(Fill& f) {
     const std::uint64_t hi = f.gap.to / kInstantsPerDay * 10'000 + 2359;
     std::vector<std::vector<Bar>> got;
     std::string error;
-    if (!redis_->bars_in(pairs, lo, hi, got, error)) {
+    bool read = false;
+    {
+        const std::lock_guard lock(redis_mutex_);  // the writer thread's connections
+        read = redis_->bars_in(pairs, lo, hi, got, error);
+    }
+    if (!read) {
         ++s_.feed.redis_errors;
         fmt::print(stderr, "md-gateway: filling from Redis: {}\n", error);
         return false;
@@ -624,16 +633,8 @@ void FeedPump::flush_store() {
             fmt::print(stderr, "md-gateway: store: {}\n", error);
         }
     }
-    if (redis_) {
-        const bool ok = redis_->write(batch_, error);
-        s_.feed.redis_redirections = redis_->redirections();
-        s_.feed.redis_asks = redis_->asks();
-        if (ok) {
-            ++s_.feed.redis_writes;
-        } else {
-            ++s_.feed.redis_errors;
-            fmt::print(stderr, "md-gateway: {}\n", error);
-        }
+    if (writer_) {
+        writer_->submit(std::move(batch_));  // written on the writer's thread
     }
     batch_ = StoreBatch{};
 }

@@ -3,15 +3,17 @@
 // posix::stream_descriptor, its next_deadline by a steady_timer; every wake-up polls the
 // Context, takes the feed's records from the lossless stream (a StreamSubscriber merging the
 // A/B copies, or a LateJoin replaying what a recorder holds first), folds the ticks into bars,
-// pushes the touched bars and (every 200 ms) writes the changed bars to LMDB / Redis. A wake-up
-// does a bounded slice of work (256 stream events, 2 ms), pushes, then lets the loop run its
-// other handlers before the next slice: however fast records come, updates go out.
+// pushes the touched bars and (every 200 ms) writes the changed bars to LMDB and hands them
+// to the Redis writer's thread. A wake-up does a bounded slice of work (256 stream events,
+// 2 ms), pushes, then lets the loop run its other handlers before the next slice: however
+// fast records come, updates go out.
 #pragma once
 
 #include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -20,6 +22,7 @@
 
 #include "gateway.hpp"
 #include "md/redis_store.hpp"
+#include "redis_writer.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -102,6 +105,8 @@ private:
     std::uint64_t divergences_printed_ = 0;
     std::unique_ptr<LmdbStore> store_;
     std::unique_ptr<RedisStore> redis_;
+    std::mutex redis_mutex_;               // redis_ is used by writer_'s thread and the fills
+    std::unique_ptr<RedisWriter> writer_;  // after redis_: stopped before it goes
     boost::asio::posix::stream_descriptor fd_;
     boost::asio::steady_timer deadline_;
     boost::asio::steady_timer flush_timer_;

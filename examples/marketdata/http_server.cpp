@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -1166,30 +1167,74 @@ std::optional<tcp::endpoint> parse_endpoint(const std::string& addr_port, std::s
 
 namespace {
 
-/// Claims ADDR:PORT among md-gateways for the life of this process: binds the abstract
-/// Unix-socket name "md-gateway/tcp/ADDR:PORT" (of this network namespace, as the port is).
-/// Binding is atomic, so of two gateways started at the same moment exactly one gets it, which
-/// the listen probe alone cannot promise (both may probe before either listens); the kernel
-/// drops the name when the process ends, however it ends. false when another process holds it.
-bool claim_among_gateways(const tcp::endpoint& ep, std::string& error) {
+/// Binds the abstract Unix-socket name @NAME (of this network namespace, as the port is): the
+/// fd, or -1 with errno. Atomic: of two binds of one name exactly one succeeds; the kernel
+/// drops the name when the process ends, however it ends.
+int bind_abstract(const std::string& name) {
     const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        error = std::string("socket(AF_UNIX): ") + std::strerror(errno);
-        return false;
+        return -1;
     }
     sockaddr_un sa{};
     sa.sun_family = AF_UNIX;
-    const std::string name =
-        "md-gateway/tcp/" + ep.address().to_string() + ":" + std::to_string(ep.port());
     const std::size_t n = std::min(name.size(), sizeof sa.sun_path - 1);
     std::memcpy(sa.sun_path + 1, name.data(), n);  // sun_path[0] == 0: the abstract namespace
     const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
     if (::bind(fd, reinterpret_cast<const sockaddr*>(&sa), len) != 0) {
         const int err = errno;
         ::close(fd);
-        error = err == EADDRINUSE
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+/// Whether some process holds an abstract name "md-gateway/tcp/PORT/ADDR" for PORT other than
+/// the wildcard's (/proc/net/unix lists abstract names with a leading '@').
+bool specific_claim_exists(unsigned short port) {
+    std::ifstream in("/proc/net/unix");
+    const std::string prefix = "@md-gateway/tcp/" + std::to_string(port) + "/";
+    std::string line;
+    while (std::getline(in, line)) {
+        const auto at = line.find(prefix);
+        if (at != std::string::npos && line.compare(at + prefix.size(), 1, "*") != 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/// Claims ADDR:PORT among md-gateways for the life of this process: binds the abstract name
+/// "md-gateway/tcp/PORT/ADDR" ("PORT/*" for a wildcard address). Binding is atomic, so of two
+/// gateways started at the same moment on one address exactly one gets it, which the listen
+/// probe alone cannot promise (both may probe before either listens). A wildcard and a
+/// specific address of one port overlap too (SO_REUSEPORT would let both serve): each claims
+/// its own name first, then looks for the other's (the wildcard in /proc/net/unix, the
+/// specific one by trying the wildcard's name for a moment), so of two started at once at
+/// least one sees the other and refuses. false when another gateway holds it.
+bool claim_among_gateways(const tcp::endpoint& ep, std::string& error) {
+    const bool any = ep.address().is_unspecified();
+    const std::string base = "md-gateway/tcp/" + std::to_string(ep.port()) + "/";
+    const std::string name = base + (any ? std::string("*") : ep.address().to_string());
+    const int fd = bind_abstract(name);
+    if (fd < 0) {
+        error = errno == EADDRINUSE
                     ? std::string("the address is in use (another md-gateway holds it)")
-                    : std::string("bind(@") + name + "): " + std::strerror(err);
+                    : std::string("bind(@") + name + "): " + std::strerror(errno);
+        return false;
+    }
+    bool overlap = false;
+    if (any) {
+        overlap = specific_claim_exists(ep.port());
+    } else if (const int probe = bind_abstract(base + "*"); probe >= 0) {
+        ::close(probe);  // no wildcard gateway on this port: let one go on
+    } else {
+        overlap = errno == EADDRINUSE;
+    }
+    if (overlap) {
+        ::close(fd);
+        error = any ? "another md-gateway listens on one of this port's addresses"
+                    : "another md-gateway listens on every address of this port (0.0.0.0/::)";
         return false;
     }
     return true;  // fd stays open (and bound) until the process ends

@@ -103,11 +103,16 @@ class Proc:
 class Session:
     """An archiver, risk, fix and monitor, and a core pair, on one channel."""
 
+    # Over verbs (--verbs A,B): which of the two devices each role uses.
+    VERBS_DEV = {"archiver": 0, "risk": 0, "fix": 1, "monitor": 1, "core_a": 0, "core_b": 1}
+
     def __init__(self, bindir, work, group, port, rate=RATE, count=COUNT, seed=1,
-                 consumer_keys="", ns=None, fix_keys="", fix_args=(), archiver_args=()):
+                 consumer_keys="", ns=None, fix_keys="", fix_args=(), archiver_args=(),
+                 verbs=None):
         self.bin, self.dir, self.rate, self.count, self.seed = bindir, work, rate, count, seed
+        self.group, self.port, self.verbs = group, port, verbs
         self.channel = "udp://%s:%d?iface=" % (group, port)
-        self.uri = self.channel + "127.0.0.1"
+        self.uri = self.channel + "127.0.0.1" if verbs is None else self.verbs_uri("archiver")
         self.ck = consumer_keys
         self.fix_keys, self.fix_args = fix_keys, tuple(fix_args)  # the FIX drop copy's own
         self.archiver_args = tuple(archiver_args)
@@ -120,7 +125,14 @@ class Session:
     def prefix(self, role):
         return [] if self.ns is None else ["ip", "netns", "exec", self.ns[role][0]]
 
+    def verbs_uri(self, role):
+        """The channel over RDMA UD on the role's device (rx_depth: a key to start the query)."""
+        dev = self.verbs[self.VERBS_DEV.get(role, 0)]
+        return "verbs://%s:1/%s:%d?rx_depth=4096" % (dev, self.group, self.port)
+
     def uri_for(self, role):
+        if self.verbs is not None:
+            return self.verbs_uri(role)
         return self.uri if self.ns is None else self.channel + self.ns[role][1]
 
     def add(self, name, prog, *args, role=None):
@@ -166,6 +178,8 @@ class Session:
     def core_uri(self, name, role="core_a"):
         """core-a publishes from 127.0.0.1, core-b from .2, any other core from .3 (lo's); in
         namespaces, from its role's host."""
+        if self.verbs is not None:  # each core a QP (and QPN) of its own: a NAK address each
+            return self.verbs_uri("core_b" if name == "core-b" else "core_a")
         if self.ns is not None:
             return self.uri_for(role)
         if name == "core-a":
@@ -351,8 +365,17 @@ def run_trial(args, case_idx, trial, rnd, plan_fn, **kw):
     work = tempfile.mkdtemp(prefix="execlog-%s-" % args.case)
     group = "239.192.%d.%d" % (131 + case_idx // 3, 10 + (case_idx % 3) * 80 + trial % 80)
     port = 25000 + case_idx * 100 + trial % 100
+    # A slower stream (the VM's emulated CPU) keeps its duration, times --stream-scale (there a
+    # second core takes seconds to start: the fault must find the first one still running).
+    scale = args.rate / RATE * args.stream_scale
     if args.case != "consistency":
-        kw.setdefault("count", FAULT_COUNT)
+        kw.setdefault("count", int(FAULT_COUNT * scale))
+    else:
+        kw.setdefault("count", int(COUNT * scale))
+    kw.setdefault("rate", args.rate)
+    if args.verbs:
+        devs = args.verbs.split(",")
+        kw["verbs"] = (devs[0], devs[-1])
     s = Session(args.bindir, work, group, port, seed=rnd.randrange(1, 10**6), **kw)
     ok = False
     try:
@@ -996,7 +1019,9 @@ def private_loopback():
 
 
 def main():
-    if os.environ.get("EXECLOG_PRIVATE_NET") != "1" and sys.argv[1:2] != ["loss_netns"]:
+    # Over verbs the RDMA devices live in this network namespace: no private loopback.
+    if (os.environ.get("EXECLOG_PRIVATE_NET") != "1" and sys.argv[1:2] != ["loss_netns"]
+            and "--verbs" not in sys.argv):
         rc = private_loopback()
         if rc is not None:
             return rc
@@ -1005,6 +1030,13 @@ def main():
     ap.add_argument("bindir")
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--verbs", default=None, metavar="DEV_A,DEV_B",
+                    help="run over verbs:// (RDMA UD): cores, archiver and risk on DEV_A's port 1,"
+                         " core-b, FIX and monitor on DEV_B's (the Soft-RoCE VM's rxe0,rxe1)")
+    ap.add_argument("--rate", type=int, default=RATE,
+                    help="orders per second (the stream keeps its duration: fewer orders)")
+    ap.add_argument("--stream-scale", type=float, default=1.0,
+                    help="the stream lasts this many times longer (more orders)")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(10**6)
     print("execlog_test %s: %d trials, seed %d (rerun: %s %s %s --trials %d --seed %d)"

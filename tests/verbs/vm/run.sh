@@ -22,13 +22,15 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
 	cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRIZMA_WARNINGS_AS_ERRORS=ON \
 		-DPRIZMA_WITH_VERBS=ON >/dev/null
 fi
-cmake --build "$BUILD" -j 2 --target prizma_verbs_tests prizma-send prizma-recv prizma-ping prizma-pong mq_bench
+cmake --build "$BUILD" -j 2 --target prizma_verbs_tests prizma-send prizma-recv prizma-ping prizma-pong mq_bench \
+	execlog-core execlog-archiver execlog-risk execlog-fix execlog-monitor execlog-dump
 echo "== verbs VM: image"
 bash "$HERE/build-image.sh"
 echo "== verbs VM: boot + tests"
 rc=0
-# 1 GiB: the default windows (64 Ki packets) of several channels per process need room.
-RXE_VM_CMD="bash tests/verbs/vm/guest-tests.sh $BUILD" RXE_VM_NICS=2 RXE_VM_MEM=${RXE_VM_MEM:-1024} \
+# 3 GiB: the default windows (64 Ki packets of the port MTU, 4096 after the MTU step) of
+# several channels per process, and the ExecLog step's six processes, need room.
+RXE_VM_CMD="bash tests/verbs/vm/guest-tests.sh $BUILD" RXE_VM_NICS=2 RXE_VM_MEM=${RXE_VM_MEM:-3072} \
 	bash "$HERE/run-vm.sh" || rc=$?
 echo "== verbs VM: done in $(($(date +%s) - t0)) s, exit $rc"
 if [ $rc = 0 ]; then echo "PASS: verbs tests in the Soft-RoCE VM"; else echo "FAIL: verbs tests in the Soft-RoCE VM (rc=$rc)"; fi

@@ -189,21 +189,7 @@ def case_restart():
 
 def split_recording(src, dst, keep):
     """Writes the instrument messages and the tick messages whose ticks all satisfy `keep`."""
-    import struct
-    with open(src, "rb") as f, open(dst, "wb") as out:
-        out.write(f.read(8))
-        while True:
-            n = f.read(4)
-            if not n:
-                break
-            msg = f.read(struct.unpack("<I", n)[0])
-            _, kind, count, _, _ = struct.unpack_from("<IHHQq", msg, 0)
-            if kind == 2:
-                out.write(n + msg)
-                continue
-            ticks = [struct.unpack_from("<QIIIIiIq", msg, 24 + 40 * i) for i in range(count)]
-            if kind == 2 or (ticks and all(keep(t) for t in ticks)):
-                out.write(n + msg)
+    mdref.drop_messages(src, dst, lambda _, ticks: not (ticks and all(keep(t) for t in ticks)))
 
 
 def case_gap():

@@ -22,12 +22,15 @@ std::map<std::string, std::weak_ptr<DeviceShare>>& registry() {
     return r;
 }
 
+}  // namespace
+
+// A LID change (the SM moved the port), a new SM (it may route differently), a client
+// reregister (the SM lost its records), a GID change (RoCE: addresses, and the neighbours
+// behind them, moved).
 bool refreshes_routes(ibv_event_type t) noexcept {
     return t == IBV_EVENT_LID_CHANGE || t == IBV_EVENT_SM_CHANGE || t == IBV_EVENT_CLIENT_REREGISTER
            || t == IBV_EVENT_GID_CHANGE;
 }
-
-}  // namespace
 
 DeviceShare::DeviceShare(ContextPtr ctx)
     : name_(ibv_get_device_name(ctx->device)), context_(std::move(ctx)) {}

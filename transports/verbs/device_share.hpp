@@ -22,6 +22,10 @@
 
 namespace prizma::verbs {
 
+/// The async events after which a cached address handle's route may be stale: the share
+/// starts a new generation of its handles, each channel drops its own.
+bool refreshes_routes(ibv_event_type t) noexcept;
+
 /// One per device per process, shared by every channel on it: the device context (one uverbs
 /// file and one set of doorbell pages instead of one per channel), one protection domain, one
 /// reader of the device's async events that hands each event to every channel on the device,

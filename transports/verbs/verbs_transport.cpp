@@ -615,6 +615,20 @@ struct VerbsTransport::Impl {
     // `fatal` is set). Receive completions still stashed are handed out first.
     bool recover_qp() noexcept;
     bool rebuild_qp() noexcept;
+    // The UD QP's creation attributes (CQs, depths, 2 send SGEs), asking for `inline_bytes`.
+    [[nodiscard]] ibv_qp_init_attr qp_attr(std::size_t inline_bytes) const noexcept {
+        ibv_qp_init_attr qa{};
+        qa.send_cq = send_cq.get();
+        qa.recv_cq = recv_cq.get();
+        qa.qp_type = IBV_QPT_UD;
+        qa.sq_sig_all = 0;
+        qa.cap.max_send_wr = static_cast<std::uint32_t>(cfg.tx_depth);
+        qa.cap.max_recv_wr = static_cast<std::uint32_t>(cfg.rx_depth);
+        qa.cap.max_send_sge = 2;
+        qa.cap.max_recv_sge = 1;
+        qa.cap.max_inline_data = static_cast<std::uint32_t>(inline_bytes);
+        return qa;
+    }
     // INIT, RTR, RTS: nullptr, or the state the QP failed to reach.
     const char* bring_up(ibv_qp* q) const noexcept;
     void refresh_counters() const noexcept;
@@ -820,15 +834,7 @@ bool VerbsTransport::Impl::rebuild_qp() noexcept {
     rx_posted = 0;
     stash_begin = stash_end = 0;
     repost_count = 0;
-    ibv_qp_init_attr qa{};
-    qa.send_cq = send_cq.get();
-    qa.recv_cq = recv_cq.get();
-    qa.qp_type = IBV_QPT_UD;
-    qa.cap.max_send_wr = static_cast<std::uint32_t>(cfg.tx_depth);
-    qa.cap.max_recv_wr = static_cast<std::uint32_t>(cfg.rx_depth);
-    qa.cap.max_send_sge = 2;
-    qa.cap.max_recv_sge = 1;
-    qa.cap.max_inline_data = static_cast<std::uint32_t>(max_inline);
+    ibv_qp_init_attr qa = qp_attr(max_inline);  // the first QP's grant: no bisection again
     QpPtr fresh(ibv_create_qp(dev->pd(), &qa));
     const bool ok =
         fresh && bring_up(fresh.get()) == nullptr
@@ -1007,21 +1013,17 @@ void VerbsTransport::Impl::on_async(const ibv_async_event& ev) noexcept {
                 // may have moved the port, join again.
                 c.lid_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
                 rejoin = rejoin || (ours && sa != nullptr);
-                flush_ahs(ours);
                 break;
             case IBV_EVENT_SM_CHANGE:
                 c.sm_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
                 rejoin = rejoin || (ours && sa != nullptr);  // a new SM may not know us
-                flush_ahs(ours);                             // and may route differently
                 break;
             case IBV_EVENT_CLIENT_REREGISTER:
                 c.client_reregister.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
                 rejoin = rejoin || (ours && sa != nullptr);  // the SM lost its records
-                flush_ahs(ours);
                 break;
             case IBV_EVENT_GID_CHANGE:
                 c.gid_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
-                flush_ahs(ours);  // RoCE: addresses (and the neighbours behind them) moved
                 break;
             case IBV_EVENT_PKEY_CHANGE:
                 c.pkey_change.fetch_add(ours ? 1 : 0, std::memory_order_relaxed);
@@ -1049,6 +1051,9 @@ void VerbsTransport::Impl::on_async(const ibv_async_event& ev) noexcept {
                 }
                 break;
             default: break;
+        }
+        if (refreshes_routes(ev.event_type)) {
+            flush_ahs(ours);  // the same events that start the share's new generation
         }
     }
     if (rejoin) {
@@ -1519,15 +1524,7 @@ Result<void, Error> VerbsTransport::Impl::create_resources() {
 // ibv_create_qp with the inline request stepped down to the device's maximum (irdma: 101),
 // not dropped to none (§1).
 Result<void, Error> VerbsTransport::Impl::open_qp() {
-    ibv_qp_init_attr qa{};
-    qa.send_cq = send_cq.get();
-    qa.recv_cq = recv_cq.get();
-    qa.qp_type = IBV_QPT_UD;
-    qa.sq_sig_all = 0;
-    qa.cap.max_send_wr = static_cast<std::uint32_t>(cfg.tx_depth);
-    qa.cap.max_recv_wr = static_cast<std::uint32_t>(cfg.rx_depth);
-    qa.cap.max_send_sge = 2;
-    qa.cap.max_recv_sge = 1;
+    ibv_qp_init_attr qa = qp_attr(0);
     ibv_qp* made = nullptr;
     int last_errno = 0;
     const policy::InlineGrant g = policy::step_inline(cfg.max_inline, [&](std::size_t n) {

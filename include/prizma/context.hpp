@@ -175,8 +175,10 @@ private:
 ///    RDMA UD QP (libibverbs): multicast GROUP (IPv4/IPv6), or a unicast peer address plus its
 ///    QP number. DEVICE may be a local IP address/[GID] instead of a device name.
 ///  - `mem://NAME:DPORT` an in-process network (tests, examples; one thread).
-///  Every scheme also takes `loss=P`, `tx_loss=P` and `seed=N` (seeded fault injection, for
-///  tests). Other schemes come from the TransportRegistry given to create().
+///  Every scheme also takes `key_file=PATH` and the flow keys (`flow=`, `flow_tag=`, ...), and
+///  with the registry of create() `loss=P`, `tx_loss=P` and `seed=N` (seeded fault injection
+///  for tests: memory::add_fault_injection). Other schemes come from the TransportRegistry
+///  given to create().
 class Context {
 public:
     /// A Context with every built-in transport (register_builtin_transports); defined in the

@@ -56,8 +56,9 @@ struct IpAddress {
 enum class ChannelRole : std::uint8_t { publisher, subscriber };
 
 /// What a factory is asked to make. `uri.params` holds only the keys the Context did not
-/// take itself (the fault-injection keys loss, tx_loss, seed): a factory refuses any key it
-/// does not know, naming it.
+/// take itself (key_file and the flow keys, which every scheme takes) nor a decorator before
+/// it (memory::add_fault_injection() takes loss, tx_loss and seed): a factory refuses any key
+/// it does not know, naming it.
 struct TransportRequest {
     const ChannelUri& uri;
     ChannelRole role = ChannelRole::subscriber;
@@ -111,7 +112,7 @@ private:
 
 /// Adds every transport this build of prizma has: "udp", "mem", and "verbs" when it was built
 /// with libibverbs (otherwise a "verbs" entry that refuses with Errc::unsupported and says
-/// why). Defined in the prizma::prizma library.
+/// why), then memory::add_fault_injection() over them. Defined in the prizma::prizma library.
 void register_builtin_transports(TransportRegistry& registry);
 
 namespace udp {
@@ -119,8 +120,14 @@ namespace udp {
 void register_transport(TransportRegistry& registry);
 }  // namespace udp
 namespace memory {
-/// Adds "mem" (an in-process network: tests, examples). Library prizma::core.
+/// Adds "mem" (an in-process network: tests, examples). Library prizma::memory.
 void register_transport(TransportRegistry& registry);
+/// Wraps the factory of every scheme registered so far in the fault injector: a channel URI
+/// with `loss=P` or `tx_loss=P` (and `seed=N`) gets a seeded fault-injecting decorator around
+/// the transport its scheme makes, whose counters gain fault_dropped, fault_duplicated and
+/// fault_reordered (docs/URI.md, "Fault injection"). For tests and tools: call it once, after
+/// the schemes it should cover. Library prizma::memory.
+void add_fault_injection(TransportRegistry& registry);
 }  // namespace memory
 namespace verbs {
 /// Adds "verbs" (RDMA UD over libibverbs). Library prizma::verbs.

@@ -21,6 +21,7 @@ void register_builtin_transports(TransportRegistry& registry) {
     udp::register_transport(registry);
     verbs::register_transport(registry);
     memory::register_transport(registry);
+    memory::add_fault_injection(registry);  // loss=, tx_loss=, seed= on every built-in scheme
 }
 
 Result<Context, Error> Context::create() {

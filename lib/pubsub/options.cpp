@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <chrono>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <prizma/options.hpp>
 
 #include "lib/protocol/limits.hpp"
+#include "lib/pubsub/channel_keys.hpp"
 #include "lib/pubsub/options_convert.hpp"
+#include "lib/runtime/uri_keys.hpp"
 
 namespace prizma {
 
@@ -316,4 +321,120 @@ protocol::Timers timers_of(const ChannelOptions& o) noexcept {
 }
 
 }  // namespace pubsub
+
+// ---- the URI keys every scheme takes: ChannelOptions overrides ---------------------------
+
+namespace {
+
+/// The keys every scheme takes (docs/URI.md, "Keys common to every scheme").
+constexpr runtime::UriKey<pubsub::ChannelKeys> kChannelKeys[] = {
+    {"key_file", "a path",
+     [](pubsub::ChannelKeys& k, std::string_view v) {
+         k.key_file = std::string(v);  // read once the query is taken
+         return true;
+     }},
+    {"flow", "max, min or tagged",
+     [](pubsub::ChannelKeys& k, std::string_view v) {
+         k.flow = parse_flow_control(v);
+         return k.flow.has_value();
+     }},
+    {"flow_tag", "1-2^64-1", &runtime::set_uint<&pubsub::ChannelKeys::flow_tag, 1, UINT64_MAX>},
+    {"flow_group", "0-4096", &runtime::set_uint<&pubsub::ChannelKeys::flow_group, 0, 4096>},
+    {"flow_timeout_ms", "1-3600000",
+     &runtime::set_uint<&pubsub::ChannelKeys::flow_timeout_ms, 1, 3'600'000>},
+};
+
+/// ChannelOptions::flow with the URI's flow keys over it, checked.
+Result<FlowOptions, Error> flow_options(const ChannelOptions& o,
+                                        const pubsub::ChannelKeys& keys,
+                                        const std::string& name) {
+    FlowOptions f = o.flow;
+    f.strategy = keys.flow.value_or(f.strategy);
+    f.tag = keys.flow_tag.value_or(f.tag);
+    f.min_group = keys.flow_group.value_or(f.min_group);
+    if (keys.flow_timeout_ms) {
+        f.timeout = std::chrono::milliseconds(*keys.flow_timeout_ms);
+    }
+    const auto refuse = [&](std::string_view what) {
+        std::string msg = "bad channel options for '" + name + "': ";
+        msg += what;
+        return Error(Errc::invalid_argument, std::move(msg));
+    };
+    const auto ns = [](auto d) {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    };
+    if (f.strategy == FlowControl::tagged && f.tag == 0) {
+        return refuse("flow: tagged flow control needs a tag (flow_tag=, not 0)");
+    }
+    if (!protocol::kFlowReceivers.holds(f.max_receivers)) {
+        return refuse(protocol::kFlowReceivers.refusal());
+    }
+    if (f.min_group > f.max_receivers) {
+        return refuse("flow.min_group: at most flow.max_receivers");
+    }
+    if (f.max_receivers_per_address == 0 || f.max_receivers_per_address > f.max_receivers) {
+        return refuse("flow.max_receivers_per_address: 1 to flow.max_receivers");
+    }
+    if (!protocol::kFlowTimeout.holds_ns(ns(f.timeout))) {
+        return refuse(protocol::kFlowTimeout.refusal());
+    }
+    if (!protocol::kFlowStatusIvl.holds_ns(ns(f.status_interval))
+        || f.status_interval >= f.timeout) {
+        return refuse(protocol::kFlowStatusIvl.refusal() + ", less than flow.timeout");
+    }
+    return f;
+}
+
+}  // namespace
+
+namespace pubsub {
+
+Result<ChannelKeys, Error> take_channel_keys(ChannelUri& uri) {
+    ChannelKeys k;
+    auto& ps = uri.params;
+    for (auto it = ps.begin(); it != ps.end();) {
+        auto taken = runtime::take_key<ChannelKeys>(kChannelKeys, k, *it, uri.text);
+        if (!taken) {
+            return taken.error();
+        }
+        it = *taken ? ps.erase(it) : it + 1;
+    }
+    if (k.key_file) {
+        auto keys = read_key_file(*k.key_file);
+        if (!keys) {
+            return Error(keys.error().code(), keys.error().detail() + " (in '" + uri.text + "')");
+        }
+        k.auth = std::move(*keys);
+    }
+    return k;
+}
+
+Result<ChannelOptions, Error> apply_channel_keys(const ChannelOptions& given,
+                                                 const ChannelKeys& keys,
+                                                 const std::string& name) {
+    auto flow = flow_options(given, keys, name);
+    if (!flow) {
+        return flow.error();
+    }
+    if (keys.auth && given.auth) {
+        return Error(Errc::invalid_argument,
+                     "'" + name
+                         + "': the keys come from key_file= or from ChannelOptions::auth, "
+                           "not both");
+    }
+    ChannelOptions o = given;
+    o.flow = *flow;
+    if (keys.auth) {
+        o.auth = keys.auth;
+    }
+    return o;
+}
+
+}  // namespace pubsub
+
+namespace detail {
+std::vector<std::string_view> channel_uri_key_names() {
+    return runtime::key_names<pubsub::ChannelKeys>(kChannelKeys);
+}
+}  // namespace detail
 }  // namespace prizma

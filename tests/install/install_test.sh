@@ -33,20 +33,20 @@ cmake --build "$tmp/hello-cmake" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log
 "$tmp/hello-cmake/hello" | tee "$tmp/out1"
 grep -q "^10 of 10 received" "$tmp/out1" || fail "find_package hello did not deliver 10"
 
-echo "== a subset: prizma::core + prizma::udp, without the verbs transport"
+echo "== a subset: prizma::core + prizma::memory + prizma::udp, without the verbs transport"
 mkdir -p "$tmp/subset"
 cat >"$tmp/subset/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.25)
 project(subset LANGUAGES CXX)
 find_package(prizma REQUIRED)
 add_executable(subset subset.cpp)
-target_link_libraries(subset PRIVATE prizma::core prizma::udp)
+target_link_libraries(subset PRIVATE prizma::core prizma::memory prizma::udp)
 CMAKE
 cat >"$tmp/subset/subset.cpp" <<'CPP'
 #include <cstdio>
 #include <prizma/prizma.hpp>
 int main() {
-    prizma::TransportRegistry reg;  // only what this program links: mem (core) and udp
+    prizma::TransportRegistry reg;  // only what this program links: mem and udp
     prizma::memory::register_transport(reg);
     prizma::udp::register_transport(reg);
     auto ctx = prizma::Context::create(std::move(reg));
@@ -63,7 +63,7 @@ CPP
 cmake -S "$tmp/subset" -B "$tmp/subset/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
       >"$tmp/subset.log" || { cat "$tmp/subset.log"; fail "subset configure"; }
 cmake --build "$tmp/subset/build" >"$tmp/subset.log" 2>&1 || { cat "$tmp/subset.log"; fail "subset build"; }
-"$tmp/subset/build/subset" || fail "the core + udp subset"
+"$tmp/subset/build/subset" || fail "the core + memory + udp subset"
 
 echo "== pkg-config prizma"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig

@@ -181,6 +181,7 @@ prizma::TransportRegistry pipe_registry(const std::shared_ptr<TestBus>& bus) {
                         ch.port = 7600;
                         return ch;
                     }));
+    prizma::memory::add_fault_injection(reg);  // loss=, tx_loss=, seed= on "pipe" too
     return reg;
 }
 
@@ -192,7 +193,7 @@ TEST_CASE("plug-in: a transport defined in the test carries a channel by its own
     auto ctx = prizma::Context::create(pipe_registry(bus));
     REQUIRE(ctx.has_value());
     CHECK(ctx->transports().schemes() == std::vector<std::string>{"pipe"});
-    auto sub = ctx->add_subscriber("pipe://anything?loss=0.2&seed=7");  // the Context's keys
+    auto sub = ctx->add_subscriber("pipe://anything?loss=0.2&seed=7");  // the decorator's keys
     INFO(sub.error().message());
     REQUIRE(sub.has_value());
     auto pub = ctx->add_publisher("pipe://anything");

@@ -13,6 +13,7 @@
 
 #include "lib/pubsub/channel_keys.hpp"
 #include "tests/support/catch.hpp"
+#include "transports/memory/fault_injection.hpp"
 #include "transports/udp/udp_transport.hpp"
 #if PRIZMA_HAVE_VERBS
 #include "transports/verbs/verbs_transport.hpp"
@@ -66,6 +67,16 @@ Keys to_set(const Names& names) {
     return out;
 }
 
+/// The keys every scheme takes: the Context's, and the fault injector's (which
+/// register_builtin_transports() installs over every built-in scheme).
+Keys common_keys() {
+    Keys out = to_set(prizma::detail::channel_uri_key_names());
+    for (const auto& k : prizma::runtime::key_names(prizma::memory::fault_uri_keys())) {
+        out.emplace(k);
+    }
+    return out;
+}
+
 /// Every key of `table` is documented in the section, and every key documented there is in
 /// `table` or among the keys common to every scheme.
 void check_scheme(std::string_view title, const Keys& table, const Keys& common) {
@@ -84,21 +95,27 @@ void check_scheme(std::string_view title, const Keys& table, const Keys& common)
 }  // namespace
 
 TEST_CASE("docs/URI.md documents exactly the keys of the channel key table", "[unit][uri][docs]") {
-    const Keys common = to_set(prizma::detail::channel_uri_key_names());
-    REQUIRE(common.size() >= 8);
-    CHECK(documented_keys("Keys common to every scheme") == common);
-    check_scheme("`mem://`", {}, common);
+    const Keys channel = to_set(prizma::detail::channel_uri_key_names());
+    REQUIRE(channel.size() >= 5);
+    CHECK(documented_keys("Keys common to every scheme") == channel);
+    check_scheme("`mem://`", {}, common_keys());
+}
+
+TEST_CASE("docs/URI.md documents exactly the keys of the fault injector", "[unit][uri][docs]") {
+    const Keys faults = to_set(prizma::runtime::key_names(prizma::memory::fault_uri_keys()));
+    CHECK(faults == Keys{"loss", "tx_loss", "seed"});
+    CHECK(documented_keys("Fault injection") == faults);
 }
 
 TEST_CASE("docs/URI.md documents exactly the keys of the udp table", "[unit][uri][docs]") {
-    const Keys common = to_set(prizma::detail::channel_uri_key_names());
+    const Keys common = common_keys();
     const Keys udp = to_set(prizma::runtime::key_names(prizma::udp::uri_keys()));
     CHECK(udp.count("sources") == 1);
     check_scheme("`udp://`", udp, common);
 }
 
 TEST_CASE("docs/URI.md documents exactly the keys of the verbs table", "[unit][uri][docs]") {
-    const Keys common = to_set(prizma::detail::channel_uri_key_names());
+    const Keys common = common_keys();
 #if PRIZMA_HAVE_VERBS
     const Keys verbs = to_set(prizma::runtime::key_names(prizma::verbs::uri_keys()));
     REQUIRE(verbs.size() >= 14);

@@ -38,7 +38,27 @@ LossyTransport::LossyTransport(Transport& inner, Config cfg, std::function<std::
     tx_keep_.reserve(256);
 }
 
+LossyTransport::LossyTransport(std::unique_ptr<Transport> inner,
+                               Config cfg,
+                               std::function<std::int64_t()> clock)
+    : LossyTransport(*inner, std::move(cfg), std::move(clock)) {
+    owned_ = std::move(inner);
+}
+
 LossyTransport::~LossyTransport() = default;
+
+std::size_t LossyTransport::named_counters(std::span<NamedCounter> out) const noexcept {
+    const std::size_t fault = out.size() >= 3 ? 3 : 0;  // room kept for them
+    const auto room = out.first(out.size() - fault);
+    const std::size_t has = inner_.named_counters(room);
+    std::size_t n = std::min(room.size(), has);
+    if (fault != 0) {
+        out[n++] = {"fault_dropped", stats_.dropped};
+        out[n++] = {"fault_duplicated", stats_.duplicated};
+        out[n++] = {"fault_reordered", stats_.reordered};
+    }
+    return has + 3;
+}
 
 double LossyTransport::uniform() noexcept {
     rng_ ^= rng_ >> 12U;

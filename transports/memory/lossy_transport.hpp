@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <prizma/result.hpp>
@@ -45,6 +47,10 @@ public:
 
     /// `clock` gives the current time for delays and reordering; without one they are off.
     LossyTransport(Transport& inner, Config cfg, std::function<std::int64_t()> clock = {});
+    /// The same, owning `inner` (the fault-injection registry decorator's form).
+    LossyTransport(std::unique_ptr<Transport> inner,
+                   Config cfg,
+                   std::function<std::int64_t()> clock = {});
     ~LossyTransport() override;
     LossyTransport(const LossyTransport&) = delete;
     LossyTransport& operator=(const LossyTransport&) = delete;
@@ -62,6 +68,16 @@ public:
     void forget(const Endpoint& peer) noexcept override { inner_.forget(peer); }
     [[nodiscard]] Endpoint local_endpoint() const noexcept override {
         return inner_.local_endpoint();
+    }
+    [[nodiscard]] std::string local_address_text() const override {
+        return inner_.local_address_text();
+    }
+    [[nodiscard]] std::string description() const override { return inner_.description(); }
+    /// The inner transport's counters, then fault_dropped, fault_duplicated and
+    /// fault_reordered (room is kept for these three when `out` has it).
+    std::size_t named_counters(std::span<NamedCounter> out) const noexcept override;
+    std::size_t take_events(std::span<TransportEvent> out) noexcept override {
+        return inner_.take_events(out);
     }
 
     [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
@@ -84,6 +100,7 @@ private:
               std::int64_t ready_ns) noexcept;
     [[nodiscard]] std::int64_t now() const { return clock_ ? clock_() : 0; }
 
+    std::unique_ptr<Transport> owned_;  ///< inner_, when owned: destroyed last
     Transport& inner_;
     Config cfg_;
     std::function<std::int64_t()> clock_;

@@ -42,7 +42,8 @@ Result<TransportChannel, Error> make(const TransportRequest& req) {
         return Error(
             Errc::invalid_argument,
             "unknown key '" + req.uri.params.front().key + "' in '" + req.uri.text
-                + "' (mem has no keys of its own; loss, tx_loss and seed apply to every scheme)");
+                + "' (mem has no keys of its own; key_file and flow* apply to every scheme, "
+                  "loss, tx_loss and seed with memory::add_fault_injection)");
     }
     auto net = network_named(rest.substr(0, colon));
     auto t = net->attach();

@@ -148,7 +148,7 @@ mutant memory-max-datagram transports/memory/memory_transport.cpp \
 ST=lib/pubsub/stream.cpp
 FC=lib/protocol/flow_control.cpp
 RS=lib/replay/server.cpp
-RC=lib/pubsub/recorder.cpp
+RC=lib/streams/recorder.cpp
 AU=lib/pubsub/auth.cpp
 mutant stream-gap-timeout-gt $ST \
     'gap_since >= 0 && clock() - gap_since >= opt.gap_timeout.count();' \

@@ -24,7 +24,7 @@
 #include "lib/pubsub/context_impl.hpp"
 #include "lib/pubsub/options_convert.hpp"
 #include "lib/pubsub/session.hpp"
-#include "lib/pubsub/stats_file.hpp"
+#include "lib/stats/stats_file.hpp"
 
 namespace prizma {
 

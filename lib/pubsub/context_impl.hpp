@@ -17,7 +17,7 @@
 #include "lib/protocol/config.hpp"
 #include "lib/pubsub/channel.hpp"
 #include "lib/pubsub/channel_keys.hpp"
-#include "lib/pubsub/stats_file.hpp"
+#include "lib/stats/stats_file.hpp"
 
 namespace prizma {
 

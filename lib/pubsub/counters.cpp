@@ -10,7 +10,7 @@
 
 #include "lib/pubsub/channel.hpp"
 #include "lib/pubsub/context_impl.hpp"
-#include "lib/pubsub/stats_file.hpp"
+#include "lib/stats/stats_file.hpp"
 
 namespace prizma {
 namespace detail {

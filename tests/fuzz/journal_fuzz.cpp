@@ -27,7 +27,7 @@
 
 #include <prizma/recorder.hpp>
 
-#include "lib/pubsub/recorder_format.hpp"
+#include "lib/streams/recorder_format.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/pubsub/recorder_format.hpp"
+#include "lib/streams/recorder_format.hpp"
 #include "lib/replay/wire.hpp"
 
 namespace {

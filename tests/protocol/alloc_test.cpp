@@ -9,7 +9,7 @@
 
 #include <prizma/prizma.hpp>
 
-#include "lib/pubsub/stats_file.hpp"
+#include "lib/stats/stats_file.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/sim.hpp"
 

@@ -20,7 +20,7 @@
 
 #include <prizma/prizma.hpp>
 
-#include "lib/pubsub/recorder_format.hpp"
+#include "lib/streams/recorder_format.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/full_size.hpp"
 #include "tests/support/journal.hpp"

@@ -4,7 +4,7 @@
 // shared host (another local user plants things): the writer refuses a directory that is not
 // its own alone, never follows a symbolic link nor reuses a planted file; the reader survives
 // a file truncated under it, and neither its strings nor its pid are taken on trust.
-#include "lib/pubsub/stats_file.hpp"
+#include "lib/stats/stats_file.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -15,7 +15,7 @@
 
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
-#include "lib/pubsub/recorder_format.hpp"
+#include "lib/streams/recorder_format.hpp"
 
 namespace prizma {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "lib/pubsub/stats_file.hpp"
+#include "lib/stats/stats_file.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

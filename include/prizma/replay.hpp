@@ -44,6 +44,13 @@ struct ReplaySecurity {
     /// reaches the port reads the journal and can feed a client forged records; the server's
     /// start and the tools say so.
     bool insecure = false;
+    /// Server, with TLS on Linux: hand each connection's sending keys to the kernel (the `tls`
+    /// module, kTLS) after the handshake, so the kernel encrypts in send(2), without OpenSSL's
+    /// record copies. Used where the kernel accepts it (module present, AES-GCM, OpenSSL built
+    /// with KTLS), else OpenSSL encrypts in user space as before; ReplayServerCounters::
+    /// kernel_tls counts where it was. false: never. (Clients decrypt in user space: OpenSSL
+    /// 3.0 gives the kernel no TLS 1.3 receive keys.)
+    bool kernel_tls = true;
 };
 
 struct ReplayServerOptions {
@@ -86,6 +93,8 @@ struct ReplayServerCounters {
     std::uint64_t refused = 0;   ///< connections closed at once: not allowed, or over a cap
     std::uint64_t handshake_failures = 0;  ///< TLS handshakes that failed (wrong key,
                                            ///< certificate, a plaintext or replayed hello)
+    std::uint64_t kernel_tls = 0;  ///< TLS connections whose sending the kernel took over
+                                   ///< (ReplaySecurity::kernel_tls)
 };
 
 /// Serves journal ranges to TCP clients, many at once, from one thread (epoll, non-blocking

@@ -14,9 +14,9 @@
 
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
-#include "lib/pubsub/recorder_format.hpp"
 #include "lib/replay/tls.hpp"
 #include "lib/replay/wire.hpp"
+#include "lib/streams/recorder_format.hpp"
 
 namespace prizma {
 

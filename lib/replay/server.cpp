@@ -7,6 +7,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,9 +23,9 @@
 
 #include "lib/posix/errors.hpp"
 #include "lib/posix/unique_fd.hpp"
-#include "lib/pubsub/recorder_format.hpp"
 #include "lib/replay/tls.hpp"
 #include "lib/replay/wire.hpp"
+#include "lib/streams/recorder_format.hpp"
 
 namespace prizma {
 using posix::os_error;
@@ -74,6 +76,7 @@ struct ReplayServer::Impl {
     std::atomic<std::uint64_t> c_timeouts{0};
     std::atomic<std::uint64_t> c_refused{0};
     std::atomic<std::uint64_t> c_handshake_failures{0};
+    std::atomic<std::uint64_t> c_kernel_tls{0};
     std::jthread thread;
 
     static void queue_frame(Client& c,
@@ -200,7 +203,12 @@ void ReplayServer::Impl::on_event(Client& c) {
     }
     if (!c.handshaken) {
         switch (c.link.handshake()) {
-            case replay::Link::Io::done: c.handshaken = true; break;
+            case replay::Link::Io::done:
+                c.handshaken = true;
+                if (c.link.kernel_tx()) {
+                    c_kernel_tls.fetch_add(1, std::memory_order_relaxed);
+                }
+                break;
             case replay::Link::Io::want_read: watch(c, false); return;
             case replay::Link::Io::want_write: watch(c, true); return;
             default:
@@ -363,6 +371,13 @@ bool ReplayServer::Impl::expired(Client& c, std::int64_t now) {
 }
 
 void ReplayServer::Impl::run(const std::stop_token& st) {
+    // With kernel TLS, OpenSSL's socket BIO writes the handshake and alerts with write(2): a
+    // peer gone must not raise SIGPIPE in the application. Blocked on this thread only (a
+    // socket's SIGPIPE goes to the thread that wrote), it stays pending and harmless.
+    sigset_t pipe;
+    (void)::sigemptyset(&pipe);
+    (void)::sigaddset(&pipe, SIGPIPE);
+    (void)::pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     epoll_event events[64];
     int timeout_ms = 0;
     while (!st.stop_requested()) {
@@ -493,6 +508,7 @@ ReplayServerCounters ReplayServer::counters() const noexcept {
     c.timeouts = impl_->c_timeouts.load(std::memory_order_relaxed);
     c.refused = impl_->c_refused.load(std::memory_order_relaxed);
     c.handshake_failures = impl_->c_handshake_failures.load(std::memory_order_relaxed);
+    c.kernel_tls = impl_->c_kernel_tls.load(std::memory_order_relaxed);
     return c;
 }
 

@@ -6,12 +6,15 @@
 #include "lib/replay/tls.hpp"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "lib/posix/errors.hpp"
+#include "lib/posix/unique_fd.hpp"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -194,6 +197,14 @@ const BIO_METHOD* socket_method() noexcept {
     return m;
 }
 
+BIO* user_space_bio(Link::Wire* wire) noexcept {
+    BIO* b = BIO_new(socket_method());
+    if (b != nullptr) {
+        BIO_set_data(b, wire);
+    }
+    return b;
+}
+
 bool has_certificates(const ReplaySecurity& s) noexcept {
     return !s.certificate_file.empty() || !s.private_key_file.empty() || !s.ca_file.empty();
 }
@@ -219,6 +230,12 @@ Result<void, Error> load_certificates(SSL_CTX* ctx, const ReplaySecurity& s) {
 }
 
 }  // namespace
+
+bool kernel_tls_available() noexcept {
+    const posix::UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    return s.valid() && ::setsockopt(s.get(), IPPROTO_TCP, TCP_ULP, "tls", 3) != 0
+           && errno == ENOTCONN;
+}
 
 bool is_loopback(std::string_view address) noexcept {
     const std::string a(address);
@@ -268,6 +285,13 @@ Result<std::shared_ptr<TlsConfig>, Error> TlsConfig::make(const ReplaySecurity& 
     (void)SSL_CTX_set_num_tickets(c->ctx_, 0);
     SSL_CTX_set_session_cache_mode(c->ctx_, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_mode(c->ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    // Kernel TLS where the kernel has it: OpenSSL then gives the traffic keys to the socket
+    // (setsockopt TLS_TX / TLS_RX) once the handshake has made them (Link::handshake()).
+    // (Servers only: OpenSSL 3.0 hands TLS 1.3 keys to the kernel for sending, not receiving.)
+    if (server && security.kernel_tls && kernel_tls_available()) {
+        SSL_CTX_set_options(c->ctx_, SSL_OP_ENABLE_KTLS);
+        c->kernel_tls_ = true;
+    }
     // AES-GCM first (the PSK's hash is SHA-256: OpenSSL's default order would pick
     // ChaCha20-Poly1305, about half as fast where the CPU has AES instructions).
     if (SSL_CTX_set_ciphersuites(c->ctx_,
@@ -286,7 +310,8 @@ Result<std::shared_ptr<TlsConfig>, Error> TlsConfig::make(const ReplaySecurity& 
             return r.error();
         }
         c->protection_ = Protection::tls_certificates;
-        c->describe_ = "TLS 1.3, certificates (mutual)";
+        c->describe_ = c->kernel_tls_ ? "TLS 1.3, certificates (mutual); kernel TLS offered"
+                                      : "TLS 1.3, certificates (mutual)";
         return c;
     }
     const auto& ks = security.keys->keys;
@@ -309,6 +334,9 @@ Result<std::shared_ptr<TlsConfig>, Error> TlsConfig::make(const ReplaySecurity& 
         SSL_CTX_set_psk_client_callback(c->ctx_, client_psk);
     }
     c->protection_ = Protection::tls_psk;
+    if (c->kernel_tls_) {
+        c->describe_ += "; kernel TLS offered";
+    }
     return c;
 }
 
@@ -348,12 +376,22 @@ Result<Link, Error> Link::make(const TlsConfig& config,
     l.wire_ = std::make_unique<Wire>();
     l.wire_->fd = fd;
     l.ssl_ = SSL_new(config.ctx());
-    BIO* bio = l.ssl_ != nullptr ? BIO_new(socket_method()) : nullptr;
+    BIO* bio = l.ssl_ != nullptr ? user_space_bio(l.wire_.get()) : nullptr;
     if (bio == nullptr) {
         return tls_error("SSL_new");
     }
-    BIO_set_data(bio, l.wire_.get());
-    SSL_set_bio(l.ssl_, bio, bio);
+    if (server && config.kernel_tls()) {
+        // OpenSSL gives keys to the kernel only through its own socket BIO: the server's
+        // sending side (what a replay moves in bulk) takes it; reading keeps ours.
+        BIO* sock = BIO_new_socket(fd, BIO_NOCLOSE);
+        if (sock == nullptr) {
+            BIO_free(bio);
+            return tls_error("BIO_new_socket");
+        }
+        SSL_set_bio(l.ssl_, bio, sock);
+    } else {
+        SSL_set_bio(l.ssl_, bio, bio);
+    }
     if (server) {
         SSL_set_accept_state(l.ssl_);
         return l;
@@ -382,6 +420,7 @@ Link::Link() noexcept = default;
 
 Link::Link(Link&& o) noexcept
     : fd_(std::exchange(o.fd_, -1)),
+      kernel_tx_(std::exchange(o.kernel_tx_, false)),
       wire_(std::move(o.wire_)),
       ssl_(std::exchange(o.ssl_, nullptr)),
       error_(std::move(o.error_)) {}
@@ -390,6 +429,7 @@ Link& Link::operator=(Link&& o) noexcept {
     if (this != &o) {
         SSL_free(ssl_);
         fd_ = std::exchange(o.fd_, -1);
+        kernel_tx_ = std::exchange(o.kernel_tx_, false);
         ssl_ = std::exchange(o.ssl_, nullptr);
         wire_ = std::move(o.wire_);
         error_ = std::move(o.error_);
@@ -442,7 +482,36 @@ Link::Io Link::handshake() noexcept {
     ERR_clear_error();
     errno = 0;
     const int r = SSL_do_handshake(ssl_);
-    return r == 1 ? Io::done : result(r, "handshake");
+    if (r != 1) {
+        return result(r, "handshake");
+    }
+    if (!settle_kernel_tls()) {
+        try {
+            error_ = "TLS handshake failed: out of memory";
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the text is best effort
+        }
+        return Io::failed;
+    }
+    return Io::done;
+}
+
+// After the handshake: where OpenSSL's socket BIO stands in for ours (kernel TLS tried), keep
+// it if the kernel took the keys; else put ours back, so that the connection goes on exactly
+// as without kernel TLS (ciphertext gathered, large sends with MSG_NOSIGNAL).
+bool Link::settle_kernel_tls() noexcept {
+    BIO* w = SSL_get_wbio(ssl_);
+    if (w == SSL_get_rbio(ssl_) || BIO_method_type(w) != BIO_TYPE_SOCKET) {
+        return true;  // not tried
+    }
+    kernel_tx_ = BIO_get_ktls_send(w);
+    if (!kernel_tx_) {
+        BIO* ours = user_space_bio(wire_.get());
+        if (ours == nullptr) {
+            return false;
+        }
+        SSL_set0_wbio(ssl_, ours);
+    }
+    return true;
 }
 
 Link::Io Link::read(std::byte* p, std::size_t n, std::size_t& got) noexcept {
@@ -468,7 +537,9 @@ Link::Io Link::read(std::byte* p, std::size_t n, std::size_t& got) noexcept {
 
 Link::Io Link::write(const std::byte* p, std::size_t n, std::size_t& put) noexcept {
     put = 0;
-    if (ssl_ == nullptr) {
+    // Plaintext, or kernel TLS: the kernel cuts what send(2) takes into records and encrypts
+    // them (one call for a whole buffer, not one per 16 KiB record as SSL_write would).
+    if (ssl_ == nullptr || kernel_tx_) {
         const ssize_t r = ::send(fd_, p, n, MSG_NOSIGNAL);
         if (r >= 0) {
             put = static_cast<std::size_t>(r);

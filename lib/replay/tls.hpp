@@ -44,6 +44,9 @@ public:
     [[nodiscard]] bool psk_for(std::string_view identity, unsigned char* out) const noexcept;
     [[nodiscard]] const std::string& client_identity() const noexcept;
     [[nodiscard]] const std::string& server_name() const noexcept { return server_name_; }
+    /// Kernel TLS is to be tried on this server's connections: asked for (ReplaySecurity::
+    /// kernel_tls), TLS, and the kernel has the `tls` module (kernel_tls_available()).
+    [[nodiscard]] bool kernel_tls() const noexcept { return kernel_tls_; }
 
     struct Psk;
 
@@ -52,6 +55,7 @@ private:
     Protection protection_ = Protection::plaintext;
     std::string describe_;
     std::string server_name_;
+    bool kernel_tls_ = false;
     SSL_CTX* ctx_ = nullptr;
     std::unique_ptr<Psk[]> psks_;
     std::size_t psk_count_ = 0;
@@ -76,7 +80,11 @@ public:
     Link& operator=(const Link&) = delete;
     ~Link();
 
-    /// Drives the TLS handshake (done at once for plaintext).
+    /// Drives the TLS handshake (done at once for plaintext). With TlsConfig::kernel_tls(), a
+    /// server's sending side goes through OpenSSL's socket BIO during the handshake, so that
+    /// OpenSSL can hand the keys to the kernel; once done, the server either sends through the
+    /// kernel (kernel_tx()) or is back on the user-space path. That BIO writes with write(2):
+    /// the server's thread must block SIGPIPE.
     Io handshake() noexcept;
     /// Up to `n` bytes; done with `got` > 0, or want_read (nothing now), closed, failed.
     Io read(std::byte* p, std::size_t n, std::size_t& got) noexcept;
@@ -90,17 +98,25 @@ public:
     /// What failed, after Io::failed.
     [[nodiscard]] const std::string& error() const noexcept { return error_; }
     [[nodiscard]] bool secure() const noexcept { return ssl_ != nullptr; }
+    /// After the handshake: the kernel encrypts what write() sends (a plain send(2)).
+    [[nodiscard]] bool kernel_tx() const noexcept { return kernel_tx_; }
 
     struct Wire;
 
 private:
     Io result(int ret, const char* what) noexcept;
     Io os_failure() noexcept;
+    bool settle_kernel_tls() noexcept;
     int fd_ = -1;
+    bool kernel_tx_ = false;
     std::unique_ptr<Wire> wire_;  // TLS: the BIO's socket and gathered ciphertext
     SSL* ssl_ = nullptr;
     std::string error_;
 };
+
+/// The kernel can take TLS keys: setting the `tls` ULP on an unconnected TCP socket fails with
+/// ENOTCONN when the module is there (loaded on demand), ENOENT when it is not.
+bool kernel_tls_available() noexcept;
 
 /// True for 127.0.0.0/8 and ::1 (and ::ffff:127.x.y.z).
 bool is_loopback(std::string_view address) noexcept;

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "lib/pgm/bytes.hpp"
-#include "lib/pubsub/recorder_format.hpp"
+#include "lib/streams/recorder_format.hpp"
 
 namespace prizma::replay {
 

@@ -14,7 +14,7 @@
 #include <prizma/replay.hpp>
 
 // The replay service's request (docs/STREAMS.md, "The replay protocol"), its addresses and its
-// allow-list; the frames are the journal's (lib/pubsub/recorder_format.hpp).
+// allow-list; the frames are the journal's (lib/streams/recorder_format.hpp).
 namespace prizma::replay {
 
 constexpr std::size_t kRequestBytes = 32;

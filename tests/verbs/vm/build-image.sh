@@ -5,9 +5,10 @@
 #   debs/*.deb         the kernel package (kept as the cache; ~70 MB)
 #   vmlinuz            Debian 12 kernel (linux-image-6.1.0-N-amd64, NOT installed on the host)
 #   initramfs.cpio.gz  busybox + the kernel modules needed (rdma_rxe, ib_uverbs, virtio/e1000,
-#                      9p, veth, crc32) + /init.  Userspace (ibverbs, test binaries) is NOT in
-#                      the image: the guest mounts the host's / read-only over virtio-9p and
-#                      chroots into it, so anything built on the host runs unchanged.
+#                      9p, veth, crc32, tls, aesni_intel) + /init.  Userspace (ibverbs, test
+#                      binaries) is NOT in the image: the guest mounts the host's / read-only
+#                      over virtio-9p and chroots into it, so anything built on the host runs
+#                      unchanged.
 #
 # Idempotent: a repeat run re-uses the downloaded .deb / extracted tree and only
 # rebuilds the initramfs if its inputs changed.
@@ -60,7 +61,10 @@ KVER=${KPKG#linux-image-}
 log "kernel package $(basename "$DEB")"
 
 # ---------------------------------------------------------------- 3. vmlinuz + initramfs
-MODS="virtio_pci virtio_net e1000 9pnet_virtio 9p rdma_rxe ib_uverbs veth dummy crc32_generic crc32-pclmul"
+# tls + aesni_intel: kernel TLS for the replay service (guest-tests.sh loads them from the
+# initramfs with modprobe -d /proc/1/root; the kernel also loads tls on demand)
+MODS="virtio_pci virtio_net e1000 9pnet_virtio 9p rdma_rxe ib_uverbs veth dummy crc32_generic crc32-pclmul
+      tls aesni_intel"
 STAGE=$WORK/initramfs
 KROOT=$WORK/kernel-tree        # temporary: the full extracted package is ~400 MB
 stamp=$(cat "$HERE/guest-init.sh" "$0" | md5sum | cut -c1-12)-$(basename "$DEB")

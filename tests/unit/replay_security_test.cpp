@@ -8,11 +8,13 @@
 // the join with every record once).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -25,7 +27,7 @@
 
 #include <prizma/prizma.hpp>
 
-#include "lib/pubsub/recorder_format.hpp"
+#include "lib/streams/recorder_format.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/counters.hpp"
 #include "tests/support/journal.hpp"
@@ -313,6 +315,102 @@ TEST_CASE("replay tls: a recorded handshake and request replayed are refused",
     CHECK(server.counters().requests == before.requests);
     CHECK(server.counters().records == before.records);
     CHECK(reply.size() < 4096);  // a ServerHello and an alert at most, no journal
+}
+
+namespace {
+
+// The kernel can do TLS (its tls module loads): the ULP on an unconnected socket then says
+// ENOTCONN. The Soft-RoCE VM's Debian kernel has it; many a host does not.
+bool kernel_has_tls() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool yes =
+        fd >= 0 && ::setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", 3) != 0 && errno == ENOTCONN;
+    ::close(fd);
+    return yes;
+}
+
+}  // namespace
+
+TEST_CASE("replay tls: kernel TLS where the kernel has it, user space when off or absent",
+          "[unit][replay][security]") {
+    const bool kernel = kernel_has_tls();
+    INFO("kernel tls module: " << (kernel ? "yes" : "no"));
+    const TempDir dir;
+    make_journal(dir.path, 20000);
+    for (const bool on : {true, false}) {
+        INFO("server kernel_tls = " << on);
+        prizma::ReplaySecurity sec;
+        sec.keys = keys(7, 0x11);
+        sec.kernel_tls = on;
+        auto server = serve(dir.path, sec);
+        CHECK((server.protection().find("kernel TLS") != std::string::npos) == (on && kernel));
+        // A client asking the same, and one asking the other: each end decides for itself.
+        const Outcome same = fetch(server.port(), sec);
+        CHECK(same.done);
+        CHECK(same.records == 20000);
+        CHECK(same.bad == 0);
+        prizma::ReplaySecurity other = sec;
+        other.kernel_tls = !on;
+        const Outcome mixed = fetch(server.port(), other);
+        CHECK(mixed.done);
+        CHECK(mixed.records == 20000);
+        CHECK(mixed.bad == 0);
+        CHECK(server.counters().kernel_tls == (on && kernel ? 2U : 0U));
+    }
+    // Plaintext (loopback) never involves it.
+    auto plain = serve(dir.path, {});
+    CHECK(fetch(plain.port(), {}).records == 20000);
+    CHECK(plain.counters().kernel_tls == 0);
+}
+
+TEST_CASE("replay tls: clients that reset after their hello leave the server serving",
+          "[unit][replay][security][process]") {
+    // With kernel TLS the server writes its handshake through OpenSSL's socket BIO (write(2)):
+    // a peer gone must not raise SIGPIPE. Hellos taken from a real client, then a reset.
+    const TempDir dir;
+    make_journal(dir.path, 300);
+    prizma::ReplaySecurity sec;
+    sec.keys = keys(7, 0x11);
+    auto server = serve(dir.path, sec);
+    for (int i = 0; i < 20; ++i) {
+        sockaddr_in sa{};
+        const int lfd = listen_loopback(1, sa);
+        prizma::ReplayRequest rq;
+        rq.stream_id = 42;
+        prizma::ReplayClientOptions co;
+        co.security = sec;
+        co.connect_timeout = std::chrono::milliseconds(200);
+        auto c = prizma::ReplayClient::connect("127.0.0.1", ntohs(sa.sin_port), rq, co);
+        REQUIRE(c.has_value());
+        const int accepted = ::accept(lfd, nullptr, nullptr);
+        REQUIRE(accepted >= 0);
+        prizma::JournalEntry e;
+        std::string hello;
+        for (int k = 0; k < 100 && hello.empty(); ++k) {
+            (void)c->next(e);  // drives the client's handshake: its hello goes out
+            char buf[4096];
+            pollfd p{accepted, POLLIN, 0};
+            if (::poll(&p, 1, 10) > 0) {
+                const ssize_t n = ::recv(accepted, buf, sizeof buf, MSG_DONTWAIT);
+                hello.assign(buf, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+            }
+        }
+        ::close(accepted);
+        ::close(lfd);
+        REQUIRE(!hello.empty());
+        const int fd = tcp_connect(server.port());
+        REQUIRE(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) > 0);
+        const linger reset{1, 0};
+        (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        if (i % 2 == 1) {  // half of them after the server's first flight has arrived
+            pollfd p{fd, POLLIN, 0};
+            (void)::poll(&p, 1, 1000);
+        }
+        ::close(fd);
+    }
+    const Outcome honest = fetch(server.port(), sec);
+    CHECK(honest.done);
+    CHECK(honest.records == 300);
 }
 
 TEST_CASE("replay tls: certificates both ways, a wrong one refused", "[unit][replay][security]") {

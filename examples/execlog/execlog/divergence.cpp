@@ -108,15 +108,7 @@ std::string append_durably(const std::string& path, const std::string& line) {
     return err.empty() ? err : fmt::format("'{}': {}", path, err);
 }
 
-std::string dispute_marker(std::uint64_t sequence, std::span<const prizma::DisputedCopy> copies) {
-    std::string line = fmt::format("dispute record {}", sequence);
-    for (const auto& c : copies) {
-        line += fmt::format(" copy {} {:016x} {}", tsi_text(c.source), c.checksum, hex(c.record));
-    }
-    return line + "\n";
-}
-
-std::optional<OperatorDecision> read_decision(const std::string& path, std::uint64_t sequence) {
+std::optional<Decision> read_decision(const std::string& path, std::uint64_t sequence) {
     std::ifstream f(path);
     std::string word;
     std::uint64_t at = 0;
@@ -124,24 +116,10 @@ std::optional<OperatorDecision> read_decision(const std::string& path, std::uint
         return std::nullopt;
     }
     if (word == "continue") {
-        return OperatorDecision{Decision::go_on, {}};
+        return Decision::go_on;
     }
     if (word == "stop") {
-        return OperatorDecision{Decision::stop, {}};
-    }
-    std::string which;
-    if (word == "use" && f >> which) {
-        return OperatorDecision{Decision::use, which};
-    }
-    return std::nullopt;
-}
-
-std::optional<std::uint64_t> pick_copy(std::span<const prizma::DisputedCopy> copies,
-                                       const std::string& which) {
-    for (const auto& c : copies) {
-        if (fmt::format("{:016x}", c.checksum) == which || tsi_text(c.source) == which) {
-            return c.checksum;
-        }
+        return Decision::stop;
     }
     return std::nullopt;
 }

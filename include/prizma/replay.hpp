@@ -93,8 +93,8 @@ struct ReplayServerCounters {
     std::uint64_t refused = 0;   ///< connections closed at once: not allowed, or over a cap
     std::uint64_t handshake_failures = 0;  ///< TLS handshakes that failed (wrong key,
                                            ///< certificate, a plaintext or replayed hello)
-    std::uint64_t kernel_tls = 0;  ///< TLS connections whose sending the kernel took over
-                                   ///< (ReplaySecurity::kernel_tls)
+    std::uint64_t kernel_tls = 0;          ///< TLS connections whose sending the kernel took over
+                                           ///< (ReplaySecurity::kernel_tls)
 };
 
 /// Serves journal ranges to TCP clients, many at once, from one thread (epoll, non-blocking

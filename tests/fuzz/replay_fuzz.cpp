@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/streams/recorder_format.hpp"
 #include "lib/replay/wire.hpp"
+#include "lib/streams/recorder_format.hpp"
 
 namespace {
 

@@ -384,6 +384,7 @@ void FeedPump::on_event(const prizma::StreamEvent& e) {
             loss_at_ = std::chrono::steady_clock::now();
             fmt::print(stderr, "md-gateway: feed stalled after a loss at record {}\n", e.sequence);
             return;
+        case prizma::StreamEventKind::dispute:  // Arbitration::quorum only: not used here
         case prizma::StreamEventKind::divergence:
             if (++s_.feed.divergences <= 3) {
                 fmt::print(stderr,

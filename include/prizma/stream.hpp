@@ -84,10 +84,13 @@ private:
 };
 
 enum class StreamEventKind : std::uint8_t {
-    record,      ///< the next record: `sequence`, `payload`
-    loss,        ///< records [sequence, sequence + count) will never be delivered
-    reset,       ///< a new epoch began at `sequence`; older epochs' records are dropped
-    divergence,  ///< a copy of `sequence` differs from the one delivered (checksums differ)
+    record,  ///< the next record: `sequence`, `payload`
+    loss,    ///< records [sequence, sequence + count) will never be delivered
+    reset,   ///< a new epoch began at `sequence`; older epochs' records are dropped
+    /// A copy of `sequence` differs from the one delivered (checksums differ): `source` sent
+    /// it, `payload` is it (last_record() the whole record). With Arbitration::quorum, a copy
+    /// the others outvoted.
+    divergence,
     /// Nothing came after the last record delivered (`sequence` - 1) for gap_timeout, and PGM
     /// reported a loss right after it on every copy that could bring more: records from
     /// `sequence` on may be lost, how many is unknown (none may follow: the publishers may
@@ -95,15 +98,45 @@ enum class StreamEventKind : std::uint8_t {
     /// event resolves it. An application with a recording asks it from `sequence`. Once per
     /// position.
     stall,
+    /// Arbitration::quorum only: the copies of `sequence` disagree and none has the quorum
+    /// (`count`: how many different copies). Nothing from `sequence` on is delivered until
+    /// resolve() picks one of disputed(), or a copy still coming completes a quorum. Once per
+    /// position.
+    dispute,
 };
 
 struct StreamEvent {
     StreamEventKind kind = StreamEventKind::record;
     std::uint32_t epoch = 0;
     std::uint64_t sequence = 0;
-    std::uint64_t count = 0;             ///< loss: how many records
+    /// loss: how many records; record (Arbitration::quorum): how many publishers sent this
+    /// very copy; dispute: how many different copies there are
+    std::uint64_t count = 0;
     std::span<const std::byte> payload;  ///< record: valid until the next call
     Tsi source{};                        ///< record, divergence: the copy it came from
+};
+
+/// How a StreamSubscriber picks among the copies of a record (docs/STREAMS.md, "Arbitration").
+enum class Arbitration : std::uint8_t {
+    /// Each record from the first copy that brings it: the lowest latency. A later copy that
+    /// differs is reported (a divergence event), after the first was delivered.
+    first,
+    /// A record is delivered once `quorum` publishers sent the same copy (equal checksums):
+    /// 2 with a hot-standby pair (both must agree), 2 of 3 for a majority. A copy the others
+    /// outvote is a divergence event after the record; copies that disagree with no quorum
+    /// stop the stream there (a dispute event) until resolve(). It waits for the slower
+    /// publisher's copy, at most quorum_timeout; a publisher that left is not waited for.
+    quorum,
+};
+
+/// One of the disputed copies of a record (StreamSubscriber::disputed()).
+struct DisputedCopy {
+    Tsi source{};                ///< the first publisher that sent it
+    std::uint64_t checksum = 0;  ///< its RecordHeader checksum
+    std::uint64_t votes = 0;     ///< how many publishers sent it
+    /// Header + payload, valid until resolve() or next(); empty when the copy came while the
+    /// buffer was full (its vote was kept, not its bytes: resolve() cannot pick it).
+    std::span<const std::byte> record;
 };
 
 struct StreamOptions {
@@ -119,6 +152,16 @@ struct StreamOptions {
     /// Delivered records whose checksums are kept to compare later copies (divergence),
     /// rounded up to a power of two.
     std::size_t history = 65536;
+    Arbitration arbitration = Arbitration::first;
+    /// Arbitration::quorum: publishers that must send the same copy (at least 1). When fewer
+    /// publishers are heard and still there, all of them must.
+    std::size_t quorum = 2;
+    /// Arbitration::quorum: how long a record waits for the copies that could complete its
+    /// quorum, from its first copy. A record that no copy contradicts is then delivered with
+    /// the agreement it has (counted `unconfirmed`): a failed publisher must not stop the
+    /// stream; a publisher that sent nothing for this long is then not waited for until it
+    /// sends again. Copies that disagree are then a dispute.
+    std::chrono::nanoseconds quorum_timeout = std::chrono::milliseconds(100);
 };
 
 struct StreamCounters {
@@ -136,10 +179,16 @@ struct StreamCounters {
     std::uint64_t stalls = 0;        ///< stall events (a loss with nothing after it)
     /// Records of another RecordHeader version (a prizma of another record format), dropped.
     std::uint64_t other_version = 0;
+    /// Arbitration::quorum: records delivered with fewer agreeing publishers than `quorum`
+    /// (the others silent past quorum_timeout).
+    std::uint64_t unconfirmed = 0;
+    std::uint64_t disputes = 0;  ///< dispute events
+    std::uint64_t resolved = 0;  ///< disputes settled by resolve()
 };
 
 /// Merges every copy of one stream heard on its subscribers: each sequence number once, in
-/// order, from whichever copy comes first. A later record waits in a bounded buffer while the
+/// order, from whichever copy comes first (or, with Arbitration::quorum, the copy enough
+/// publishers agree on). A later record waits in a bounded buffer while the
 /// gap is repaired (PGM repair on every copy); once no copy can fill it (each has passed it, or
 /// gap_timeout), a loss event names the range. Owner thread of the subscribers' Context only.
 class StreamSubscriber {
@@ -176,6 +225,14 @@ public:
     /// The whole record (header + payload, as received and verified) of the last record event
     /// next() returned; valid as that event's payload. A Recorder journals it as is.
     [[nodiscard]] std::span<const std::byte> last_record() const noexcept;
+
+    /// After a dispute event: the different copies of that record, the first heard first
+    /// (empty when there is no dispute now).
+    [[nodiscard]] std::span<const DisputedCopy> disputed() const noexcept;
+    /// Settles the dispute at `sequence` with the copy whose checksum is `checksum`: it is
+    /// delivered next, and every other copy is a divergence event. Errors (invalid_argument):
+    /// no dispute at `sequence`, or no copy with that checksum and its bytes.
+    Result<void, Error> resolve(std::uint64_t sequence, std::uint64_t checksum);
 
 private:
     friend struct detail::StreamSubscriberTesting;

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include <prizma/stream.hpp>
 
@@ -119,12 +120,49 @@ struct StreamSubscriber::Impl {
         std::uint64_t high = 0;     // highest sequence it delivered (this epoch)
         bool loss_pending = false;  // PGM lost something after `high`
         bool gone = false;          // left (FIN, RST, expiry)
+        bool absent = false;        // quorum: silent when a record was last waited for
+        std::int64_t heard_ns = 0;  // quorum: when it last sent data
     };
     struct Held {
         Tsi tsi{};
         std::vector<std::byte> bytes;  // the whole record
     };
+    /// Arbitration::quorum: the copies heard of one record not delivered yet. Its vectors keep
+    /// their capacity when the node is used again (spare_ballots): no allocation per record
+    /// once warm.
+    struct Ballot {
+        struct Vote {
+            Tsi tsi{};
+            std::size_t copy = 0;
+        };
+        std::int64_t first_ns = 0;
+        std::size_t n = 0;                           // different copies, in [0, n) below
+        std::vector<Vote> votes;                     // one per publisher
+        std::vector<std::vector<std::byte>> copies;  // whole records
+        std::vector<std::uint64_t> sums;             // their checksums
+        std::vector<std::uint64_t> tally;            // their votes
+        void clear() noexcept {
+            n = 0;
+            votes.clear();
+            sums.clear();
+            tally.clear();
+        }
+        [[nodiscard]] Tsi first_voter(std::size_t copy) const noexcept {
+            for (const Vote& v : votes) {
+                if (v.copy == copy) {
+                    return v.tsi;
+                }
+            }
+            return {};
+        }
+    };
+    using Ballots = std::map<std::uint64_t, Ballot>;
     static constexpr std::size_t kMaxCopies = 64;
+    static constexpr std::size_t kMaxVotes = 16;      // publishers per record (others dropped)
+    static constexpr std::size_t kSpareBallots = 64;  // nodes kept for reuse
+    /// Ballots (quorum) may be kFarFactor x buffer_records, those past buffer_records holding
+    /// votes only (checksums, no bytes).
+    static constexpr std::size_t kFarFactor = 16;
 
     StreamOptions opt;
     std::vector<Subscriber*> subs;
@@ -148,6 +186,16 @@ struct StreamSubscriber::Impl {
     std::span<const std::byte> last_record;  // of the last record delivered
     StreamCounters c;
     std::int64_t (*clock)() noexcept = &Context::now_ns;  // tests set their own
+    // Arbitration::quorum: the records from `next` on, by sequence; the ballot just delivered
+    // (its outvoted copies are reported next, then it is reused); the dispute at `next`.
+    Ballots ballots;
+    std::vector<Ballots::node_type> spare_ballots;
+    Ballots::node_type done;
+    std::size_t done_winner = 0;
+    std::size_t done_at = 0;
+    std::uint64_t disputed_at = UINT64_MAX;
+    std::vector<DisputedCopy> dispute_list;
+    std::optional<std::uint64_t> resolution;  // the checksum resolve() picked
 
     Copy& copy_of(const Subscriber* sub, const Tsi& tsi) noexcept;
     std::uint64_t hist_mask = 0;  // history slots - 1 (a power of two: no division per record)
@@ -166,6 +214,44 @@ struct StreamSubscriber::Impl {
         return cp.loss_pending && cp.has_high && cp.high + 1 == next;
     }
     void start_epoch(std::uint32_t e, std::uint64_t seq) noexcept;
+
+    [[nodiscard]] bool quorum() const noexcept { return opt.arbitration == Arbitration::quorum; }
+    /// Records waiting (held behind a gap, or being voted on).
+    [[nodiscard]] std::size_t waiting() const noexcept {
+        return quorum() ? ballots.size() : held.size();
+    }
+    /// No more is read: first, more than buffer_records held (a gap is then lost); quorum,
+    /// kFarFactor x buffer_records ballots, or buffer_records while a dispute holds the stream.
+    [[nodiscard]] bool full() const noexcept {
+        if (!quorum()) {
+            return held.size() > opt.buffer_records;
+        }
+        const bool halted = disputed_at == next && !dispute_list.empty();
+        return ballots.size() >= (halted ? opt.buffer_records : kFarFactor * opt.buffer_records);
+    }
+    /// The first record waiting after a gap at `next`, if there is a gap.
+    [[nodiscard]] std::optional<std::uint64_t> after_gap() const noexcept {
+        if (quorum()) {
+            if (ballots.empty() || ballots.begin()->first == next) {
+                return std::nullopt;
+            }
+            return ballots.begin()->first;
+        }
+        return held.empty() ? std::nullopt : std::optional<std::uint64_t>(held.begin()->first);
+    }
+    void vote(std::uint64_t seq,
+              const Tsi& tsi,
+              std::uint64_t sum,
+              std::span<const std::byte> record);
+    Ballot& ballot_for(std::uint64_t seq);
+    void recycle(Ballots::node_type node) noexcept;
+    void clear_ballots() noexcept;
+    [[nodiscard]] std::size_t live_voters() const noexcept;
+    [[nodiscard]] std::size_t could_vote(const Ballot& b, std::uint64_t seq) const noexcept;
+    bool decide(StreamEvent& out);
+    bool deliver_ballot(std::size_t k, StreamEvent& out, bool resolved = false);
+    bool lose_next(StreamEvent& out);
+    bool report_dissent(StreamEvent& out) noexcept;
 };
 
 StreamSubscriber::Impl::Copy& StreamSubscriber::Impl::copy_of(const Subscriber* sub,
@@ -195,6 +281,7 @@ void StreamSubscriber::Impl::start_epoch(std::uint32_t e, std::uint64_t seq) noe
     started = true;
     next = seq;
     held.clear();
+    clear_ballots();
     gap_since = -1;
     std::fill(hist_seq.begin(), hist_seq.end(), UINT64_MAX);
     for (Copy& cp : copies) {
@@ -210,6 +297,10 @@ bool StreamSubscriber::Impl::take(const Subscriber* sub, const Message& m, Strea
         case MessageKind::left: cp.gone = true; return false;
         case MessageKind::joined: cp.gone = false; return false;
         case MessageKind::data: break;
+    }
+    cp.absent = false;
+    if (quorum()) {
+        cp.heard_ns = clock();
     }
     return take_record(cp, m, out);
 }
@@ -242,7 +333,11 @@ bool StreamSubscriber::Impl::take_record(Copy& cp, const Message& m, StreamEvent
         start_epoch(h.epoch, reset ? h.sequence : opt.start_sequence.value_or(h.sequence));
         if (reset) {
             ++c.resets;
-            held.emplace(h.sequence, Held{m.tsi, {m.payload.begin(), m.payload.end()}});
+            if (quorum()) {
+                vote(h.sequence, m.tsi, h.checksum, m.payload);
+            } else {
+                held.emplace(h.sequence, Held{m.tsi, {m.payload.begin(), m.payload.end()}});
+            }
             out = StreamEvent{StreamEventKind::reset, h.epoch, h.sequence, 0, {}, m.tsi};
             return true;
         }
@@ -254,9 +349,14 @@ bool StreamSubscriber::Impl::take_record(Copy& cp, const Message& m, StreamEvent
         const std::size_t i = h.sequence & hist_mask;
         if (hist_seq[i] == h.sequence && hist_sum[i] != h.checksum) {
             ++c.divergences;
-            out = StreamEvent{StreamEventKind::divergence, h.epoch, h.sequence, 0, {}, m.tsi};
+            out = StreamEvent{StreamEventKind::divergence, h.epoch, h.sequence, 0, payload, m.tsi};
+            last_record = m.payload;
             return true;
         }
+        return false;
+    }
+    if (quorum()) {
+        vote(h.sequence, m.tsi, h.checksum, m.payload);
         return false;
     }
     if (h.sequence == next) {
@@ -297,10 +397,265 @@ bool StreamSubscriber::Impl::deliver_held(StreamEvent& out) {
     return true;
 }
 
+// ---- Arbitration::quorum ------------------------------------------------------------------
+
+StreamSubscriber::Impl::Ballot& StreamSubscriber::Impl::ballot_for(std::uint64_t seq) {
+    if (const auto it = ballots.find(seq); it != ballots.end()) {
+        return it->second;
+    }
+    Ballots::iterator it;
+    if (!spare_ballots.empty()) {
+        Ballots::node_type node = std::move(spare_ballots.back());
+        spare_ballots.pop_back();
+        node.key() = seq;
+        node.mapped().clear();
+        it = ballots.insert(std::move(node)).position;
+    } else {
+        it = ballots.try_emplace(seq).first;
+    }
+    it->second.first_ns = clock();
+    return it->second;
+}
+
+void StreamSubscriber::Impl::recycle(Ballots::node_type node) noexcept {
+    if (!node.empty() && spare_ballots.size() < kSpareBallots) {
+        spare_ballots.push_back(std::move(node));  // capacity reserved at create()
+    }
+}
+
+void StreamSubscriber::Impl::clear_ballots() noexcept {
+    recycle(std::move(done));
+    done = {};
+    while (!ballots.empty()) {
+        recycle(ballots.extract(ballots.begin()));
+    }
+    dispute_list.clear();
+    resolution.reset();
+    disputed_at = UINT64_MAX;
+}
+
+// A copy of record `seq` from publisher `tsi`: its vote. Decisions are taken in order, at
+// `next` (decide()).
+void StreamSubscriber::Impl::vote(std::uint64_t seq,
+                                  const Tsi& tsi,
+                                  std::uint64_t sum,
+                                  std::span<const std::byte> record) {
+    const bool fresh = ballots.find(seq) == ballots.end();
+    Ballot& b = ballot_for(seq);
+    if (!fresh) {
+        ++c.duplicates;  // every copy after the first, as with Arbitration::first
+    } else if (seq > next) {
+        ++c.buffered;
+        if (gap_since < 0 && (ballots.empty() || ballots.begin()->first != next)) {
+            gap_since = clock();
+        }
+    }
+    if (b.votes.size() == kMaxVotes
+        || std::any_of(b.votes.begin(), b.votes.end(),
+                       [&](const Ballot::Vote& v) { return v.tsi == tsi; })) {
+        return;  // this publisher's copy again (a repair, a second path), or too many publishers
+    }
+    std::size_t k = 0;
+    while (k < b.n && b.sums[k] != sum) {
+        ++k;
+    }
+    // Bytes are kept for a record's first copy, and for other copies within buffer_records of
+    // `next`; further ahead a copy that differs is kept as its vote only (its checksum). One
+    // publisher's backlog comes before the other's (each source's window is read in turn), and the
+    // backlog of a halt can be longer than the buffer.
+    const bool keep = seq - next < opt.buffer_records || k == 0;  // the first copy: always
+    if (k == b.n) {
+        if (b.copies.size() == b.n) {
+            b.copies.emplace_back();
+        }
+        b.copies[k].clear();
+        b.sums.push_back(sum);
+        b.tally.push_back(0);
+        ++b.n;
+    }
+    if (keep && b.copies[k].empty()) {
+        b.copies[k].assign(record.begin(), record.end());
+    }
+    ++b.tally[k];
+    b.votes.push_back(Ballot::Vote{tsi, k});
+}
+
+// Publishers heard and still there (a publisher heard on two subscribers is one voter).
+std::size_t StreamSubscriber::Impl::live_voters() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+        if (copies[i].gone || copies[i].absent) {
+            continue;
+        }
+        bool seen = false;
+        for (std::size_t j = 0; j < i && !seen; ++j) {
+            seen = !copies[j].gone && copies[j].tsi == copies[i].tsi;
+        }
+        n += seen ? 0U : 1U;
+    }
+    return n;
+}
+
+// Publishers still there that have not voted on `seq` and may still: not past it (a copy
+// delivers in order: one that sent later records lost this one).
+std::size_t StreamSubscriber::Impl::could_vote(const Ballot& b, std::uint64_t seq) const noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+        const Copy& cp = copies[i];
+        if (cp.gone || cp.absent || (cp.has_high && cp.high >= seq)) {
+            continue;
+        }
+        const bool voted = std::any_of(b.votes.begin(), b.votes.end(),
+                                       [&](const Ballot::Vote& v) { return v.tsi == cp.tsi; });
+        bool seen = false;
+        for (std::size_t j = 0; j < i && !seen; ++j) {
+            seen = copies[j].tsi == cp.tsi;
+        }
+        n += voted || seen ? 0U : 1U;
+    }
+    return n;
+}
+
+// The record at `next`, once its copies agree enough: delivered, or a dispute.
+bool StreamSubscriber::Impl::decide(StreamEvent& out) {
+    if (ballots.empty() || ballots.begin()->first != next) {
+        return false;
+    }
+    const Ballot& b = ballots.begin()->second;
+    if (resolution) {
+        std::size_t k = 0;
+        while (k < b.n && b.sums[k] != *resolution) {
+            ++k;
+        }
+        resolution.reset();
+        if (k < b.n) {
+            ++c.resolved;
+            return deliver_ballot(k, out, true);
+        }
+    }
+    std::size_t best = 0;
+    for (std::size_t k = 1; k < b.n; ++k) {
+        best = b.tally[k] > b.tally[best] ? k : best;
+    }
+    const std::size_t need = std::min(opt.quorum, std::max<std::size_t>(live_voters(), 1));
+    const std::size_t more = could_vote(b, next);
+    if (b.tally[best] >= need) {
+        if (!b.copies[best].empty()) {
+            return deliver_ballot(best, out);
+        }
+        if (more > 0 && clock() - b.first_ns < opt.quorum_timeout.count()) {
+            return false;  // agreed on, its bytes not kept: a copy still coming brings them
+        }
+        return lose_next(out);  // no copy of it with its bytes will come
+    }
+    if (disputed_at == next) {
+        return false;  // the application decides, or a copy still coming completes a quorum
+    }
+    const bool possible = b.tally[best] + more >= need;
+    if (possible && clock() - b.first_ns < opt.quorum_timeout.count()) {
+        return false;
+    }
+    if (b.n == 1) {
+        // Nothing contradicts it; the publishers that stayed silent are not waited for again
+        // until they send (one failed publisher delays one record, not every record).
+        const std::int64_t now = clock();
+        for (Copy& cp : copies) {
+            // Silent: sent nothing for quorum_timeout (one merely behind is waited for).
+            const bool past =
+                (cp.has_high && cp.high >= next) || now - cp.heard_ns < opt.quorum_timeout.count();
+            cp.absent =
+                cp.absent
+                || (!past
+                    && std::none_of(b.votes.begin(), b.votes.end(),
+                                    [&](const Ballot::Vote& v) { return v.tsi == cp.tsi; }));
+        }
+        return deliver_ballot(0, out);
+    }
+    disputed_at = next;
+    ++c.disputes;
+    dispute_list.clear();
+    for (std::size_t k = 0; k < b.n; ++k) {
+        dispute_list.push_back(DisputedCopy{b.first_voter(k), b.sums[k], b.tally[k], b.copies[k]});
+    }
+    out = StreamEvent{StreamEventKind::dispute, epoch, next, b.n, {}, b.votes.front().tsi};
+    return true;
+}
+
+// The record at `next` is agreed on, but none of its copies' bytes were kept (they all came
+// while the buffer was full): a loss, reported.
+bool StreamSubscriber::Impl::lose_next(StreamEvent& out) {
+    recycle(ballots.extract(ballots.begin()));
+    out = StreamEvent{StreamEventKind::loss, epoch, next, 1, {}, {}};
+    ++c.loss_events;
+    ++c.lost_records;
+    ++c.overflows;
+    ++next;
+    dispute_list.clear();
+    gap_since = ballots.empty() || ballots.begin()->first == next ? -1 : clock();
+    return true;
+}
+
+bool StreamSubscriber::Impl::deliver_ballot(std::size_t k, StreamEvent& out, bool resolved) {
+    if (ballots.begin()->second.copies[k].empty()) {
+        return lose_next(out);
+    }
+    auto node = ballots.extract(ballots.begin());
+    Ballot& b = node.mapped();
+    out_bytes.swap(b.copies[k]);
+    remember(next, b.sums[k]);
+    out = StreamEvent{StreamEventKind::record,
+                      epoch,
+                      next,
+                      b.tally[k],
+                      std::span<const std::byte>(out_bytes).subspan(RecordHeader::kBytes),
+                      b.first_voter(k)};
+    last_record = out_bytes;
+    ++next;
+    ++c.records;
+    c.unconfirmed += !resolved && b.tally[k] < opt.quorum ? 1U : 0U;
+    dispute_list.clear();
+    recycle(std::move(done));
+    done = std::move(node);  // its other copies are reported as divergences, then it is reused
+    done_winner = k;
+    done_at = 0;
+    gap_since = ballots.empty() || ballots.begin()->first == next ? -1 : clock();
+    return true;
+}
+
+// The copies the delivered record's ballot outvoted: one divergence event each.
+bool StreamSubscriber::Impl::report_dissent(StreamEvent& out) noexcept {
+    if (done.empty()) {
+        return false;
+    }
+    const Ballot& b = done.mapped();
+    while (done_at < b.n) {
+        const std::size_t k = done_at++;
+        if (k == done_winner) {
+            continue;
+        }
+        ++c.divergences;
+        out = StreamEvent{
+            StreamEventKind::divergence,
+            epoch,
+            done.key(),
+            0,
+            (b.copies[k].empty()
+                 ? std::span<const std::byte>{}
+                 : std::span<const std::byte>(b.copies[k]).subspan(RecordHeader::kBytes)),
+            b.first_voter(k)};
+        last_record = b.copies[k];
+        return true;
+    }
+    recycle(std::move(done));
+    done = {};
+    return false;
+}
+
 // The gap at `next` (records after it are held): lost once no copy can fill it any more, at
 // the gap timeout, or at once when `force` (the buffer is full).
 bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
-    if (held.empty()) {
+    const auto first_waiting = after_gap();
+    if (!first_waiting) {
         return false;
     }
     const auto able = [&](const Copy& cp) {
@@ -317,7 +672,7 @@ bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
     if (!force && !none_able && !timed_out) {
         return false;
     }
-    const std::uint64_t first_held = held.begin()->first;
+    const std::uint64_t first_held = *first_waiting;
     out = StreamEvent{StreamEventKind::loss, epoch, next, first_held - next, {}, {}};
     ++c.loss_events;
     c.lost_records += first_held - next;
@@ -335,7 +690,7 @@ bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
 // publishers sent (their last records, the session end) would leave the application waiting
 // in silence.
 bool StreamSubscriber::Impl::tail_stalled(StreamEvent& out) noexcept {
-    if (!held.empty() || !started || stalled_at == next || copies.empty()) {
+    if (waiting() != 0 || !started || stalled_at == next || copies.empty()) {
         return false;
     }
     bool lost_at_tail = false;
@@ -371,9 +726,11 @@ StreamSubscriber& StreamSubscriber::operator=(StreamSubscriber&&) noexcept = def
 StreamSubscriber::~StreamSubscriber() = default;
 
 Result<StreamSubscriber, Error> StreamSubscriber::create(const StreamOptions& options) {
-    if (options.buffer_records == 0 || options.history == 0 || options.gap_timeout.count() <= 0) {
+    if (options.buffer_records == 0 || options.history == 0 || options.gap_timeout.count() <= 0
+        || options.quorum == 0 || options.quorum_timeout.count() < 0) {
         return Error(Errc::invalid_argument,
-                     "stream options: buffer_records and history at least 1, gap_timeout > 0");
+                     "stream options: buffer_records, history and quorum at least 1, "
+                     "gap_timeout > 0, quorum_timeout >= 0");
     }
     auto impl = std::make_unique<Impl>();
     impl->opt = options;
@@ -382,6 +739,8 @@ Result<StreamSubscriber, Error> StreamSubscriber::create(const StreamOptions& op
     impl->hist_seq.assign(slots, UINT64_MAX);
     impl->hist_sum.assign(slots, 0);
     impl->copies.reserve(Impl::kMaxCopies);
+    impl->spare_ballots.reserve(Impl::kSpareBallots);
+    impl->dispute_list.reserve(Impl::kMaxVotes);
     return StreamSubscriber(std::move(impl));
 }
 
@@ -408,11 +767,15 @@ void StreamSubscriber::remove(Subscriber& subscriber) noexcept {
 bool StreamSubscriber::next(StreamEvent& out) noexcept {
     Impl& s = *impl_;
     for (;;) {
-        if (s.deliver_held(out)) {
+        if (s.report_dissent(out) || (s.quorum() ? s.decide(out) : s.deliver_held(out))) {
             return true;
         }
-        if (s.gap_lost(out, s.held.size() > s.opt.buffer_records)) {
+        const bool full = s.full();
+        if (s.gap_lost(out, full)) {
             return true;
+        }
+        if (full) {
+            return false;  // quorum: the record at `next` is still being decided; read no more
         }
         bool any = false;
         const std::size_t n = s.subs.size();
@@ -452,6 +815,26 @@ const StreamCounters& StreamSubscriber::counters() const noexcept {
 
 std::span<const std::byte> StreamSubscriber::last_record() const noexcept {
     return impl_->last_record;
+}
+
+std::span<const DisputedCopy> StreamSubscriber::disputed() const noexcept {
+    return impl_->dispute_list;
+}
+
+Result<void, Error> StreamSubscriber::resolve(std::uint64_t sequence, std::uint64_t checksum) {
+    Impl& s = *impl_;
+    if (s.dispute_list.empty() || s.disputed_at != sequence || s.next != sequence) {
+        return Error(Errc::invalid_argument,
+                     "resolve: no dispute at record " + std::to_string(sequence));
+    }
+    if (std::none_of(s.dispute_list.begin(), s.dispute_list.end(), [&](const DisputedCopy& d) {
+            return d.checksum == checksum && !d.record.empty();
+        })) {
+        return Error(Errc::invalid_argument, "resolve: no copy of record "
+                                                 + std::to_string(sequence) + " has that checksum");
+    }
+    s.resolution = checksum;
+    return {};
 }
 
 void detail::StreamSubscriberTesting::set_clock(StreamSubscriber& s,

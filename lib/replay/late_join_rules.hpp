@@ -17,13 +17,15 @@ namespace prizma::detail {
 }
 
 /// Already delivered when the position is `next` (by the replay or earlier live): a record or
-/// loss that ends at or before `next`, a stall before it. A stall at `next` is news (the live
-/// reader lost what comes next and nothing follows it); resets and divergences always pass.
+/// loss that ends at or before `next`, a stall before it. A stall or a dispute at `next` is news
+/// (the live reader lost what comes next and nothing follows it); resets and divergences always
+/// pass.
 [[nodiscard]] inline bool event_stale(const StreamEvent& e, std::uint64_t next) noexcept {
     switch (e.kind) {
         case StreamEventKind::record:
         case StreamEventKind::loss: return event_end(e) <= next;
-        case StreamEventKind::stall: return e.sequence < next;
+        case StreamEventKind::stall:
+        case StreamEventKind::dispute: return e.sequence < next;
         case StreamEventKind::reset:
         case StreamEventKind::divergence: return false;
     }

@@ -728,6 +728,7 @@ Result<void> Recorder::append(const StreamEvent& e, std::span<const std::byte> r
             break;
         case StreamEventKind::reset: kind = journal::kReset; break;
         case StreamEventKind::divergence:
+        case StreamEventKind::dispute:
         case StreamEventKind::stall: return {};  // nothing to journal
     }
     const bool in_order =

@@ -46,6 +46,7 @@ struct Log {
             case prizma::StreamEventKind::divergence: divergences.push_back(e.sequence); break;
             case prizma::StreamEventKind::reset: resets.push_back(e.sequence); break;
             case prizma::StreamEventKind::stall: stalls.push_back(e.sequence); break;
+            case prizma::StreamEventKind::dispute: break;  // Arbitration::quorum only
         }
     }
     /// Every sequence in [0, n) exactly once, as a record or inside a loss, in order.

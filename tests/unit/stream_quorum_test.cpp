@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: Apache-2.0
+// StreamSubscriber with Arbitration::quorum (docs/STREAMS.md, "Arbitration"): a record is
+// delivered once enough publishers sent the same copy; a wrong copy is never delivered, even
+// from the publisher heard first; copies that disagree with no quorum stop the stream at that
+// record until resolve(). Over mem:// channels, on a clock the tests move.
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <prizma/prizma.hpp>
+
+#include "lib/pubsub/stream_testing.hpp"
+#include "tests/support/catch.hpp"
+
+namespace {
+
+std::vector<std::byte> body(std::uint64_t i) {
+    std::vector<std::byte> b(64);
+    for (std::size_t k = 0; k < b.size(); ++k) {
+        b[k] = static_cast<std::byte>((i * 37 + k) & 0xffU);
+    }
+    return b;
+}
+
+std::int64_t g_now = 1'000'000'000;
+std::int64_t test_now() noexcept {
+    return g_now;
+}
+
+struct Event {
+    prizma::StreamEventKind kind;
+    std::uint64_t sequence;
+    std::uint64_t count;
+    std::vector<std::byte> payload;
+    prizma::Tsi source;
+};
+
+/// `n` publishers (the cores) on one mem:// channel, a quorum stream reading it.
+struct Quorum {
+    prizma::Context ctx = prizma::Context::create().value();
+    prizma::Subscriber sub;
+    std::vector<prizma::Publisher> pubs;
+    std::vector<std::optional<prizma::StreamPublisher>> out;
+    std::optional<prizma::StreamSubscriber> stream;
+    std::vector<Event> log;
+
+    Quorum(const std::string& name, std::size_t n, std::size_t quorum, std::size_t buffer = 4096)
+        : sub(ctx.add_subscriber("mem://" + name + ":7600").value()) {
+        g_now = 1'000'000'000;
+        for (std::size_t i = 0; i < n; ++i) {
+            pubs.push_back(ctx.add_publisher("mem://" + name + ":7600").value());
+        }
+        out.resize(n);
+        prizma::StreamOptions o;
+        o.stream_id = 42;
+        o.start_sequence = 0;
+        o.arbitration = prizma::Arbitration::quorum;
+        o.quorum = quorum;
+        o.quorum_timeout = std::chrono::milliseconds(100);
+        o.buffer_records = buffer;
+        stream.emplace(prizma::StreamSubscriber::create(o).value());
+        REQUIRE(stream->add(sub).has_value());
+        prizma::detail::StreamSubscriberTesting::set_clock(*stream, &test_now);
+    }
+    /// Publisher `p` writes records [from, to); record `wrong` (if in range) with other bytes.
+    void send(std::size_t p,
+              std::uint64_t from,
+              std::uint64_t to,
+              std::uint64_t wrong = UINT64_MAX) {
+        if (!out[p] || out[p]->next_sequence() != from) {
+            out[p].emplace(prizma::StreamPublisher::create(pubs[p], 42, 1, from).value());
+        }
+        for (std::uint64_t i = from; i < to; ++i) {
+            REQUIRE(out[p]->next_sequence() == i);
+            REQUIRE(out[p]->offer(body(i == wrong ? i + 1000 : i)).has_value());
+        }
+        pump();
+    }
+    void pump() {
+        for (int i = 0; i < 50; ++i) {
+            (void)ctx.poll();
+            stream->poll(64, [&](const prizma::StreamEvent& e) {
+                log.push_back(Event{
+                    e.kind, e.sequence, e.count, {e.payload.begin(), e.payload.end()}, e.source});
+            });
+        }
+    }
+    [[nodiscard]] std::vector<std::uint64_t> of(prizma::StreamEventKind k) const {
+        std::vector<std::uint64_t> v;
+        for (const Event& e : log) {
+            if (e.kind == k) {
+                v.push_back(e.sequence);
+            }
+        }
+        return v;
+    }
+    [[nodiscard]] std::vector<std::uint64_t> records() const {
+        return of(prizma::StreamEventKind::record);
+    }
+    /// Every record event carries the right bytes (the agreed copy, never a wrong one).
+    [[nodiscard]] bool all_right() const {
+        for (const Event& e : log) {
+            if (e.kind == prizma::StreamEventKind::record && e.payload != body(e.sequence)) {
+                return false;
+            }
+        }
+        return true;
+    }
+};
+
+std::vector<std::uint64_t> range(std::uint64_t from, std::uint64_t to) {
+    std::vector<std::uint64_t> v;
+    for (std::uint64_t i = from; i < to; ++i) {
+        v.push_back(i);
+    }
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("stream quorum: a pair must agree, each record once, after both copies",
+          "[unit][stream]") {
+    Quorum q("quorum-pair", 2, 2);
+    q.send(0, 0, 5);
+    q.send(1, 0, 1);  // both publishers heard
+    CHECK(q.records() == range(0, 1));
+    q.send(0, 5, 10);
+    CHECK(q.records() == range(0, 1));  // the standby's copies are waited for
+    q.send(1, 1, 10);
+    CHECK(q.records() == range(0, 10));
+    CHECK(q.all_right());
+    for (const Event& e : q.log) {
+        CHECK(e.count == 2);  // both publishers sent each record
+    }
+    CHECK(q.stream->counters().unconfirmed == 0);
+    CHECK(q.stream->counters().duplicates == 10);
+    CHECK(q.stream->counters().divergences == 0);
+}
+
+TEST_CASE("stream quorum: the active copy wrong halts at exactly that record until resolve",
+          "[unit][stream]") {
+    Quorum q("quorum-active-wrong", 2, 2);
+    q.send(0, 0, 10, 5);  // the active publisher, heard first: record 5 is wrong
+    q.send(1, 0, 10);
+    // Records before it, then the dispute at 5; nothing after it, though 6-9 agree.
+    CHECK(q.records() == range(0, 5));
+    REQUIRE(q.of(prizma::StreamEventKind::dispute) == std::vector<std::uint64_t>{5});
+    CHECK(q.log.back().count == 2);
+    CHECK(q.stream->next_sequence() == 5);
+    const auto copies = q.stream->disputed();
+    REQUIRE(copies.size() == 2);
+    CHECK(copies[0].source == q.pubs[0].tsi());  // heard first
+    CHECK(copies[1].source == q.pubs[1].tsi());
+    CHECK(copies[0].votes == 1);
+    REQUIRE(copies[1].record.size() == prizma::RecordHeader::kBytes + 64);
+    CHECK(std::memcmp(copies[1].record.data() + prizma::RecordHeader::kBytes, body(5).data(), 64)
+          == 0);
+    const std::uint64_t right = copies[1].checksum;
+    // Time alone settles nothing, and nothing is read past the halt's buffer.
+    g_now += 10'000'000'000;
+    q.pump();
+    CHECK(q.records() == range(0, 5));
+    CHECK(q.of(prizma::StreamEventKind::dispute).size() == 1);  // once per position
+    // Wrong requests are refused and change nothing.
+    CHECK_FALSE(q.stream->resolve(6, right).has_value());
+    CHECK_FALSE(q.stream->resolve(5, right ^ 1U).has_value());
+    REQUIRE(q.stream->resolve(5, right).has_value());
+    q.pump();
+    CHECK(q.records() == range(0, 10));
+    CHECK(q.all_right());  // record 5 is the standby's copy
+    // The active's copy is reported after the record, with its bytes and source.
+    REQUIRE(q.of(prizma::StreamEventKind::divergence) == std::vector<std::uint64_t>{5});
+    for (const Event& e : q.log) {
+        if (e.kind == prizma::StreamEventKind::divergence) {
+            CHECK(e.source == q.pubs[0].tsi());
+            CHECK(e.payload == body(1005));
+        }
+    }
+    CHECK(q.stream->disputed().empty());
+    CHECK(q.stream->counters().disputes == 1);
+    CHECK(q.stream->counters().resolved == 1);
+    CHECK(q.stream->counters().divergences == 1);
+    CHECK_FALSE(q.stream->resolve(5, right).has_value());  // settled already
+}
+
+TEST_CASE("stream quorum: three publishers, one wrong: the majority goes on, no halt",
+          "[unit][stream]") {
+    Quorum q("quorum-majority", 3, 2);
+    for (std::size_t p = 0; p < 3; ++p) {
+        q.send(p, 0, 5);
+    }
+    CHECK(q.records() == range(0, 5));
+    q.send(0, 5, 10, 7);  // the first heard is wrong at 7
+    q.send(1, 5, 10);     // 1 and 0 disagree at 7: the third is waited for
+    CHECK(q.records() == range(0, 7));
+    CHECK(q.of(prizma::StreamEventKind::dispute).empty());
+    q.send(2, 5, 10);
+    CHECK(q.records() == range(0, 10));
+    CHECK(q.all_right());
+    CHECK(q.of(prizma::StreamEventKind::divergence) == std::vector<std::uint64_t>{7});
+    CHECK(q.of(prizma::StreamEventKind::dispute).empty());
+    CHECK(q.stream->counters().unconfirmed == 0);
+    // Two wrong in different ways and the third silent: no majority at the timeout.
+    q.send(0, 10, 12, 11);
+    q.send(1, 10, 12, UINT64_MAX);
+    CHECK(q.records() == range(0, 11));
+    g_now += 100'000'000;
+    q.pump();
+    CHECK(q.of(prizma::StreamEventKind::dispute) == std::vector<std::uint64_t>{11});
+    CHECK(q.records() == range(0, 11));
+    q.send(2, 10, 12);  // the third, late: its copy completes the quorum of 2
+    CHECK(q.records() == range(0, 12));
+    CHECK(q.all_right());
+}
+
+TEST_CASE("stream quorum: a silent publisher delays one record by quorum_timeout, no more",
+          "[unit][stream]") {
+    Quorum q("quorum-silent", 2, 2);
+    q.send(0, 0, 3);
+    q.send(1, 0, 3);
+    CHECK(q.records() == range(0, 3));
+    q.send(0, 3, 8);  // the standby has failed
+    CHECK(q.records() == range(0, 3));
+    g_now += 100'000'000 - 1;
+    q.pump();
+    CHECK(q.records() == range(0, 3));
+    g_now += 1;
+    q.pump();
+    // Record 3 at the timeout, and 4-7 at once: the silent one is not waited for again.
+    CHECK(q.records() == range(0, 8));
+    CHECK(q.all_right());
+    CHECK(q.stream->counters().unconfirmed == 5);
+    for (const Event& e : q.log) {
+        CHECK(e.count == (e.sequence < 3 ? 2U : 1U));
+    }
+    // It sends again: counted again, its copies waited for.
+    q.send(1, 8, 9);
+    q.send(0, 8, 9);
+    q.send(0, 9, 10);
+    CHECK(q.records() == range(0, 9));
+    q.send(1, 9, 10);
+    CHECK(q.records() == range(0, 10));
+    CHECK(q.stream->counters().unconfirmed == 5);
+}
+
+TEST_CASE("stream quorum: a halt holds at most buffer_records, and nothing is lost after it",
+          "[unit][stream]") {
+    // While halted the stream reads no more than buffer_records; what stays unread waits in
+    // the subscriber (PGM's window), where one source's backlog comes before the other's: the
+    // buffer must hold the copies' skew, or the records after the halt wait for
+    // quorum_timeout and go unconfirmed (docs/STREAMS.md).
+    Quorum q("quorum-bounded", 2, 2, 64);
+    for (std::uint64_t at = 0; at < 60; at += 4) {  // the copies a few records apart
+        q.send(0, at, at + 4, 2);
+        q.send(1, at, at + 4);
+    }
+    CHECK(q.records() == range(0, 2));
+    REQUIRE(q.of(prizma::StreamEventKind::dispute) == std::vector<std::uint64_t>{2});
+    for (std::uint64_t at = 60; at < 200; at += 4) {
+        q.send(0, at, at + 4);
+        q.send(1, at, at + 4);
+    }
+    CHECK(q.records() == range(0, 2));
+    CHECK(q.stream->counters().buffered <= 65);  // it stopped reading
+    REQUIRE(q.stream->resolve(2, q.stream->disputed()[1].checksum).has_value());
+    for (int i = 0; i < 5; ++i) {
+        q.pump();
+    }
+    CHECK(q.records() == range(0, 200));
+    CHECK(q.all_right());
+    CHECK(q.of(prizma::StreamEventKind::loss).empty());
+    CHECK(q.stream->counters().overflows == 0);
+    CHECK(q.stream->counters().unconfirmed == 0);
+}
+
+TEST_CASE("stream quorum: bad options are refused", "[unit][stream]") {
+    prizma::StreamOptions o;
+    o.arbitration = prizma::Arbitration::quorum;
+    o.quorum = 0;
+    CHECK_FALSE(prizma::StreamSubscriber::create(o).has_value());
+    o.quorum = 2;
+    o.quorum_timeout = std::chrono::milliseconds(-1);
+    CHECK_FALSE(prizma::StreamSubscriber::create(o).has_value());
+    o.quorum_timeout = std::chrono::milliseconds(0);
+    CHECK(prizma::StreamSubscriber::create(o).has_value());
+}

@@ -40,8 +40,11 @@ struct Archive {
     std::uint64_t divergences = 0;
     std::vector<prizma::Tsi> journaled_from = std::vector<prizma::Tsi>(kSourceRing);
     std::vector<execlog::Divergence> pending;  // markers not written yet
-    std::optional<std::uint64_t> halted_at;    // the divergence the archiver halts at
+    std::optional<std::uint64_t> halted_at;    // the divergence or dispute it halts at
+    bool disputed = false;                     // halted at a dispute: nothing journaled yet
     bool halt_on_divergence = true;
+    bool quorum = true;  // Arbitration::quorum: a divergence is an outvoted copy, no halt
+    std::uint64_t disputes = 0;
 
     /// false: the journal refused it for good (the error is printed).
     bool take(const prizma::StreamEvent& e, std::span<const std::byte> record, bool& retry) {
@@ -61,10 +64,13 @@ struct Archive {
                        "journaled copy (source {})\n",
                        kTool, e.sequence, execlog::tsi_text(e.source), execlog::tsi_text(first));
             pending.push_back({e.sequence, first, e.source, prizma::Context::now_ns()});
-            if (halt_on_divergence && !halted_at) {
+            if (halt_on_divergence && !quorum && !halted_at) {
                 halted_at = e.sequence;
             }
             return true;
+        }
+        if (e.kind == prizma::StreamEventKind::dispute) {
+            return true;  // dispute() has the copies
         }
         const auto r = rec.append(e, record);
         if (r) {
@@ -166,12 +172,65 @@ bool write_markers(const Args& a, Archive& ar, const execlog::CopyTap& tap) {
     return true;
 }
 
+/// A dispute (Arbitration::quorum): the cores' copies of a record differ and none has the
+/// quorum. Every copy goes to the divergence file; then the archiver halts there (nothing
+/// journaled) until the operator picks one, or with --on-divergence continue journals the copy
+/// heard first. false: the marker could not be written.
+bool dispute(const Args& a, Archive& ar, execlog::Feed& f, const prizma::StreamEvent& e) {
+    ++ar.disputes;
+    const auto copies = f.disputed();
+    if (const auto err =
+            execlog::append_durably(a.divergence_file, execlog::dispute_marker(e.sequence, copies));
+        !err.empty()) {
+        fmt::print(stderr, "{}: dispute marker: {}\n", kTool, err);
+        return false;
+    }
+    for (const auto& c : copies) {
+        fmt::print(stderr, "{}: DISPUTE at record {}: copy from {}, checksum {:016x}, {} core(s)\n",
+                   kTool, e.sequence, execlog::tsi_text(c.source), c.checksum, c.votes);
+    }
+    if (!ar.halt_on_divergence && !copies.empty()) {
+        fmt::print(stderr, "{}: --on-divergence continue: journaling the copy from {}\n", kTool,
+                   execlog::tsi_text(copies.front().source));
+        return static_cast<bool>(f.resolve(e.sequence, copies.front().checksum));
+    }
+    ar.halted_at = e.sequence;
+    ar.disputed = true;
+    return true;
+}
+
+/// The operator's choice in a dispute at `q` applied; false when it names no copy.
+bool settle(Archive& ar, execlog::Feed& f, std::uint64_t q, const execlog::OperatorDecision& d) {
+    const auto copies = f.disputed();
+    const auto pick = d.what == execlog::Decision::use ? execlog::pick_copy(copies, d.which)
+                      : copies.empty()                 ? std::nullopt
+                                                       : std::optional(copies.front().checksum);
+    if (!pick || !f.resolve(q, *pick)) {
+        fmt::print(stderr, "{}: decision for record {}: '{}' names none of its copies\n", kTool, q,
+                   d.which);
+        return false;
+    }
+    fmt::print(stderr, "{}: the operator chose the copy {:016x} of record {}\n", kTool, *pick, q);
+    ar.disputed = false;
+    return true;
+}
+
 /// While halted: says so (at once, then every 5 s) and reads the operator's decision. Returns
 /// 0 to go on (halted or not), 3 to stop (the operator said so).
-int halted(const Args& a, Archive& ar, std::int64_t& said_at) {
+int halted(const Args& a, Archive& ar, execlog::Feed& f, std::int64_t& said_at) {
     const std::int64_t now = prizma::Context::now_ns();
     const std::uint64_t q = *ar.halted_at;
-    if (said_at == 0 || now - said_at > 5'000'000'000) {
+    if (ar.disputed && (said_at == 0 || now - said_at > 5'000'000'000)) {
+        fmt::print(stderr,
+                   "{}: HALTED at record {}: the cores' copies differ and none has the quorum; "
+                   "nothing is journaled from it on, '{}' has every copy. The stream is held "
+                   "(the cores wait for this archiver). Decide: echo use {} SOURCE-OR-CHECKSUM "
+                   "> {}  (journal that copy), echo continue {} > {}  (the copy heard first), "
+                   "or echo stop {} > {}  (end here; restart the session on a new epoch)\n",
+                   kTool, q, a.divergence_file, q, a.decision_file, q, a.decision_file, q,
+                   a.decision_file);
+        said_at = now;
+    } else if (said_at == 0 || now - said_at > 5'000'000'000) {
         fmt::print(stderr,
                    "{}: HALTED at record {}: two cores' copies differ; the journal keeps the "
                    "first, '{}' both. The stream is held (the cores wait for this archiver). "
@@ -184,13 +243,17 @@ int halted(const Args& a, Archive& ar, std::int64_t& said_at) {
     if (!d) {
         return 0;
     }
-    if (*d == execlog::Decision::stop) {
+    if (d->what == execlog::Decision::stop) {
         fmt::print(stderr, "{}: the operator stopped the stream at record {} ({})\n", kTool, q,
                    a.decision_file);
         return 3;
     }
-    fmt::print(stderr, "{}: the operator let the stream go on after record {} ({})\n", kTool, q,
-               a.decision_file);
+    const bool was_dispute = ar.disputed;
+    if (was_dispute && !settle(ar, f, q, *d)) {
+        return 0;  // said why; still halted
+    }
+    fmt::print(stderr, "{}: the operator let the stream go on {} record {} ({})\n", kTool,
+               was_dispute ? "at" : "after", q, a.decision_file);
     ar.halted_at.reset();
     said_at = 0;
     return 0;
@@ -217,7 +280,7 @@ int serve(const Args& a,
         }
         if (ar.halted_at) {
             // Nothing journaled, the flow gate not drained: the cores hold within its window.
-            if (const int rc = halted(a, ar, said_at); rc != 0) {
+            if (const int rc = halted(a, ar, f, said_at); rc != 0) {
                 return rc;
             }
             ctx.wait(std::chrono::milliseconds(50));
@@ -236,6 +299,9 @@ int serve(const Args& a,
         }
         while (!ar.held && !ar.halted_at && n < 1024 && f.next(e)) {
             ++n;
+            if (e.kind == prizma::StreamEventKind::dispute && !dispute(a, ar, f, e)) {
+                return 1;
+            }
             const auto record = f.last_record();
             if (!ar.take(e, record, retry)) {
                 return 1;
@@ -288,14 +354,16 @@ int parse_args(int argc, char** argv, Args& a) {
                    "flow window)")
         ->check(prizma::tools::whole(1, 1U << 20U));
     app.add_option("--on-divergence", a.on_divergence,
-                   "When two cores' copies of a record differ: halt (default: hold the stream "
-                   "until the operator decides) or continue (journal the first, mark both)")
+                   "When the cores' copies of a record differ: halt (default: hold the stream "
+                   "until the operator decides) or continue (journal the copy heard first, mark "
+                   "every copy). With --arbitration quorum a copy the other cores outvote is "
+                   "marked, never journaled, and does not halt")
         ->check(prizma::tools::one_of({"halt", "continue"}));
     app.add_option("--divergence-file", a.divergence_file,
                    "Both copies of each divergent record (default JOURNAL.divergences)");
     app.add_option("--decision-file", a.decision_file,
-                   "Where the operator writes 'continue SEQ' or 'stop SEQ' (default "
-                   "JOURNAL.decision)");
+                   "Where the operator writes 'use SEQ SOURCE-OR-CHECKSUM', 'continue SEQ' or "
+                   "'stop SEQ' (default JOURNAL.decision)");
     app.add_option("--gap-timeout-ms", a.gap_timeout_ms,
                    "Wait this long for PGM to repair a live gap before journaling it as lost "
                    "(default 5000)")
@@ -340,6 +408,18 @@ int run(int argc, char** argv) {
     }
     a.c.feed.replay_host.clear();  // the archiver is the archive
     const std::string flow_uri = a.c.feed.uri;
+    if (a.c.feed.arbitration == prizma::Arbitration::quorum
+        && execlog::strip_flow_keys(flow_uri) != flow_uri) {
+        // The flow gate drains one queue of both cores' packets: a standby behind the active
+        // is held behind the active's packets, so quorum waits out its timeout on every record
+        // (measured 2026-12-06: 43,642 of 47,738 records unconfirmed). A gate per core is
+        // the fix; until then the two are refused together.
+        fmt::print(stderr,
+                   "{}: --arbitration quorum with flow-control keys in the URI is not supported "
+                   "yet (docs/EXECLOG.md, \"Divergence\")\n",
+                   kTool);
+        return 2;
+    }
     a.c.feed.uri = execlog::strip_flow_keys(flow_uri);
     a.c.feed.max_recover = a.recover != 0 ? a.recover : 2 * a.flow_window;
     a.c.feed.gap_timeout = std::chrono::milliseconds(a.gap_timeout_ms);
@@ -354,6 +434,7 @@ int run(int argc, char** argv) {
     }
     Archive ar(std::move(*rec));
     ar.halt_on_divergence = a.on_divergence == "halt";
+    ar.quorum = a.c.feed.arbitration == prizma::Arbitration::quorum;
     if (a.divergence_file.empty()) {
         a.divergence_file = a.journal + ".divergences";
     }
@@ -415,10 +496,11 @@ int run(int argc, char** argv) {
     const auto s = (*feed)->stream_counters();
     fmt::print(
         "{}: final: journal next {}, records {}, loss entries {} ({} records), divergences {}, "
-        "unknown types {}, stale-epoch {}, replay clients {}, records served {}{}\n",
+        "disputes {}, unconfirmed {}, unknown types {}, stale-epoch {}, replay clients {}, "
+        "records served {}{}\n",
         kTool, ar.rec.next_sequence(), (*feed)->counters().delivered, ar.losses, ar.lost,
-        ar.divergences, ar.unknown, s.stale_epoch, server->counters().clients,
-        server->counters().records, flushed ? "" : " (flush failed)");
+        ar.divergences, ar.disputes, s.unconfirmed, ar.unknown, s.stale_epoch,
+        server->counters().clients, server->counters().records, flushed ? "" : " (flush failed)");
     const auto pc = (*feed)->subscriber().counters();
     fmt::print(
         "{}: pgm: odata {}, rdata {}, naks {}, ncf {}, loss events {} ({} sqns), window full {}, "

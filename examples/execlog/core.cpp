@@ -44,6 +44,7 @@ struct Args {
     bool spin = false;
     std::string fault;
     std::string anchor_file;
+    std::string name;     ///< the source's GSI (execlog::core_gsi), so consumers name the core
     std::string archive;  ///< HOST:PORT of the archiver: asked whether the session has ended
     prizma::tools::ReplaySecurityArgs archive_security;
     prizma::ReplaySecurity archive_sec;
@@ -587,6 +588,10 @@ int run(int argc, char** argv) {
         ->check(prizma::tools::whole(0, 3600000));
     app.add_flag("--spin", a.spin, "Busy-poll instead of sleeping between inputs");
     app.add_option("--fault", a.fault, "Test fault: unknown-type@SEQ or diverge@SEQ");
+    app.add_option("--name", a.name,
+                   "The core's name, 1-6 letters, digits, '-' or '_' (e.g. core-a): its "
+                   "source's GSI, so every consumer names the copies it sends (default: a "
+                   "random GSI, shown in hex)");
     app.add_option("--anchor-file", a.anchor_file,
                    "Write the wall-clock time input 0 is due there (latency measurements)");
     app.add_option("--archive", a.archive,
@@ -606,6 +611,12 @@ int run(int argc, char** argv) {
         return 2;
     }
     a.archive_sec = std::move(*sec);
+    const auto gsi = execlog::core_gsi(a.name);
+    if (!a.name.empty() && !gsi) {
+        fmt::print(stderr, "{}: --name '{}': want 1-6 letters, digits, '-' or '_'\n", kTool,
+                   a.name);
+        return 2;
+    }
     const auto fault = parse_fault(a.fault);
     if (!fault) {
         fmt::print(stderr, "{}: --fault '{}': want unknown-type@SEQ or diverge@SEQ\n", kTool,
@@ -634,6 +645,7 @@ int run(int argc, char** argv) {
     prizma::ChannelOptions po;
     po.window_sqns = a.window;
     po.repair_budget_percent = a.repair_budget;
+    po.gsi = gsi;
     auto pub = ctx->add_publisher(a.uri, po);
     if (!pub) {
         fmt::print(stderr, "{}: {}\n", kTool, pub.error().message());

@@ -100,6 +100,7 @@ struct Stats {
     std::uint64_t unknown = 0;
     std::uint64_t lost = 0;
     std::uint64_t divergences = 0;
+    std::uint64_t disputes = 0;
     bool ended = false;
 };
 
@@ -201,6 +202,13 @@ bool DropCopy::apply(const prizma::StreamEvent& e) {
             ++st_.divergences;
             fmt::print(stderr, "{}: DIVERGENCE: a copy of record {} from source {} differs\n",
                        kTool, e.sequence, execlog::tsi_text(e.source));
+            return true;
+        case prizma::StreamEventKind::dispute:
+            ++st_.disputes;
+            fmt::print(stderr,
+                       "{}: HALTED at record {}: the cores' {} copies differ and none has the "
+                       "quorum; nothing is sent until the archive holds the operator's choice\n",
+                       kTool, e.sequence, e.count);
             return true;
         case prizma::StreamEventKind::record: break;
         default: return true;

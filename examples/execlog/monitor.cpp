@@ -24,6 +24,7 @@ struct View {
     std::uint64_t loss_events = 0;
     std::uint64_t lost = 0;
     std::uint64_t divergences = 0;
+    std::uint64_t disputes = 0;
     std::uint64_t stalls = 0;  // stall events: a loss with nothing after it
     std::uint64_t unknown = 0;
     std::uint64_t active_changes = 0;
@@ -52,6 +53,13 @@ struct View {
                 return;
             case prizma::StreamEventKind::reset:
                 fmt::print("{}: epoch {} from sequence {}\n", kTool, e.epoch, e.sequence);
+                return;
+            case prizma::StreamEventKind::dispute:
+                ++disputes;
+                fmt::print(
+                    "{}: HALT at record {}: the cores' {} copies differ and none has the "
+                    "quorum (the archiver waits for the operator)\n",
+                    kTool, e.sequence, e.count);
                 return;
             case prizma::StreamEventKind::record: break;
         }
@@ -142,6 +150,9 @@ int run(int argc, char** argv) {
                         "Live rate, gaps, divergences, the active core, per-source counters and "
                         "consumers' lag of the ExecLog.");
     execlog::ConsumerArgs a;
+    // The monitor watches: the first copy of each record (it has no archive to settle a
+    // dispute), every other copy that differs reported.
+    a.arbitration = "first";
     execlog::add_consumer_options(app, a);
     std::uint32_t interval_ms = 1000;
     bool no_stats = false;

@@ -23,6 +23,8 @@ struct ConsumerArgs {
     bool spin = false;
     bool exit_at_end = false;
     std::uint32_t silence_probe_ms = 1000;
+    std::string arbitration = "first";
+    std::uint32_t quorum_timeout_ms = 1000;
 };
 
 inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
@@ -39,6 +41,21 @@ inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
                    "Live silent this long: ask the archiver whether the stream went on "
                    "(default 1000; 0: never)")
         ->check(prizma::tools::whole(0, 3'600'000));
+    app.add_option("--arbitration", a.arbitration,
+                   "How the cores' copies are taken: first (default: the first copy, lowest "
+                   "latency; a differing copy is reported after) or quorum (a record once "
+                   "--quorum cores sent the same copy; copies that differ halt the stream "
+                   "until the archive holds the operator's choice)")
+        ->check(prizma::tools::one_of({"quorum", "first"}));
+    app.add_option("--quorum", a.feed.quorum,
+                   "With --arbitration quorum: cores that must send the same copy (default 2: "
+                   "a hot-standby pair must agree; 2 with three cores: a majority)")
+        ->check(prizma::tools::whole(1, 16));
+    app.add_option("--quorum-timeout-ms", a.quorum_timeout_ms,
+                   "With --arbitration quorum: how long a record waits for the other cores' "
+                   "copies; a core silent that long is not waited for until it sends again "
+                   "(default 1000)")
+        ->check(prizma::tools::whole(0, 60'000));
     prizma::tools::add_replay_security_options(app, a.replay_security, false);
 }
 
@@ -46,6 +63,9 @@ inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
 inline bool finish_consumer_args(const char* tool, ConsumerArgs& a) {
     a.feed.name = tool;
     a.feed.silence_probe = std::chrono::milliseconds(a.silence_probe_ms);
+    a.feed.arbitration =
+        a.arbitration == "first" ? prizma::Arbitration::first : prizma::Arbitration::quorum;
+    a.feed.quorum_timeout = std::chrono::milliseconds(a.quorum_timeout_ms);
     auto sec = prizma::tools::replay_security(a.replay_security);
     if (!sec) {
         fmt::print(stderr, "{}: {}\n", tool, sec.error().message());

@@ -108,7 +108,15 @@ std::string append_durably(const std::string& path, const std::string& line) {
     return err.empty() ? err : fmt::format("'{}': {}", path, err);
 }
 
-std::optional<Decision> read_decision(const std::string& path, std::uint64_t sequence) {
+std::string dispute_marker(std::uint64_t sequence, std::span<const prizma::DisputedCopy> copies) {
+    std::string line = fmt::format("dispute record {}", sequence);
+    for (const auto& c : copies) {
+        line += fmt::format(" copy {} {:016x} {}", tsi_text(c.source), c.checksum, hex(c.record));
+    }
+    return line + "\n";
+}
+
+std::optional<OperatorDecision> read_decision(const std::string& path, std::uint64_t sequence) {
     std::ifstream f(path);
     std::string word;
     std::uint64_t at = 0;
@@ -116,10 +124,24 @@ std::optional<Decision> read_decision(const std::string& path, std::uint64_t seq
         return std::nullopt;
     }
     if (word == "continue") {
-        return Decision::go_on;
+        return OperatorDecision{Decision::go_on, {}};
     }
     if (word == "stop") {
-        return Decision::stop;
+        return OperatorDecision{Decision::stop, {}};
+    }
+    std::string which;
+    if (word == "use" && f >> which) {
+        return OperatorDecision{Decision::use, which};
+    }
+    return std::nullopt;
+}
+
+std::optional<std::uint64_t> pick_copy(std::span<const prizma::DisputedCopy> copies,
+                                       const std::string& which) {
+    for (const auto& c : copies) {
+        if (fmt::format("{:016x}", c.checksum) == which || tsi_text(c.source) == which) {
+            return c.checksum;
+        }
     }
     return std::nullopt;
 }

@@ -59,10 +59,26 @@ std::string divergence_marker(const Divergence& d,
 /// success.
 std::string append_durably(const std::string& path, const std::string& line);
 
-/// The operator's decision for a halt at `sequence`, read from `path`: "continue SEQ" (keep
-/// the journaled copy and go on) or "stop SEQ" (end the archiver; the session is restarted on
-/// a new epoch). nullopt while there is none for this sequence.
-enum class Decision : std::uint8_t { go_on, stop };
-std::optional<Decision> read_decision(const std::string& path, std::uint64_t sequence);
+/// The marker line of a dispute (`dispute record S copy SRC CHECKSUM HEX ...`, the first heard
+/// first): the copies of a record that disagree with no quorum, none journaled yet.
+std::string dispute_marker(std::uint64_t sequence, std::span<const prizma::DisputedCopy> copies);
+
+/// The operator's decision for a halt at `sequence`, read from `path`:
+/// - "continue SEQ": go on (after a divergence: keep the journaled copy; in a dispute: journal
+///   the copy heard first);
+/// - "use SEQ WHICH": in a dispute, journal the copy WHICH names: its checksum (16 hex digits)
+///   or its source (as printed: a core's name or gsi-hex, then .port);
+/// - "stop SEQ": end the archiver; the session is restarted on a new epoch.
+/// nullopt while there is none for this sequence.
+enum class Decision : std::uint8_t { go_on, use, stop };
+struct OperatorDecision {
+    Decision what = Decision::go_on;
+    std::string which;  ///< use: the copy named
+};
+std::optional<OperatorDecision> read_decision(const std::string& path, std::uint64_t sequence);
+
+/// The copy of `copies` that `which` names (checksum in hex, or source text); nullopt if none.
+std::optional<std::uint64_t> pick_copy(std::span<const prizma::DisputedCopy> copies,
+                                       const std::string& which);
 
 }  // namespace execlog

@@ -40,6 +40,11 @@ void add(prizma::StreamCounters& to, const prizma::StreamCounters& c) {
     to.bad_checksum += c.bad_checksum;
     to.foreign += c.foreign;
     to.overflows += c.overflows;
+    to.stalls += c.stalls;
+    to.other_version += c.other_version;
+    to.unconfirmed += c.unconfirmed;
+    to.disputes += c.disputes;
+    to.resolved += c.resolved;
 }
 
 }  // namespace
@@ -251,7 +256,40 @@ std::optional<std::pair<std::string, std::uint16_t>> parse_host_port(std::string
     return std::make_pair(std::string(text.substr(0, colon)), p);
 }
 
+std::optional<prizma::Gsi> core_gsi(std::string_view name) {
+    prizma::Gsi g{};
+    if (name.empty() || name.size() > g.bytes.size()) {
+        return std::nullopt;
+    }
+    for (std::size_t i = 0; i < name.size(); ++i) {
+        const char ch = name[i];
+        const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
+                        || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_';
+        if (!ok) {
+            return std::nullopt;
+        }
+        g.bytes[i] = static_cast<std::uint8_t>(ch);
+    }
+    return g;
+}
+
 std::string tsi_text(const prizma::Tsi& tsi) {
+    // A core's GSI is its name (core_gsi): letters, digits, '-' or '_', then NULs.
+    std::string name;
+    bool named = true;
+    bool ended = false;
+    for (const auto b : tsi.gsi.bytes) {
+        const char ch = static_cast<char>(b);
+        if (b == 0) {
+            ended = true;
+            continue;
+        }
+        named = named && !ended && core_gsi(std::string_view(&ch, 1)).has_value();
+        name += ch;
+    }
+    if (named && !name.empty()) {
+        return fmt::format("{}.{}", name, tsi.sport);
+    }
     std::string s;
     for (const auto b : tsi.gsi.bytes) {
         s += fmt::format("{:02x}", b);
@@ -331,6 +369,9 @@ bool Feed::start_live() {
     so.start_sequence = next_;
     so.gap_timeout = opt_.gap_timeout;
     so.buffer_records = opt_.buffer_records;
+    so.arbitration = opt_.arbitration;
+    so.quorum = opt_.quorum;
+    so.quorum_timeout = opt_.quorum_timeout;
     auto s = prizma::StreamSubscriber::create(so);
     if (!s || !s->add(sub_)) {
         return false;
@@ -348,6 +389,9 @@ bool Feed::start_late(const char* why) {
     prizma::LateJoinOptions lo;
     lo.stream.stream_id = opt_.stream_id;
     lo.stream.gap_timeout = opt_.gap_timeout;
+    lo.stream.arbitration = opt_.arbitration;
+    lo.stream.quorum = opt_.quorum;
+    lo.stream.quorum_timeout = opt_.quorum_timeout;
     lo.replay_address = opt_.replay_host;
     lo.replay_port = opt_.replay_port;
     lo.client.security = opt_.replay_security;
@@ -399,17 +443,41 @@ bool Feed::accept(prizma::StreamEvent& e) noexcept {
             next_ = e.sequence + e.count;
             return true;
         case prizma::StreamEventKind::reset: next_ = e.sequence; return true;
-        case prizma::StreamEventKind::stall: return e.sequence >= next_;
+        case prizma::StreamEventKind::stall:
+        case prizma::StreamEventKind::dispute: return e.sequence >= next_;
         case prizma::StreamEventKind::divergence: return true;
     }
     return true;
 }
 
 // A loss past our position, or a stall at it (lost data and nothing after it): the archiver
-// has what is missing.
+// has what is missing. A dispute at it (the cores' copies differ, no quorum): the archive
+// holds the copy the operator chose once they have chosen (until then the late join waits
+// for it, or fails and is tried again).
 bool Feed::is_gap(const prizma::StreamEvent& e) const noexcept {
     return (e.kind == prizma::StreamEventKind::loss && e.sequence + e.count > next_)
-           || (e.kind == prizma::StreamEventKind::stall && e.sequence >= next_);
+           || ((e.kind == prizma::StreamEventKind::stall
+                || e.kind == prizma::StreamEventKind::dispute)
+               && e.sequence >= next_);
+}
+
+void Feed::note_dispute(const prizma::StreamEvent& e) {
+    if (e.kind != prizma::StreamEventKind::dispute || e.sequence == dispute_said_) {
+        return;
+    }
+    dispute_said_ = e.sequence;
+    ++counters_.disputes;
+    fmt::print(stderr,
+               "{}: HALTED at record {}: the cores' {} copies differ and none has the quorum; "
+               "the archive decides (the operator's choice)\n",
+               opt_.name, e.sequence, e.count);
+}
+
+prizma::Result<void, prizma::Error> Feed::resolve(std::uint64_t sequence, std::uint64_t checksum) {
+    if (!live_) {
+        return prizma::Error(prizma::Errc::invalid_argument, "resolve: reading the archiver");
+    }
+    return live_->resolve(sequence, checksum);
 }
 
 bool Feed::next_late(prizma::StreamEvent& out) {
@@ -428,6 +496,7 @@ bool Feed::next_late(prizma::StreamEvent& out) {
         }
         const bool merged = late_->counters().merged;
         if (merged && is_gap(out)) {
+            note_dispute(out);
             ++counters_.live_gaps;
             (void)start_late("live gap after the merge");
             continue;
@@ -468,6 +537,7 @@ bool Feed::next(prizma::StreamEvent& out) {
 bool Feed::next_live(prizma::StreamEvent& out) {
     while (live_->next(out)) {
         if (is_gap(out) && !opt_.replay_host.empty()) {
+            note_dispute(out);
             const std::int64_t now = prizma::Context::now_ns();
             if (now < retry_late_at_ns_) {
                 // The archiver refused a moment ago: wait, then ask again (the live reader

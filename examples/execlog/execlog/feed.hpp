@@ -64,7 +64,12 @@ private:
 /// "HOST:PORT" (HOST an IPv4 literal); nullopt when malformed.
 std::optional<std::pair<std::string, std::uint16_t>> parse_host_port(std::string_view text);
 
-/// TSI as "gsi-hex.port".
+/// A core's GSI from its name (1 to 6 letters, digits, '-' or '_', e.g. core-a): the name's
+/// bytes, then NULs, so that every consumer can name the core a copy came from. nullopt for
+/// another name.
+std::optional<prizma::Gsi> core_gsi(std::string_view name);
+
+/// TSI as "NAME.port" for a named core (core_gsi), else "gsi-hex.port".
 std::string tsi_text(const prizma::Tsi& tsi);
 
 struct FeedOptions {
@@ -94,6 +99,15 @@ struct FeedOptions {
     /// buffer with nothing after it to show the loss (the cores have stopped): without this it
     /// would wait for ever. 0: never.
     std::chrono::milliseconds silence_probe{1000};
+    /// How the cores' copies are arbitrated (prizma::StreamOptions): `first` (the default)
+    /// takes the first copy, lowest latency, a divergence reported afterwards. `quorum`
+    /// delivers a record once `quorum` cores sent the same copy, so a divergent copy is never
+    /// applied; copies that disagree with no quorum are a dispute, settled by the archive (a
+    /// consumer with an archiver reads the operator's choice from it; the archiver asks the
+    /// operator).
+    prizma::Arbitration arbitration = prizma::Arbitration::first;
+    std::size_t quorum = 2;
+    std::chrono::milliseconds quorum_timeout{1000};
 };
 
 struct FeedCounters {
@@ -104,6 +118,7 @@ struct FeedCounters {
     std::uint64_t late_join_failures = 0;
     std::uint64_t live_gaps = 0;       ///< live gaps the archiver filled
     std::uint64_t silence_probes = 0;  ///< late joins because live went silent
+    std::uint64_t disputes = 0;        ///< records whose copies disagreed: the archive decided
     /// The last late join: records replayed until it merged into live, and how long it took.
     std::uint64_t catchup_records = 0;
     std::int64_t catchup_ns = 0;
@@ -140,6 +155,12 @@ public:
     [[nodiscard]] std::span<const std::byte> last_record() const noexcept {
         return live_ ? live_->last_record() : std::span<const std::byte>{};
     }
+    /// After a dispute event (no archiver to ask): the different copies of the record.
+    [[nodiscard]] std::span<const prizma::DisputedCopy> disputed() const noexcept {
+        return live_ ? live_->disputed() : std::span<const prizma::DisputedCopy>{};
+    }
+    /// Settles the dispute with the copy whose checksum is `checksum`.
+    prizma::Result<void, prizma::Error> resolve(std::uint64_t sequence, std::uint64_t checksum);
 
 private:
     Feed(prizma::Context& ctx, FeedOptions options, prizma::Subscriber sub, std::uint64_t next);
@@ -148,6 +169,7 @@ private:
     /// false: the event is behind the application's position (dropped).
     bool accept(prizma::StreamEvent& e) noexcept;
     [[nodiscard]] bool is_gap(const prizma::StreamEvent& e) const noexcept;
+    void note_dispute(const prizma::StreamEvent& e);
     bool next_late(prizma::StreamEvent& out);
     bool next_live(prizma::StreamEvent& out);
 
@@ -162,6 +184,7 @@ private:
     std::int64_t heard_ns_ = 0;  // when the last event was delivered (or a reader started)
     std::int64_t late_started_ns_ = 0;
     std::uint64_t late_replayed_ = 0;
+    std::uint64_t dispute_said_ = UINT64_MAX;  // the dispute last reported
     FeedCounters counters_;
 };
 

@@ -545,9 +545,41 @@ TEST_CASE("divergence: the marker holds both copies, the decision names its reco
     std::ofstream(decision) << "continue 19999\n";
     CHECK_FALSE(execlog::read_decision(decision, 20000));  // an older halt's decision
     std::ofstream(decision) << "continue 20000\n";
-    CHECK(execlog::read_decision(decision, 20000) == execlog::Decision::go_on);
+    CHECK(execlog::read_decision(decision, 20000)->what == execlog::Decision::go_on);
     std::ofstream(decision) << "stop 20000\n";
-    CHECK(execlog::read_decision(decision, 20000) == execlog::Decision::stop);
+    CHECK(execlog::read_decision(decision, 20000)->what == execlog::Decision::stop);
     std::ofstream(decision) << "maybe 20000\n";
     CHECK_FALSE(execlog::read_decision(decision, 20000));
+    std::ofstream(decision) << "use 20000\n";  // which copy?
+    CHECK_FALSE(execlog::read_decision(decision, 20000));
+    std::ofstream(decision) << "use 20000 core-b.7\n";
+    const auto use = execlog::read_decision(decision, 20000);
+    REQUIRE(use);
+    CHECK(use->what == execlog::Decision::use);
+    CHECK(use->which == "core-b.7");
+
+    // A dispute's copies, named by source or by checksum.
+    prizma::Tsi ta{*execlog::core_gsi("core-a"), 7};
+    prizma::Tsi tb{*execlog::core_gsi("core-b"), 7};
+    const std::vector<prizma::DisputedCopy> copies{{ta, 0x1234, 1, b}, {tb, 0xabcdef, 1, b}};
+    CHECK(execlog::pick_copy(copies, "core-b.7") == 0xabcdefU);
+    CHECK(execlog::pick_copy(copies, "0000000000001234") == 0x1234U);
+    CHECK_FALSE(execlog::pick_copy(copies, "core-c.7"));
+    CHECK_FALSE(execlog::pick_copy(copies, "1234"));
+    const std::string dl = execlog::dispute_marker(20001, copies);
+    CHECK(dl == "dispute record 20001 copy core-a.7 0000000000001234 01aa copy core-b.7 "
+                "0000000000abcdef 01aa\n");
+}
+
+TEST_CASE("execlog: a core's name is its GSI, and every consumer prints it", "[execlog]") {
+    const auto g = execlog::core_gsi("core-a");
+    REQUIRE(g);
+    CHECK(execlog::tsi_text(prizma::Tsi{*g, 4242}) == "core-a.4242");
+    CHECK(execlog::tsi_text(prizma::Tsi{*execlog::core_gsi("b"), 1}) == "b.1");
+    CHECK_FALSE(execlog::core_gsi(""));
+    CHECK_FALSE(execlog::core_gsi("core-ab"));  // 7 bytes: a GSI has 6
+    CHECK_FALSE(execlog::core_gsi("co re"));
+    prizma::Gsi random{};
+    random.bytes = {0x0a, 0xff, 0x00, 0x41, 0x00, 0x00};
+    CHECK(execlog::tsi_text(prizma::Tsi{random, 9}) == "0aff00410000.9");
 }

@@ -145,7 +145,7 @@ mutant memory-max-datagram transports/memory/memory_transport.cpp \
 
 # The newer code: streams, flow control, late join, the replay service, the recorder and packet
 # authentication; their boundary tests were written for these (docs/TESTING.md).
-ST=lib/pubsub/stream.cpp
+ST=lib/streams/stream.cpp
 FC=lib/protocol/flow_control.cpp
 RS=lib/replay/server.cpp
 RC=lib/streams/recorder.cpp

@@ -22,7 +22,7 @@
 namespace prizma {
 
 namespace detail {
-struct StreamSubscriberTesting;  // lib/pubsub/stream_testing.hpp: a clock for tests
+struct StreamSubscriberTesting;  // lib/streams/stream_testing.hpp: a clock for tests
 }  // namespace detail
 
 /// The record header every stream record starts with (28 bytes, big-endian; docs/STREAMS.md).

@@ -10,7 +10,7 @@
 
 #include <prizma/prizma.hpp>
 
-#include "lib/pubsub/stream_testing.hpp"
+#include "lib/streams/stream_testing.hpp"
 #include "tests/support/catch.hpp"
 
 namespace {

@@ -10,7 +10,7 @@
 
 #include <prizma/prizma.hpp>
 
-#include "lib/pubsub/stream_testing.hpp"
+#include "lib/streams/stream_testing.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/counters.hpp"
 #include "tests/support/full_size.hpp"

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// StreamSubscriber's state (private): shared by stream.cpp (arbitration by the first copy, the
+// gap and tail logic, the API) and stream_quorum.cpp (Arbitration::quorum).
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <prizma/stream.hpp>
+
+namespace prizma {
+
+struct StreamSubscriber::Impl {
+    /// One copy of the stream: a source (TSI) on one of the subscribers.
+    struct Copy {
+        const Subscriber* sub = nullptr;
+        Tsi tsi{};
+        bool has_high = false;
+        std::uint64_t high = 0;     // highest sequence it delivered (this epoch)
+        bool loss_pending = false;  // PGM lost something after `high`
+        bool gone = false;          // left (FIN, RST, expiry)
+        bool absent = false;        // quorum: silent when a record was last waited for
+        std::int64_t heard_ns = 0;  // quorum: when it last sent data
+    };
+    struct Held {
+        Tsi tsi{};
+        std::vector<std::byte> bytes;  // the whole record
+    };
+    /// Arbitration::quorum: the copies heard of one record not delivered yet. Its vectors keep
+    /// their capacity when the node is used again (spare_ballots): no allocation per record
+    /// once warm.
+    struct Ballot {
+        struct Vote {
+            Tsi tsi{};
+            std::size_t copy = 0;
+        };
+        std::int64_t first_ns = 0;
+        std::size_t n = 0;                           // different copies, in [0, n) below
+        std::vector<Vote> votes;                     // one per publisher
+        std::vector<std::vector<std::byte>> copies;  // whole records
+        std::vector<std::uint64_t> sums;             // their checksums
+        std::vector<std::uint64_t> tally;            // their votes
+        void clear() noexcept {
+            n = 0;
+            votes.clear();
+            sums.clear();
+            tally.clear();
+        }
+        [[nodiscard]] Tsi first_voter(std::size_t copy) const noexcept {
+            for (const Vote& v : votes) {
+                if (v.copy == copy) {
+                    return v.tsi;
+                }
+            }
+            return {};
+        }
+    };
+    using Ballots = std::map<std::uint64_t, Ballot>;
+    static constexpr std::size_t kMaxCopies = 64;
+    static constexpr std::size_t kMaxVotes = 16;      // publishers per record (others dropped)
+    static constexpr std::size_t kSpareBallots = 64;  // nodes kept for reuse
+    /// Ballots (quorum) may be kFarFactor x buffer_records, those past buffer_records holding
+    /// votes only (checksums, no bytes).
+    static constexpr std::size_t kFarFactor = 16;
+
+    StreamOptions opt;
+    std::vector<Subscriber*> subs;
+    std::size_t rr = 0;
+    std::vector<Copy> copies;
+    std::size_t last = 0;  // the copy the last message came from
+    bool started = false;
+    bool has_epoch = false;
+    std::uint32_t epoch = 0;
+    std::uint64_t next = 0;
+    std::map<std::uint64_t, Held> held;  // records after a gap, by sequence
+    std::int64_t gap_since = -1;
+    // A tail loss (stall): since when every copy is unable to bring `tail_next`, and the
+    // position a stall event was given for (once per position).
+    std::uint64_t tail_next = UINT64_MAX;
+    std::int64_t tail_since = -1;
+    std::uint64_t stalled_at = UINT64_MAX;
+    std::vector<std::uint64_t> hist_seq;
+    std::vector<std::uint64_t> hist_sum;
+    std::vector<std::byte> out_bytes;        // the held record being delivered
+    std::span<const std::byte> last_record;  // of the last record delivered
+    StreamCounters c;
+    std::int64_t (*clock)() noexcept = &Context::now_ns;  // tests set their own
+    // Arbitration::quorum: the records from `next` on, by sequence; the ballot just delivered
+    // (its outvoted copies are reported next, then it is reused); the dispute at `next`.
+    Ballots ballots;
+    std::vector<Ballots::node_type> spare_ballots;
+    Ballots::node_type done;
+    std::size_t done_winner = 0;
+    std::size_t done_at = 0;
+    std::uint64_t disputed_at = UINT64_MAX;
+    std::vector<DisputedCopy> dispute_list;
+    std::optional<std::uint64_t> resolution;  // the checksum resolve() picked
+
+    Copy& copy_of(const Subscriber* sub, const Tsi& tsi) noexcept;
+    std::uint64_t hist_mask = 0;  // history slots - 1 (a power of two: no division per record)
+    void remember(std::uint64_t seq, std::uint64_t sum) noexcept {
+        const std::size_t i = seq & hist_mask;
+        hist_seq[i] = seq;
+        hist_sum[i] = sum;
+    }
+    bool take(const Subscriber* sub, const Message& m, StreamEvent& out);
+    bool take_record(Copy& cp, const Message& m, StreamEvent& out);
+    bool deliver_held(StreamEvent& out);
+    bool gap_lost(StreamEvent& out, bool force);
+    bool tail_stalled(StreamEvent& out) noexcept;
+    /// PGM reported a loss right after the copy's last record, which is `next` - 1.
+    [[nodiscard]] bool lost_before_next(const Copy& cp) const noexcept {
+        return cp.loss_pending && cp.has_high && cp.high + 1 == next;
+    }
+    void start_epoch(std::uint32_t e, std::uint64_t seq) noexcept;
+
+    [[nodiscard]] bool quorum() const noexcept { return opt.arbitration == Arbitration::quorum; }
+    /// Records waiting (held behind a gap, or being voted on).
+    [[nodiscard]] std::size_t waiting() const noexcept {
+        return quorum() ? ballots.size() : held.size();
+    }
+    /// No more is read: first, more than buffer_records held (a gap is then lost); quorum,
+    /// kFarFactor x buffer_records ballots, or buffer_records while a dispute holds the stream.
+    [[nodiscard]] bool full() const noexcept {
+        if (!quorum()) {
+            return held.size() > opt.buffer_records;
+        }
+        const bool halted = disputed_at == next && !dispute_list.empty();
+        return ballots.size() >= (halted ? opt.buffer_records : kFarFactor * opt.buffer_records);
+    }
+    /// The first record waiting after a gap at `next`, if there is a gap.
+    [[nodiscard]] std::optional<std::uint64_t> after_gap() const noexcept {
+        if (quorum()) {
+            if (ballots.empty() || ballots.begin()->first == next) {
+                return std::nullopt;
+            }
+            return ballots.begin()->first;
+        }
+        return held.empty() ? std::nullopt : std::optional<std::uint64_t>(held.begin()->first);
+    }
+    void vote(std::uint64_t seq,
+              const Tsi& tsi,
+              std::uint64_t sum,
+              std::span<const std::byte> record);
+    Ballot& ballot_for(std::uint64_t seq);
+    void recycle(Ballots::node_type node) noexcept;
+    void clear_ballots() noexcept;
+    [[nodiscard]] std::size_t live_voters() const noexcept;
+    [[nodiscard]] std::size_t could_vote(const Ballot& b, std::uint64_t seq) const noexcept;
+    bool decide(StreamEvent& out);
+    bool deliver_ballot(std::size_t k, StreamEvent& out, bool resolved = false);
+    bool lose_next(StreamEvent& out);
+    bool report_dissent(StreamEvent& out) noexcept;
+};
+
+}  // namespace prizma

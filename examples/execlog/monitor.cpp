@@ -17,6 +17,8 @@
 namespace {
 
 constexpr const char* kTool = "execlog-monitor";
+/// With --exit-at-end: how long after a stall with nothing after it the monitor gives up.
+constexpr std::int64_t kTailGiveUpNs = 10'000'000'000;
 
 struct View {
     std::uint64_t records = 0;
@@ -29,6 +31,10 @@ struct View {
     std::uint64_t unknown = 0;
     std::uint64_t active_changes = 0;
     bool ended = false;
+    // The last stall: records from `stalled_at` on were lost on this subscription and nothing
+    // came after them (the monitor has no archiver to ask).
+    std::uint64_t stalled_at = UINT64_MAX;
+    std::int64_t stalled_ns = 0;
     std::string active;
     std::map<std::string, std::uint64_t> first_copies;     // per source, all run
     std::map<std::string, std::uint64_t> interval_copies;  // per source, this interval
@@ -44,6 +50,8 @@ struct View {
                 return;
             case prizma::StreamEventKind::stall:
                 ++stalls;
+                stalled_at = e.sequence;
+                stalled_ns = prizma::Context::now_ns();
                 fmt::print("{}: STALL: records from {} on may be lost\n", kTool, e.sequence);
                 return;
             case prizma::StreamEventKind::divergence:
@@ -185,6 +193,7 @@ int run(int argc, char** argv) {
         return 1;
     }
     View v;
+    bool lost_tail = false;
     std::int64_t at = prizma::Context::now_ns();
     std::uint64_t at_records = 0;
     std::int64_t still_ms = 0;  // since the last record, while the stream has not ended
@@ -220,6 +229,17 @@ int run(int argc, char** argv) {
             at = now;
             at_records = v.records;
         }
+        if (a.exit_at_end && v.stalled_at == v.next && now - v.stalled_ns > kTailGiveUpNs) {
+            // A monitor (passive: it never asks for repairs) that lost the stream's last records
+            // would wait for the session end for ever: it says so and ends.
+            fmt::print(stderr,
+                       "{}: ENDED WITHOUT the session end: records from {} on were lost on this "
+                       "subscription and nothing has followed them for {} s (no archiver to "
+                       "ask)\n",
+                       kTool, v.next, kTailGiveUpNs / 1'000'000'000);
+            lost_tail = true;
+            break;
+        }
         if (work == 0 && n == 0 && !a.spin) {
             ctx->wait(std::chrono::milliseconds(100));
         }
@@ -231,7 +251,7 @@ int run(int argc, char** argv) {
         "stale-epoch {}, unknown types {}, sources {}, active-core changes {}, stalls {}\n",
         kTool, v.records, v.next, v.loss_events, v.lost, v.divergences, c.duplicates, c.stale_epoch,
         v.unknown, v.first_copies.size(), v.active_changes, v.stalls);
-    return 0;
+    return lost_tail ? 1 : 0;
 }
 
 }  // namespace

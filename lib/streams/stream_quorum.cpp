@@ -210,8 +210,7 @@ bool StreamSubscriber::Impl::deliver_ballot(std::size_t k, StreamEvent& out, boo
     if (ballots.begin()->second.copies[k].empty()) {
         return lose_next(out);
     }
-    auto node = ballots.extract(ballots.begin());
-    Ballot& b = node.mapped();
+    Ballot& b = ballots.begin()->second;
     out_bytes.swap(b.copies[k]);
     remember(next, b.sums[k]);
     out = StreamEvent{StreamEventKind::record,
@@ -221,12 +220,13 @@ bool StreamSubscriber::Impl::deliver_ballot(std::size_t k, StreamEvent& out, boo
                       std::span<const std::byte>(out_bytes).subspan(RecordHeader::kBytes),
                       b.first_voter(k)};
     last_record = out_bytes;
+    c.unconfirmed += !resolved && b.tally[k] < opt.quorum ? 1U : 0U;
     ++next;
     ++c.records;
-    c.unconfirmed += !resolved && b.tally[k] < opt.quorum ? 1U : 0U;
     dispute_list.clear();
     recycle(std::move(done));
-    done = std::move(node);  // its other copies are reported as divergences, then it is reused
+    // Its other copies are reported as divergences, then the node is reused.
+    done = ballots.extract(ballots.begin());
     done_winner = k;
     done_at = 0;
     gap_since = ballots.empty() || ballots.begin()->first == next ? -1 : clock();

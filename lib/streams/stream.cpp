@@ -251,7 +251,7 @@ bool StreamSubscriber::Impl::deliver_held(StreamEvent& out) {
     last_record = out_bytes;
     ++next;
     ++c.records;
-    gap_since = held.empty() ? -1 : clock();
+    restart_gap_clock();
     return true;
 }
 

@@ -49,6 +49,10 @@ struct StreamSubscriber::Impl {
             sums.clear();
             tally.clear();
         }
+        [[nodiscard]] bool voted(const Tsi& tsi) const noexcept {
+            return std::any_of(votes.begin(), votes.end(),
+                               [&](const Vote& v) { return v.tsi == tsi; });
+        }
         [[nodiscard]] Tsi first_voter(std::size_t copy) const noexcept {
             for (const Vote& v : votes) {
                 if (v.copy == copy) {
@@ -145,7 +149,10 @@ struct StreamSubscriber::Impl {
               const Tsi& tsi,
               std::uint64_t sum,
               std::span<const std::byte> record);
-    Ballot& ballot_for(std::uint64_t seq);
+    /// The ballot of `seq`, made (from a spare node if any) when `fresh` is set.
+    Ballot& ballot_for(std::uint64_t seq, bool& fresh);
+    /// After `next` moved: a gap starts now if records wait beyond it.
+    void restart_gap_clock() noexcept { gap_since = after_gap() ? clock() : -1; }
     void recycle(Ballots::node_type node) noexcept;
     void clear_ballots() noexcept;
     [[nodiscard]] std::size_t live_voters() const noexcept;

@@ -10,10 +10,12 @@ namespace prizma {
 
 // ---- Arbitration::quorum ------------------------------------------------------------------
 
-StreamSubscriber::Impl::Ballot& StreamSubscriber::Impl::ballot_for(std::uint64_t seq) {
+StreamSubscriber::Impl::Ballot& StreamSubscriber::Impl::ballot_for(std::uint64_t seq, bool& fresh) {
+    fresh = false;
     if (const auto it = ballots.find(seq); it != ballots.end()) {
         return it->second;
     }
+    fresh = true;
     Ballots::iterator it;
     if (!spare_ballots.empty()) {
         Ballots::node_type node = std::move(spare_ballots.back());
@@ -51,19 +53,17 @@ void StreamSubscriber::Impl::vote(std::uint64_t seq,
                                   const Tsi& tsi,
                                   std::uint64_t sum,
                                   std::span<const std::byte> record) {
-    const bool fresh = ballots.find(seq) == ballots.end();
-    Ballot& b = ballot_for(seq);
+    bool fresh = false;
+    Ballot& b = ballot_for(seq, fresh);
     if (!fresh) {
         ++c.duplicates;  // every copy after the first, as with Arbitration::first
     } else if (seq > next) {
         ++c.buffered;
-        if (gap_since < 0 && (ballots.empty() || ballots.begin()->first != next)) {
+        if (gap_since < 0 && after_gap()) {
             gap_since = clock();
         }
     }
-    if (b.votes.size() == kMaxVotes
-        || std::any_of(b.votes.begin(), b.votes.end(),
-                       [&](const Ballot::Vote& v) { return v.tsi == tsi; })) {
+    if (b.votes.size() == kMaxVotes || b.voted(tsi)) {
         return;  // this publisher's copy again (a repair, a second path), or too many publishers
     }
     std::size_t k = 0;
@@ -116,8 +116,7 @@ std::size_t StreamSubscriber::Impl::could_vote(const Ballot& b, std::uint64_t se
         if (cp.gone || cp.absent || (cp.has_high && cp.high >= seq)) {
             continue;
         }
-        const bool voted = std::any_of(b.votes.begin(), b.votes.end(),
-                                       [&](const Ballot::Vote& v) { return v.tsi == cp.tsi; });
+        const bool voted = b.voted(cp.tsi);
         bool seen = false;
         for (std::size_t j = 0; j < i && !seen; ++j) {
             seen = copies[j].tsi == cp.tsi;
@@ -150,11 +149,12 @@ bool StreamSubscriber::Impl::decide(StreamEvent& out) {
     }
     const std::size_t need = std::min(opt.quorum, std::max<std::size_t>(live_voters(), 1));
     const std::size_t more = could_vote(b, next);
+    const bool in_time = clock() - b.first_ns < opt.quorum_timeout.count();
     if (b.tally[best] >= need) {
         if (!b.copies[best].empty()) {
             return deliver_ballot(best, out);
         }
-        if (more > 0 && clock() - b.first_ns < opt.quorum_timeout.count()) {
+        if (more > 0 && in_time) {
             return false;  // agreed on, its bytes not kept: a copy still coming brings them
         }
         return lose_next(out);  // no copy of it with its bytes will come
@@ -163,7 +163,7 @@ bool StreamSubscriber::Impl::decide(StreamEvent& out) {
         return false;  // the application decides, or a copy still coming completes a quorum
     }
     const bool possible = b.tally[best] + more >= need;
-    if (possible && clock() - b.first_ns < opt.quorum_timeout.count()) {
+    if (possible && in_time) {
         return false;
     }
     if (b.n == 1) {
@@ -174,11 +174,7 @@ bool StreamSubscriber::Impl::decide(StreamEvent& out) {
             // Silent: sent nothing for quorum_timeout (one merely behind is waited for).
             const bool past =
                 (cp.has_high && cp.high >= next) || now - cp.heard_ns < opt.quorum_timeout.count();
-            cp.absent =
-                cp.absent
-                || (!past
-                    && std::none_of(b.votes.begin(), b.votes.end(),
-                                    [&](const Ballot::Vote& v) { return v.tsi == cp.tsi; }));
+            cp.absent = cp.absent || (!past && !b.voted(cp.tsi));
         }
         return deliver_ballot(0, out);
     }
@@ -202,7 +198,7 @@ bool StreamSubscriber::Impl::lose_next(StreamEvent& out) {
     ++c.overflows;
     ++next;
     dispute_list.clear();
-    gap_since = ballots.empty() || ballots.begin()->first == next ? -1 : clock();
+    restart_gap_clock();
     return true;
 }
 
@@ -229,7 +225,7 @@ bool StreamSubscriber::Impl::deliver_ballot(std::size_t k, StreamEvent& out, boo
     done = ballots.extract(ballots.begin());
     done_winner = k;
     done_at = 0;
-    gap_since = ballots.empty() || ballots.begin()->first == next ? -1 : clock();
+    restart_gap_clock();
     return true;
 }
 

@@ -44,7 +44,6 @@ struct Archive {
     bool disputed = false;                     // halted at a dispute: nothing journaled yet
     bool halt_on_divergence = true;
     bool quorum = true;  // Arbitration::quorum: a divergence is an outvoted copy, no halt
-    std::uint64_t disputes = 0;
 
     /// false: the journal refused it for good (the error is printed).
     bool take(const prizma::StreamEvent& e, std::span<const std::byte> record, bool& retry) {
@@ -177,7 +176,6 @@ bool write_markers(const Args& a, Archive& ar, const execlog::CopyTap& tap) {
 /// journaled) until the operator picks one, or with --on-divergence continue journals the copy
 /// heard first. false: the marker could not be written.
 bool dispute(const Args& a, Archive& ar, execlog::Feed& f, const prizma::StreamEvent& e) {
-    ++ar.disputes;
     const auto copies = f.disputed();
     if (const auto err =
             execlog::append_durably(a.divergence_file, execlog::dispute_marker(e.sequence, copies));
@@ -499,7 +497,7 @@ int run(int argc, char** argv) {
         "disputes {}, unconfirmed {}, unknown types {}, stale-epoch {}, replay clients {}, "
         "records served {}{}\n",
         kTool, ar.rec.next_sequence(), (*feed)->counters().delivered, ar.losses, ar.lost,
-        ar.divergences, ar.disputes, s.unconfirmed, ar.unknown, s.stale_epoch,
+        ar.divergences, s.disputes, s.unconfirmed, ar.unknown, s.stale_epoch,
         server->counters().clients, server->counters().records, flushed ? "" : " (flush failed)");
     const auto pc = (*feed)->subscriber().counters();
     fmt::print(

@@ -100,7 +100,6 @@ struct Stats {
     std::uint64_t unknown = 0;
     std::uint64_t lost = 0;
     std::uint64_t divergences = 0;
-    std::uint64_t disputes = 0;
     bool ended = false;
 };
 
@@ -204,7 +203,6 @@ bool DropCopy::apply(const prizma::StreamEvent& e) {
                        kTool, e.sequence, execlog::tsi_text(e.source));
             return true;
         case prizma::StreamEventKind::dispute:
-            ++st_.disputes;
             fmt::print(stderr,
                        "{}: HALTED at record {}: the cores' {} copies differ and none has the "
                        "quorum; nothing is sent until the archive holds the operator's choice\n",

@@ -26,7 +26,6 @@ struct View {
     std::uint64_t loss_events = 0;
     std::uint64_t lost = 0;
     std::uint64_t divergences = 0;
-    std::uint64_t disputes = 0;
     std::uint64_t stalls = 0;  // stall events: a loss with nothing after it
     std::uint64_t unknown = 0;
     std::uint64_t active_changes = 0;
@@ -63,7 +62,6 @@ struct View {
                 fmt::print("{}: epoch {} from sequence {}\n", kTool, e.epoch, e.sequence);
                 return;
             case prizma::StreamEventKind::dispute:
-                ++disputes;
                 fmt::print(
                     "{}: HALT at record {}: the cores' {} copies differ and none has the "
                     "quorum (the archiver waits for the operator)\n",

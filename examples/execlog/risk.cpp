@@ -126,7 +126,6 @@ private:
     std::array<std::uint64_t, kTypeSlots> types_{};  // [type 1..9], [10] unknown, [0] bad size
     std::uint64_t lost_ = 0;
     std::uint64_t divergences_ = 0;
-    std::uint64_t disputes_ = 0;
     bool ended_ = false;
 };
 
@@ -184,7 +183,6 @@ bool Risk::apply(const prizma::StreamEvent& e) {
             fmt::print(stderr, "{}: new epoch {} at sequence {}\n", kTool, e.epoch, e.sequence);
             return true;
         case prizma::StreamEventKind::dispute:
-            ++disputes_;
             fmt::print(stderr,
                        "{}: HALTED at record {}: the cores' {} copies differ and none has the "
                        "quorum; nothing is applied until the archive holds the operator's "

@@ -274,20 +274,14 @@ std::optional<prizma::Gsi> core_gsi(std::string_view name) {
 }
 
 std::string tsi_text(const prizma::Tsi& tsi) {
-    // A core's GSI is its name (core_gsi): letters, digits, '-' or '_', then NULs.
-    std::string name;
-    bool named = true;
-    bool ended = false;
-    for (const auto b : tsi.gsi.bytes) {
-        const char ch = static_cast<char>(b);
-        if (b == 0) {
-            ended = true;
-            continue;
-        }
-        named = named && !ended && core_gsi(std::string_view(&ch, 1)).has_value();
-        name += ch;
+    // A core's GSI is its name (core_gsi): the name's bytes, then NULs.
+    const auto& bytes = tsi.gsi.bytes;
+    std::size_t len = bytes.size();
+    while (len > 0 && bytes[len - 1] == 0) {
+        --len;
     }
-    if (named && !name.empty()) {
+    const std::string name(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(len));
+    if (const auto g = core_gsi(name); g && *g == tsi.gsi) {
         return fmt::format("{}.{}", name, tsi.sport);
     }
     std::string s;

@@ -253,8 +253,11 @@ result "async events: ip link down/up -> port_err, port_active, port_down on two
 #    module (not the host's). The replay bench, plaintext (/0), TLS with kernel TLS (/1) and
 #    TLS in user space (/2), interleaved repetitions, medians; asserts that the kernel took the
 #    keys in every /1 replay and in none of /2 (and the kernel's own count, /proc/net/tls_stat,
-#    grew), and that the replay tests pass with kernel TLS engaged. No time is asserted: the
-#    ratios are printed (under TCG the emulated AES instructions dominate them).
+#    grew), and that the TLS replay tests ('replay tls*') pass with kernel TLS engaged. No time
+#    is asserted: the ratios are printed (under TCG the emulated AES instructions dominate
+#    them). Not the whole replay and late-join set: some of its cases have deadlines sized for
+#    the host (a 100 ms bound on a non-blocking connect, a 20 s late join of 4,000 records),
+#    which TCG missed in one run of 2026-12-06 (145 ms; 3,244 of 4,000 records).
 s=$(date +%s)
 BENCH=$BUILD/bench/prizma_bench
 UNIT=$BUILD/tests/prizma_unit_tests
@@ -287,7 +290,7 @@ echo "kernel TLS $(pct "$p0" "$p1") %, user-space TLS $(pct "$p0" "$p2") % of pl
 	"$(med 0 server_cpu_ms) / $(med 1 server_cpu_ms) / $(med 2 server_cpu_ms), client" \
 	"$(med 0 client_cpu_ms) / $(med 1 client_cpu_ms) / $(med 2 client_cpu_ms)" >>"$OUT/ktls.log"
 if [ -x "$UNIT" ]; then
-	(ulimit -Hn 65536 && ulimit -Sn 65536 && TMPDIR=/dev/shm "$UNIT" 'replay*,late join*') >"$OUT/ktls_unit.log" 2>&1 ||
+	(ulimit -Hn 65536 && ulimit -Sn 65536 && TMPDIR=/dev/shm "$UNIT" 'replay tls*') >"$OUT/ktls_unit.log" 2>&1 ||
 		ok=1
 	tail -3 "$OUT/ktls_unit.log" >>"$OUT/ktls.log"
 fi

@@ -20,8 +20,10 @@ namespace prizma::runtime {
 /// One query key of a channel URI: its name, what a value must be (the refusal of a bad
 /// value says it), and the setter that checks a value and stores it (false: refused).
 /// Every scheme's keys are one table of these (udp, verbs, the Context's keys common to
-/// every scheme): the refusal of an unknown key lists exactly the table, and a unit test
-/// holds docs/URI.md to the tables (tests/unit/uri_keys_test.cpp).
+/// every scheme, and the fault-injection decorator's loss=, tx_loss=, seed= that
+/// `memory::add_fault_injection` adds to every scheme of a registry): the refusal of an
+/// unknown key lists exactly the table, and a unit test holds docs/URI.md to the tables
+/// (tests/unit/uri_keys_test.cpp).
 template <typename Config>
 struct UriKey {
     std::string_view name;

@@ -15,10 +15,7 @@ using pgm::PacketType;
 
 // RFC 3208 §6.3: NAK_RB_IVL is chosen at random, uniformly over (0, NAK_BO_IVL].
 std::int64_t Receiver::backoff(std::int64_t now_ns) noexcept {
-    rng_ ^= rng_ >> 12U;
-    rng_ ^= rng_ << 25U;
-    rng_ ^= rng_ >> 27U;
-    const std::uint64_t r = rng_ * 0x2545F4914F6CDD1DULL;
+    const std::uint64_t r = rng_();
     const auto ivl = static_cast<std::uint64_t>(cfg_.timers.nak_bo_ivl_ns);
     return now_ns + 1 + static_cast<std::int64_t>(r % ivl);
 }

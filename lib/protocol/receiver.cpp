@@ -103,7 +103,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
     scratch_.resize(512);
     due_.reserve(capacity_);
     wheel_shift_ = wheel_shift_for(cfg.timers);
-    rng_ = cfg.seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL;
+    rng_ = runtime::Rng(cfg.seed, 0x2545F4914F6CDD1DULL);   // the salt of the first version
     randombytes_buf(print_key_.data(), print_key_.size());  // create() ran sodium_init()
 }
 

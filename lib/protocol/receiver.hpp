@@ -16,6 +16,7 @@
 #include "lib/pgm/packet.hpp"
 #include "lib/protocol/config.hpp"
 #include "lib/protocol/sink.hpp"
+#include "lib/runtime/rng.hpp"
 
 namespace prizma::protocol {
 
@@ -231,7 +232,7 @@ private:
     std::vector<std::byte> scratch_;
     std::vector<std::uint32_t> due_;  // run_naks: slots whose NAK timer expired
     unsigned wheel_shift_ = 10;       // NAK timer wheel tick = 2^shift ns (from the timers)
-    std::uint64_t rng_ = 0;
+    runtime::Rng rng_{0, 0};          // NAK back-offs: seeded from Config::seed
     // Key of the payload fingerprints (conflict detection): SipHash-2-4's 16 bytes, random.
     std::array<unsigned char, 16> print_key_{};
     std::int64_t repair_limit_ns_ = 0;

@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "lib/protocol/config.hpp"
 #include "lib/pubsub/channel.hpp"
 #include "lib/pubsub/channel_keys.hpp"
+#include "lib/runtime/rng.hpp"
 #include "lib/stats/stats_file.hpp"
 
 namespace prizma {
@@ -28,7 +28,7 @@ struct Context::Impl {
     TransportRegistry registry;
     std::vector<std::unique_ptr<detail::Channel>> channels;
     Gsi gsi{};
-    std::mt19937_64 rng{std::random_device{}()};
+    runtime::Rng rng = runtime::Rng::from_entropy();  // TSI ports, receiver ids, seeds
     posix::UniqueFd epoll;
     std::size_t busy_only = 0;       // channels whose transport has no wakeup fd
     stats::Writer stats;             // counters for prizma-stat (shared-memory file)

@@ -25,7 +25,7 @@ LossyTransport::LossyTransport(Transport& inner, Config cfg, std::function<std::
     : inner_(inner),
       cfg_(std::move(cfg)),
       clock_(std::move(clock)),
-      rng_(cfg_.seed * 0x9E3779B97F4A7C15ULL + 1),
+      rng_(cfg_.seed, 1),
       stride_(inner.caps().rx_datagram()) {
     pool_.resize(cfg_.held_slots * stride_);
     free_.reserve(cfg_.held_slots);
@@ -61,10 +61,7 @@ std::size_t LossyTransport::named_counters(std::span<NamedCounter> out) const no
 }
 
 double LossyTransport::uniform() noexcept {
-    rng_ ^= rng_ >> 12U;
-    rng_ ^= rng_ << 25U;
-    rng_ ^= rng_ >> 27U;
-    return static_cast<double>((rng_ * 0x2545F4914F6CDD1DULL) >> 11U) * 0x1.0p-53;
+    return rng_.uniform();
 }
 
 LossyTransport::Verdict LossyTransport::judge(std::span<const std::byte> pkt) noexcept {

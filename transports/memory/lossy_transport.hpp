@@ -11,6 +11,8 @@
 #include <prizma/result.hpp>
 #include <prizma/transport.hpp>
 
+#include "lib/runtime/rng.hpp"
+
 namespace prizma::memory {
 
 /// Fault-injecting decorator for any Transport: drops, duplicates, reorders and delays the
@@ -104,7 +106,7 @@ private:
     Transport& inner_;
     Config cfg_;
     std::function<std::int64_t()> clock_;
-    std::uint64_t rng_;
+    runtime::Rng rng_;
     std::size_t stride_;
     std::vector<std::byte> pool_;
     std::vector<std::uint32_t> free_;

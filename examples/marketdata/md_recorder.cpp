@@ -23,6 +23,7 @@
 
 #include "../tools/cli.hpp"
 #include "../tools/replay_cli.hpp"
+#include "../tools/tool_util.hpp"
 #include "md/codec.hpp"
 
 namespace {
@@ -76,12 +77,6 @@ int parse_args(int argc, char** argv, Args& a) {
     return -1;
 }
 
-std::atomic<bool> g_stop{false};
-
-extern "C" void on_signal(int /*signo*/) {
-    g_stop.store(true);
-}
-
 /// Appends one event, waiting while the journal's buffer is full (never dropped). False when
 /// the journal refuses it for good.
 bool append(prizma::Recorder& rec,
@@ -93,7 +88,7 @@ bool append(prizma::Recorder& rec,
         if (r) {
             return true;
         }
-        if (r.error() != prizma::Errc::back_pressured || g_stop.load()) {
+        if (r.error() != prizma::Errc::back_pressured || prizma::tools::stop_requested()) {
             return false;
         }
         (void)ctx.poll();  // keeps the network going (PGM buffers what comes meanwhile)
@@ -132,7 +127,7 @@ std::optional<prizma::ReplayServer> start_server(const Args& a, std::string& err
 /// Journals what the stream delivers until SIGINT/SIGTERM.
 void record(prizma::Context& ctx, prizma::StreamSubscriber& in, prizma::Recorder& rec) {
     bool refused = false;
-    while (!g_stop.load()) {
+    while (!prizma::tools::stop_requested()) {
         const int work = ctx.poll();
         const std::size_t n = in.poll(256, [&](const prizma::StreamEvent& e) {
             if (e.kind == prizma::StreamEventKind::divergence || refused) {
@@ -197,8 +192,7 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "md-recorder: {}\n", error);
         return 1;
     }
-    (void)std::signal(SIGINT, on_signal);
-    (void)std::signal(SIGTERM, on_signal);
+    prizma::tools::stop_on_signals();
     fmt::print("md-recorder: serving {} on {}:{}\n", a.journal,
                a.listen.substr(0, a.listen.rfind(':')), server->port());
     fmt::print("md-recorder: replay protection: {}\n", server->protection());

@@ -43,10 +43,9 @@
 #include <prizma/prizma.hpp>
 
 #include "cli.hpp"
+#include "tool_util.hpp"
 
 namespace {
-
-std::atomic<bool> g_stop{false};
 
 constexpr std::uint32_t kPcapMagicUs = 0xa1b2c3d4U;
 constexpr std::uint32_t kPcapMagicNs = 0xa1b23c4dU;
@@ -178,15 +177,14 @@ int capture(const std::string& uri, const std::string& out, std::uint64_t count,
     }
     const std::uint32_t hdr[6] = {kPcapMagicUs, 0x00040002U, 0, 0, 65535, kLinkRaw};
     (void)std::fwrite(hdr, sizeof hdr, 1, f);
-    (void)std::signal(SIGINT, [](int) { g_stop = true; });
-    (void)std::signal(SIGTERM, [](int) { g_stop = true; });
+    prizma::tools::stop_on_signals();
     fmt::print(stderr, "prizma-capture: capturing {} to {}\n", uri, out);
     std::vector<prizma::RxPacket> rx(64);
     std::vector<std::uint8_t> buf;
     std::uint64_t n = 0;
     std::uint64_t bytes = 0;
     auto last = std::chrono::steady_clock::now();
-    while (!g_stop && (count == 0 || n < count)) {
+    while (!prizma::tools::stop_requested() && (count == 0 || n < count)) {
         auto r = t->poll_rx(rx);
         if (!r || *r == 0) {
             if (timeout > 0
@@ -414,7 +412,8 @@ int replay(const std::string& file, const std::string& uri, const ReplayOptions&
         std::chrono::duration<double>(opt.max_gap_s))};
     std::uint32_t incl = 0;
     std::int64_t ts = 0;
-    for (Record r = Record::ok; !g_stop && r != Record::end && r != Record::truncated;) {
+    for (Record r = Record::ok;
+         !prizma::tools::stop_requested() && r != Record::end && r != Record::truncated;) {
         r = next_record(f.get(), *pf, rec, incl, ts);
         if (r != Record::ok) {
             damaged += r == Record::end ? 0 : 1;

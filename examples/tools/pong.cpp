@@ -21,8 +21,6 @@
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
 struct Args {
     std::string ping_uri;
     std::string pong_uri;
@@ -88,7 +86,7 @@ void echo_one(prizma::Context& ctx,
               prizma::Publisher& pub,
               std::span<const std::byte> msg,
               Totals& t) {
-    while (!g_stop) {
+    while (!prizma::tools::stop_requested()) {
         auto r = pub.offer(msg);
         if (r) {
             // prizma-ping's handshake probes (sequence number all ones) are echoed but
@@ -109,7 +107,7 @@ void echo_one(prizma::Context& ctx,
         } else {
             fmt::print(stderr, "prizma-pong: offer failed: {}\n", r.error().message());
             t.failed = true;
-            g_stop = true;
+            prizma::tools::request_stop();
         }
     }
 }
@@ -124,7 +122,7 @@ Totals echo_all(prizma::Context& ctx,
     // One message at a time: the payload is copied out of the handler (it is valid only there)
     // so that a full window can be served by polling before the echo is retried.
     std::vector<std::byte> buf(pub.max_message_size());
-    while (!g_stop && (a.count == 0 || t.echoed < a.count)) {
+    while (!prizma::tools::stop_requested() && (a.count == 0 || t.echoed < a.count)) {
         std::size_t len = 0;
         bool pending = false;
         const int work = ctx.poll();
@@ -178,8 +176,7 @@ int run(int argc, char** argv) {
             fmt::print(stderr, "prizma-pong: transport: {}\n", d);  // what was chosen
         }
     }
-    (void)std::signal(SIGINT, [](int) { g_stop = true; });
-    (void)std::signal(SIGTERM, [](int) { g_stop = true; });
+    prizma::tools::stop_on_signals();
     fmt::print(stderr, "prizma-pong: echoing {} -> {}\n", a.ping_uri, a.pong_uri);
     const Totals t = echo_all(*ctx, *sub, *pub, a);
     // Let the last echoes be repaired if the pinger NAKs them.

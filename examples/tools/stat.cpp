@@ -40,8 +40,6 @@
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
 std::string comm_of(std::uint64_t pid) {
     std::ifstream f("/proc/" + std::to_string(pid) + "/comm");
     std::string s;
@@ -376,12 +374,11 @@ int show_once(const Options& o) {
 /// Live: a snapshot every --interval (text redrawn with rates, or one JSON line) until
 /// SIGINT/SIGTERM.
 void show_live(const Options& o) {
-    (void)std::signal(SIGINT, [](int) { g_stop = true; });
-    (void)std::signal(SIGTERM, [](int) { g_stop = true; });
+    prizma::tools::stop_on_signals();
     Previous prev;
     auto last = std::chrono::steady_clock::now();
     bool first = true;
-    while (!g_stop) {
+    while (!prizma::tools::stop_requested()) {
         const auto now = std::chrono::steady_clock::now();
         const Scan s = scan(o);
         if (o.json) {

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Small helpers shared by the command-line tools (CPU pinning, JSON text, counter lines).
+// Small helpers shared by the command-line tools (CPU pinning, JSON text, counter lines,
+// stop signals).
 // Command lines: cli.hpp.
 #pragma once
 
 #include <sched.h>
 #include <sys/prctl.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,6 +28,30 @@ inline void precise_timers() noexcept {
 
 /// "counters NAME VALUE NAME VALUE ...": every ChannelCounters field, zeros included, on one
 /// line (scripts take one with `sed -n 's/^counters.* naks_ignored \([0-9]*\).*/\1/p'`).
+namespace detail {
+inline std::atomic<bool> stop_flag{false};  // lock-free: may be set from a signal handler
+extern "C" inline void on_stop_signal(int /*signo*/) {
+    stop_flag.store(true);
+}
+}  // namespace detail
+
+/// Whether the program was asked to stop: SIGINT or SIGTERM after stop_on_signals(), or
+/// request_stop(). The tools' (and md-recorder's) loops end on it and print their summary.
+inline bool stop_requested() noexcept {
+    return detail::stop_flag.load();
+}
+
+/// Asks the program's loops to end, as SIGINT would.
+inline void request_stop() noexcept {
+    detail::stop_flag.store(true);
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM (kill) set stop_requested() instead of killing the process.
+inline void stop_on_signals() noexcept {
+    (void)std::signal(SIGINT, detail::on_stop_signal);
+    (void)std::signal(SIGTERM, detail::on_stop_signal);
+}
+
 inline std::string counters_line(const ChannelCounters& c) {
     std::string line = "counters";
     for (const auto& f : kChannelCounterFields) {

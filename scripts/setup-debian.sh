@@ -8,6 +8,8 @@ packages=(
     # the SA join against a real OpenSM on a simulated fabric (tests/verbs/sa)
     ibsim-utils opensm infiniband-diags
     libpgm-dev libbenchmark-dev catch2 libfmt-dev libcli11-dev libsodium-dev libxxhash-dev
+    # JSON documents of the tools and md-gateway (header-only)
+    nlohmann-json3-dev
     clang libclang-rt-14-dev clang-format tshark iproute2 iptables
     # examples/marketdata (md-gateway and its tests)
     libboost-dev liblmdb-dev curl openssl python3-websocket python3-selenium chromium

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/core.h>
 
 #include "md/query.hpp"
+
+#include <nlohmann/json.hpp>
 
 namespace md::gw {
 
@@ -285,33 +288,58 @@ const char* state_name(const Shared& s) {
     return kFeedStateNames.at(static_cast<std::size_t>(s.feed.state.load()));
 }
 
-std::string age_json(double age) {
-    return age < 0 ? std::string("null") : fmt::format("{:.3f}", age);
+using Json = nlohmann::ordered_json;
+
+/// `x` rounded to a resolution of 1 / `scale` (the JSON shows what a person reads).
+double rounded(double x, double scale) {
+    return std::round(x * scale) / scale;
+}
+
+/// The last record's age in seconds, ms resolution; null before the first.
+Json age_json(double age) {
+    return age < 0 ? Json(nullptr) : Json(rounded(age, 1e3));
 }
 
 }  // namespace
 
 std::string state_message(const Shared& s, const char* type) {
-    return fmt::format(R"({{"type":"{}","state":"{}","age_s":{},"last_channel_seq":{}}})", type,
-                       state_name(s), age_json(last_record_age_s(s)),
-                       s.feed.last_channel_seq.load());
+    const Json doc = {{"type", type},
+                      {"state", state_name(s)},
+                      {"age_s", age_json(last_record_age_s(s))},
+                      {"last_channel_seq", s.feed.last_channel_seq.load()}};
+    return doc.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 std::string health_text(const Shared& s) {
     const FeedMetrics& f = s.feed;
     const Loaded& l = s.loaded;
-    return fmt::format(
-        R"({{"status":"{}","last_record_age_s":{},"stale_after_s":{},"ticks":{},)"
-        R"("last_channel_seq":{},"codes":{},"gaps":{},"loss_events":{},"bars_loaded":{},)"
-        R"("loaded":{{"from":"{}","bars":{},"codes":{},"last_channel_seq":{},)"
-        R"("stream_next":{}}},"fill":{{"waiting":{},"unresolved_series":{},"done":{},)"
-        R"("given_up":{}}},"push_clients":{},"max_bars":{},"pid":{},"uptime_s":{:.1f}}})",
-        state_name(s), age_json(last_record_age_s(s)), s.cfg.stale_after_s, f.ticks.load(),
-        f.last_channel_seq.load(), s.bars.codes().size(), f.gaps.load(), f.loss_events.load(),
-        f.bars_loaded.load(), l.from, l.bars, l.codes, l.last_channel_seq, l.stream_next,
-        f.fills_waiting.load(), f.fill_unresolved.load(), f.fills_done.load(),
-        f.fills_given_up.load(), f.push_clients.load(), s.cfg.max_bars, ::getpid(),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count());
+    const double uptime =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
+    const Json doc = {{"status", state_name(s)},
+                      {"last_record_age_s", age_json(last_record_age_s(s))},
+                      {"stale_after_s", s.cfg.stale_after_s},
+                      {"ticks", f.ticks.load()},
+                      {"last_channel_seq", f.last_channel_seq.load()},
+                      {"codes", s.bars.codes().size()},
+                      {"gaps", f.gaps.load()},
+                      {"loss_events", f.loss_events.load()},
+                      {"bars_loaded", f.bars_loaded.load()},
+                      {"loaded",
+                       {{"from", l.from},
+                        {"bars", l.bars},
+                        {"codes", l.codes},
+                        {"last_channel_seq", l.last_channel_seq},
+                        {"stream_next", l.stream_next}}},
+                      {"fill",
+                       {{"waiting", f.fills_waiting.load()},
+                        {"unresolved_series", f.fill_unresolved.load()},
+                        {"done", f.fills_done.load()},
+                        {"given_up", f.fills_given_up.load()}}},
+                      {"push_clients", f.push_clients.load()},
+                      {"max_bars", s.cfg.max_bars},
+                      {"pid", ::getpid()},
+                      {"uptime_s", rounded(uptime, 10)}};
+    return doc.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace md::gw

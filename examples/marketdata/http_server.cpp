@@ -23,6 +23,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <nlohmann/json.hpp>
 
 namespace md::gw {
 
@@ -395,10 +396,9 @@ private:
 void set_error(Response& res, http::status st, std::string_view message) {
     res.result(st);
     res.set(http::field::content_type, "application/json");
-    std::string body = R"({"error":)";
-    append_json_string(body, message);
-    body += "}\n";
-    res.body() = std::move(body);
+    // The message may quote the request (a parameter's name): escaped, bad UTF-8 replaced.
+    const nlohmann::json doc = {{"error", message}};
+    res.body() = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 void Router::bars_v1(const Target& t,

@@ -4,6 +4,7 @@
 // Round-trip time through prizma-pong: min/p50/p90/p99/p99.9/max from a log-linear histogram.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -338,32 +339,38 @@ private:
     }
 
     void print_json(double per_sec, std::uint64_t repaired, bool timed_out) const {
-        fmt::print(
-            "{{\"ping\":{},\"pong\":{},\"count\":{},\"size\":{},\"warmup\":{},\"mode\":\"{}\","
-            "\"rate\":{},\"wait\":\"{}\",\"cpu\":{},\"preset\":{},\"recorded\":{},"
-            "\"rtt_ns\":{{\"min\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"p99_9\":{},\"max\":{},"
-            "\"mean\":{:.0f}}},\"rtt_from_send_ns\":{},\"round_trips_per_sec\":{:.0f},"
-            "\"loss_events\":{},\"repairs\":{},\"timed_out\":{}}}\n",
-            prizma::tools::json_string(a_.ping_uri), prizma::tools::json_string(a_.pong_uri),
-            a_.count, a_.size, a_.warmup, mode(), a_.rate, a_.spin ? "spin" : "block", a_.cpu,
-            prizma::tools::json_string(std::string(prizma::to_string(a_.opts.preset))),
-            hist_.count(), hist_.min(), hist_.percentile(50), hist_.percentile(90),
-            hist_.percentile(99), hist_.percentile(99.9), hist_.max(), hist_.mean(),
-            from_send_json(), per_sec, losses_, repaired, timed_out ? "true" : "false");
+        using prizma::tools::Json;
+        const Json doc = {
+            {"ping", a_.ping_uri},
+            {"pong", a_.pong_uri},
+            {"count", a_.count},
+            {"size", a_.size},
+            {"warmup", a_.warmup},
+            {"mode", mode()},
+            {"rate", a_.rate},
+            {"wait", a_.spin ? "spin" : "block"},
+            {"cpu", a_.cpu},
+            {"preset", prizma::to_string(a_.opts.preset)},
+            {"recorded", hist_.count()},
+            {"rtt_ns", summary(hist_)},
+            {"rtt_from_send_ns", left_at_.empty() ? Json(nullptr) : summary(from_send_)},
+            {"round_trips_per_sec", std::llround(per_sec)},
+            {"loss_events", losses_},
+            {"repairs", repaired},
+            {"timed_out", timed_out}};
+        fmt::print("{}\n", prizma::tools::json_text(doc));
     }
 
-    /// Open loop: the RTT from each message's actual send as JSON; null in closed loop (where
-    /// the schedule is the send).
-    [[nodiscard]] std::string from_send_json() const {
-        if (left_at_.empty()) {
-            return "null";
-        }
-        const auto& h = from_send_;
-        return fmt::format(
-            "{{\"min\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"p99_9\":{},\"max\":{},"
-            "\"mean\":{:.0f}}}",
-            h.min(), h.percentile(50), h.percentile(90), h.percentile(99), h.percentile(99.9),
-            h.max(), h.mean());
+    /// An RTT histogram's summary, in ns (the mean rounded). Open loop also reports the RTT from
+    /// each message's actual send; closed loop has null there (the schedule is the send).
+    static prizma::tools::Json summary(const prizma::tools::Histogram& h) {
+        return {{"min", h.min()},
+                {"p50", h.percentile(50)},
+                {"p90", h.percentile(90)},
+                {"p99", h.percentile(99)},
+                {"p99_9", h.percentile(99.9)},
+                {"max", h.max()},
+                {"mean", std::llround(h.mean())}};
     }
 
     void print_text(double per_sec, std::uint64_t repaired) const {

@@ -18,6 +18,7 @@
 // user than the file's owner is not taken for its writer ("suspicious", like an exited one).
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -216,59 +217,56 @@ void print_text(const Scan& s, Previous& prev, double since_last_s) {
 }
 
 /// {"name": value, ...}, zeros included.
-std::string json_counters(const std::vector<std::pair<std::string, std::uint64_t>>& counters) {
-    std::string out = "{";
+prizma::tools::Json json_counters(
+    const std::vector<std::pair<std::string, std::uint64_t>>& counters) {
+    auto out = prizma::tools::Json::object();
     for (const auto& [name, value] : counters) {
-        out += fmt::format("{}{}:{}", out.size() > 1 ? "," : "", prizma::tools::json_string(name),
-                           value);
+        out[name] = value;
     }
-    return out + "}";
+    return out;
 }
 
 /// The scan as one JSON document on one line.
 void print_json(const Options& o, const Scan& s) {
-    using prizma::tools::json_string;
+    using prizma::tools::Json;
     const std::int64_t now = unix_now_ns();
-    std::string out = fmt::format(R"({{"dir":{},"dirs":[)", json_string(o.dir));
-    for (std::size_t i = 0; i < o.dirs.size(); ++i) {
-        out += (i == 0 ? "" : ",") + json_string(o.dirs[i]);
-    }
-    out += "],\"processes\":[";
-    for (std::size_t i = 0; i < s.shown.size(); ++i) {
-        const Process& p = s.shown[i];
-        out += fmt::format(
-            "{}{{\"pid\":{},\"command\":{},\"running\":{},\"state\":\"{}\",\"file_uid\":{},"
-            "\"file\":{},\"updated_unix_ns\":{},\"updated_s_ago\":{:.3f},\"updates\":{},"
-            "\"channels\":[",
-            i == 0 ? "" : ",", p.snap.pid, p.running ? json_string(p.command) : "null",
-            p.running ? "true" : "false", state_name(p.snap.process), p.snap.file_uid,
-            json_string(p.file), p.snap.updated_unix_ns,
-            static_cast<double>(now - p.snap.updated_unix_ns) / 1e9, p.snap.updates);
-        for (std::size_t c = 0; c < p.snap.channels.size(); ++c) {
-            const auto& ch = p.snap.channels[c];
-            out += fmt::format(
-                R"({}{{"uri":{},"role":"{}","transport":{},"counters":{},"sources":[)",
-                c == 0 ? "" : ",", json_string(ch.uri), ch.publisher ? "publisher" : "subscriber",
-                json_string(ch.transport), json_counters(ch.counters));
-            for (std::size_t k = 0; k < ch.sources.size(); ++k) {
-                out += fmt::format(R"({}{{"tsi":{},"counters":{}}})", k == 0 ? "" : ",",
-                                   json_string(ch.sources[k].tsi),
-                                   json_counters(ch.sources[k].counters));
+    Json doc = {{"dir", o.dir}, {"dirs", o.dirs}};
+    Json& processes = doc["processes"] = Json::array();
+    for (const Process& p : s.shown) {
+        // Seconds with three decimals, as before the JSON library.
+        const double ago =
+            std::round(static_cast<double>(now - p.snap.updated_unix_ns) / 1e6) / 1e3;
+        Json proc = {{"pid", p.snap.pid},
+                     {"command", p.running ? Json(p.command) : Json(nullptr)},
+                     {"running", p.running},
+                     {"state", state_name(p.snap.process)},
+                     {"file_uid", p.snap.file_uid},
+                     {"file", p.file},
+                     {"updated_unix_ns", p.snap.updated_unix_ns},
+                     {"updated_s_ago", ago},
+                     {"updates", p.snap.updates}};
+        Json& channels = proc["channels"] = Json::array();
+        for (const auto& ch : p.snap.channels) {
+            Json channel = {{"uri", ch.uri},
+                            {"role", ch.publisher ? "publisher" : "subscriber"},
+                            {"transport", ch.transport},
+                            {"counters", json_counters(ch.counters)}};
+            Json& sources = channel["sources"] = Json::array();
+            for (const auto& src : ch.sources) {
+                sources.push_back({{"tsi", src.tsi}, {"counters", json_counters(src.counters)}});
             }
-            out += fmt::format("],\"sources_not_shown\":{}}}", ch.sources_not_shown);
+            channel["sources_not_shown"] = ch.sources_not_shown;
+            channels.push_back(std::move(channel));
         }
-        out += fmt::format("],\"channels_not_shown\":{}}}", p.snap.channels_not_shown);
+        proc["channels_not_shown"] = p.snap.channels_not_shown;
+        processes.push_back(std::move(proc));
     }
-    out += "],\"removed\":[";
-    for (std::size_t i = 0; i < s.removed.size(); ++i) {
-        out += (i == 0 ? "" : ",") + json_string(s.removed[i]);
+    doc["removed"] = s.removed;
+    Json& errors = doc["errors"] = Json::array();
+    for (const auto& [file, error] : s.errors) {
+        errors.push_back({{"file", file}, {"error", error}});
     }
-    out += "],\"errors\":[";
-    for (std::size_t i = 0; i < s.errors.size(); ++i) {
-        out += fmt::format(R"({}{{"file":{},"error":{}}})", i == 0 ? "" : ",",
-                           json_string(s.errors[i].first), json_string(s.errors[i].second));
-    }
-    out += "]}\n";
+    const std::string out = prizma::tools::json_text(doc) + "\n";
     (void)std::fputs(out.c_str(), stdout);  // write errors are not reported
 }
 

@@ -17,6 +17,8 @@
 
 #include <prizma/counters.hpp>
 
+#include <nlohmann/json.hpp>
+
 namespace prizma::tools {
 
 /// The calling thread's timer slack set to 1 us (Linux's default is 50 us): a tool that
@@ -26,8 +28,6 @@ inline void precise_timers() noexcept {
     (void)::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
 }
 
-/// "counters NAME VALUE NAME VALUE ...": every ChannelCounters field, zeros included, on one
-/// line (scripts take one with `sed -n 's/^counters.* naks_ignored \([0-9]*\).*/\1/p'`).
 namespace detail {
 inline std::atomic<bool> stop_flag{false};  // lock-free: may be set from a signal handler
 extern "C" inline void on_stop_signal(int /*signo*/) {
@@ -52,6 +52,8 @@ inline void stop_on_signals() noexcept {
     (void)std::signal(SIGTERM, detail::on_stop_signal);
 }
 
+/// "counters NAME VALUE NAME VALUE ...": every ChannelCounters field, zeros included, on one
+/// line (scripts take one with `sed -n 's/^counters.* naks_ignored \([0-9]*\).*/\1/p'`).
 inline std::string counters_line(const ChannelCounters& c) {
     std::string line = "counters";
     for (const auto& f : kChannelCounterFields) {
@@ -78,73 +80,14 @@ inline std::string pin_to_cpu(int cpu) {
     return {};
 }
 
-/// Length of the well-formed UTF-8 sequence at the start of s (1 to 4), 0 when there is none
-/// (a stray continuation byte, an overlong form, a surrogate, beyond U+10FFFF, cut short).
-inline std::size_t utf8_length(std::string_view s) noexcept {
-    const auto b = [&](std::size_t i) {
-        return static_cast<unsigned>(static_cast<unsigned char>(s[i]));
-    };
-    const unsigned c = b(0);
-    std::size_t n = 0;
-    unsigned lo = 0x80;  // bounds of the second byte (RFC 3629 table)
-    unsigned hi = 0xbf;
-    if (c < 0x80) {
-        return 1;
-    }
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        lo = c == 0xe0 ? 0xa0 : 0x80;
-        hi = c == 0xed ? 0x9f : 0xbf;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        lo = c == 0xf0 ? 0x90 : 0x80;
-        hi = c == 0xf4 ? 0x8f : 0xbf;
-    } else {
-        return 0;
-    }
-    if (s.size() < n || b(1) < lo || b(1) > hi) {
-        return 0;
-    }
-    for (std::size_t i = 2; i < n; ++i) {
-        if (b(i) < 0x80 || b(i) > 0xbf) {
-            return 0;
-        }
-    }
-    return n;
-}
+/// The tools' JSON documents (--json): the fields in the order they are set.
+using Json = nlohmann::ordered_json;
 
-/// A JSON string literal for s (RFC 8259): quote, backslash and control characters escaped,
-/// UTF-8 kept, every byte that is not well-formed UTF-8 replaced by U+FFFD (text read from a
-/// file can be cut in the middle of a character).
-inline std::string json_string(std::string_view s) {
-    std::string out = "\"";
-    while (!s.empty()) {
-        const auto c = static_cast<unsigned char>(s[0]);
-        std::size_t used = 1;
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += s[0];
-        } else if (c == '\n') {
-            out += "\\n";
-        } else if (c == '\t') {
-            out += "\\t";
-        } else if (c < 0x20) {
-            constexpr char kHex[] = "0123456789abcdef";
-            out += "\\u00";
-            out += kHex[(c >> 4U) & 0xfU];
-            out += kHex[c & 0xfU];
-        } else if (const std::size_t n = utf8_length(s); n == 0) {
-            out += "\\ufffd";
-        } else {
-            out.append(s.substr(0, n));
-            used = n;
-        }
-        s.remove_prefix(used);
-    }
-    out += '"';
-    return out;
+/// `doc` as one line of JSON text (RFC 8259), escaped by nlohmann-json: quote, backslash and
+/// control characters escaped, UTF-8 kept, every byte that is not well-formed UTF-8 replaced
+/// by U+FFFD (text read from a file can be cut in the middle of a character).
+inline std::string json_text(const Json& doc) {
+    return doc.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace prizma::tools

@@ -302,22 +302,4 @@ void append_bars(std::string& out, Code code, std::span<const Bar> bars) {
     out += ']';
 }
 
-void append_json_string(std::string& out, std::string_view s) {
-    out += '"';
-    for (const char c : s) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (static_cast<unsigned char>(c) < 0x20) {
-            constexpr std::string_view kHex = "0123456789abcdef";
-            out += "\\u00";
-            out += kHex[static_cast<unsigned char>(c) >> 4U];
-            out += kHex[static_cast<unsigned char>(c) & 15U];
-        } else {
-            out += c;
-        }
-    }
-    out += '"';
-}
-
 }  // namespace md

@@ -64,7 +64,5 @@ void append_price(std::string& out, std::int64_t hundredths);
 void append_bar(std::string& out, Code code, const Bar& b);
 /// Appends a JSON array of bars.
 void append_bars(std::string& out, Code code, std::span<const Bar> bars);
-/// Appends `s` as a JSON string (quotes and escapes).
-void append_json_string(std::string& out, std::string_view s);
 
 }  // namespace md

@@ -23,6 +23,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -403,4 +404,33 @@ TEST_CASE("feed pump: a backlog of records is pushed in slices, not as one updat
     }
     INFO(day.size() << " bars");
     CHECK(missing == 0);
+}
+
+TEST_CASE("gateway JSON: /health and the push state message parse, text fields escaped",
+          "[md][json]") {
+    md::gw::Shared shared;
+    // A field the gateway fills from its command line: quote, backslash, a control character,
+    // non-ASCII and a byte that is no UTF-8 must all come out as valid JSON.
+    shared.loaded.from = "lmdb\"\\\x01\xc3\xa9\xff";
+    shared.loaded.bars = 42;
+    shared.feed.last_channel_seq.store(7);
+    const auto health = nlohmann::json::parse(md::gw::health_text(shared));
+    CHECK(health.at("loaded").at("from") == "lmdb\"\\\x01\xc3\xa9\xef\xbf\xbd");
+    CHECK(health.at("loaded").at("bars") == 42);
+    CHECK(health.at("last_channel_seq") == 7);
+    CHECK(health.at("last_record_age_s").is_null());  // no record yet
+    CHECK(health.at("fill").at("waiting") == 0);
+    CHECK(health.at("pid") == ::getpid());
+    CHECK(health.at("uptime_s").is_number());
+    const std::string text = md::gw::health_text(shared);
+    CHECK(text.find("\\u0001") != std::string::npos);  // escaped, not raw
+    CHECK(text.find('\x01') == std::string::npos);
+
+    const auto state = nlohmann::json::parse(md::gw::state_message(shared, "state"));
+    CHECK(state.at("type") == "state");
+    CHECK(state.at("state").is_string());
+    CHECK(state.at("age_s").is_null());
+    CHECK(state.at("last_channel_seq") == 7);
+    // Pushed clients tell state messages from bars by this prefix (http_server.cpp).
+    CHECK(md::gw::state_message(shared, "state").starts_with(R"({"type":"state")"));
 }

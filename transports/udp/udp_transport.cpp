@@ -2,7 +2,6 @@
 #include "transports/udp/udp_transport.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/sock_diag.h>  // SK_MEMINFO_DROPS
 #include <net/if.h>
@@ -15,7 +14,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 
 #include "lib/posix/errors.hpp"
@@ -23,6 +21,7 @@
 #include "lib/runtime/parse.hpp"
 #include "lib/runtime/uri_keys.hpp"
 #include "transports/udp/gro_policy.hpp"
+#include "transports/udp/sock_diag.hpp"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -58,10 +57,10 @@ struct Addr {
     const sockaddr* sa() const noexcept { return reinterpret_cast<const sockaddr*>(&ss); }
 };
 
-/// Sockets of this network namespace bound to exactly `a` (address and port), from
-/// /proc/net/udp or udp6; -1 when it cannot be read. Each line's local address is the raw
-/// address in 32-bit words printed as native-endian hex, then ":" and the port in hex.
-int sockets_bound_to(const Addr& a) noexcept {
+/// Sockets of this network namespace bound to exactly `a` (address and port), from the
+/// kernel's socket diagnostics (sock_diag.hpp); -1 when it cannot tell (no udp_diag in the
+/// kernel): the check is then skipped, as it always was where the kernel cannot answer.
+int sockets_bound_to(const Addr& a) {
     const bool v4 = a.family() == AF_INET;
     std::array<std::uint8_t, 16> want{};
     std::uint16_t port = 0;
@@ -74,51 +73,14 @@ int sockets_bound_to(const Addr& a) noexcept {
         std::memcpy(want.data(), &a6->sin6_addr, 16);
         port = ntohs(a6->sin6_port);
     }
-    const std::size_t words = v4 ? 1 : 4;
-    UniqueFd fd(::open(v4 ? "/proc/net/udp" : "/proc/net/udp6", O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) {
+    const auto found = udp_sockets_on_port(a.family(), port);
+    if (!found) {
         return -1;
     }
-    std::string text;
-    std::array<char, 4096> buf{};
-    for (;;) {
-        const ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            break;
-        }
-        text.append(buf.data(), static_cast<std::size_t>(n));
-    }
-    int count = 0;
-    std::size_t pos = text.find('\n');  // past the header line
-    while (pos != std::string::npos && pos + 1 < text.size()) {
-        const std::size_t line = pos + 1;
-        pos = text.find('\n', line);
-        // "  sl: LOCAL:PORT REMOTE:PORT ...": the local address follows the first ": ".
-        std::size_t at = text.find(": ", line);
-        if (at == std::string::npos || (pos != std::string::npos && at > pos)) {
-            continue;
-        }
-        at += 2;
-        if (at + words * 8 + 5 > text.size() || text[at + words * 8] != ':') {
-            continue;
-        }
-        std::array<std::uint8_t, 16> got{};
-        bool ok = true;
-        for (std::size_t w = 0; w < words && ok; ++w) {
-            std::uint32_t v = 0;
-            const char* b = text.data() + at + w * 8;
-            ok = std::from_chars(b, b + 8, v, 16).ptr == b + 8;
-            std::memcpy(got.data() + w * 4, &v, 4);
-        }
-        std::uint16_t p = 0;
-        const char* pb = text.data() + at + words * 8 + 1;
-        ok = ok && std::from_chars(pb, pb + 4, p, 16).ptr == pb + 4;
-        if (ok && p == port && std::memcmp(got.data(), want.data(), words * 4) == 0) {
-            ++count;
-        }
+    // More sockets than a dump lists are on the port: more than one, whoever they are.
+    int count = found->not_listed > 0 ? 2 : 0;
+    for (const UdpSocketInfo& s : found->sockets) {
+        count += std::memcmp(s.local.data(), want.data(), v4 ? 4 : 16) == 0 ? 1 : 0;
     }
     return count;
 }

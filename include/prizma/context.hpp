@@ -117,8 +117,9 @@ private:
 };
 
 /// Receives messages on one channel: every source's messages once and in order, and a loss
-/// event for anything that cannot be repaired. A handle, valid while its Context lives; owner
-/// thread only.
+/// event for anything that cannot be repaired. Sources with messages waiting take turns of at
+/// most 64 messages each, so one source's backlog never hides another's for long. A handle,
+/// valid while its Context lives; owner thread only.
 class Subscriber {
 public:
     /// Delivers up to `limit` messages/events to `handler(const prizma::Message&)`; returns

@@ -32,7 +32,17 @@ bool Receiver::next_event(Event& out) noexcept {
             return next_event(out);
         }
         if (got) {
-            rr_ = j;  // stay on this peer while it has events
+            // Stay on this peer while it has events, for up to kDeliveryRun of them: then the
+            // next peer's turn, so that one source's backlog never hides another's for long
+            // (the copies of a hot-standby pair are compared as they come, docs/STREAMS.md).
+            if (j != rr_) {
+                rr_ = j;
+                run_ = 0;
+            }
+            if (++run_ == kDeliveryRun) {
+                run_ = 0;
+                rr_ = j + 1 < n ? j + 1 : 0;
+            }
             // Flow control: a status after each quarter window consumed (at the next timer run).
             if (p->status_due != kNever && p->next.value - p->status_pos.value >= status_step_) {
                 p->status_due = 0;
@@ -41,6 +51,7 @@ bool Receiver::next_event(Event& out) noexcept {
         }
     }
     rr_ = rr_ + 1 < n ? rr_ + 1 : 0;
+    run_ = 0;
     return false;
 }
 

@@ -226,8 +226,10 @@ private:
     std::uint32_t capacity_ = 0;
     std::size_t stride_ = 0;  // largest TSDU
     std::vector<std::unique_ptr<Peer>> peers_;
-    std::vector<Peer*> live_;  // peers in use, in join order
-    std::size_t rr_ = 0;       // round-robin start for delivery
+    std::vector<Peer*> live_;                          // peers in use, in join order
+    std::size_t rr_ = 0;                               // round-robin start for delivery
+    std::uint32_t run_ = 0;                            // events delivered from live_[rr_] in a row
+    static constexpr std::uint32_t kDeliveryRun = 64;  // then another peer's turn
     std::vector<std::byte> reassembly_;
     std::vector<std::byte> scratch_;
     std::vector<std::uint32_t> due_;  // run_naks: slots whose NAK timer expired

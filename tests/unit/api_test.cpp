@@ -323,6 +323,56 @@ TEST_CASE("API: window storage the kernel refuses is an error naming the channel
 #endif
 }
 
+TEST_CASE("API: two sources with a backlog each are delivered in turns of at most 64",
+          "[unit][api]") {
+    // One source's backlog must not hide another's (a hot-standby pair's copies are compared
+    // as they come): a subscriber takes at most 64 messages of a source in a row while another
+    // has some, each source's messages still in order.
+    auto ctx = prizma::Context::create().value();
+    auto sub = ctx.add_subscriber("mem://turns-bus:7506").value();
+    auto a = ctx.add_publisher("mem://turns-bus:7506").value();
+    auto b = ctx.add_publisher("mem://turns-bus:7506").value();
+    constexpr std::uint64_t kN = 300;
+    for (std::uint64_t i = 0; i < kN; ++i) {
+        REQUIRE(a.offer(msg(i, 100)).has_value());
+    }
+    for (std::uint64_t i = 0; i < kN; ++i) {
+        REQUIRE(b.offer(msg(kN + i, 100)).has_value());
+    }
+    for (int i = 0; i < 50; ++i) {
+        (void)ctx.poll();  // everything arrives before anything is consumed
+    }
+    REQUIRE(sub.counters().odata_received >= 2 * kN);
+    std::vector<std::uint64_t> order;
+    const std::int64_t deadline = prizma::Context::now_ns() + 10'000'000'000LL;
+    while (order.size() < 2 * kN && prizma::Context::now_ns() < deadline) {
+        (void)ctx.poll();
+        sub.poll(1000, [&](const prizma::Message& m) {
+            if (m.kind == prizma::MessageKind::data) {
+                std::uint64_t v = 0;
+                std::memcpy(&v, m.payload.data(), 8);
+                order.push_back(v);
+            }
+        });
+    }
+    REQUIRE(order.size() == 2 * kN);
+    std::size_t longest = 0;
+    std::size_t run = 0;
+    std::uint64_t next_a = 0;
+    std::uint64_t next_b = kN;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        const bool from_a = order[i] < kN;
+        CHECK(order[i] == (from_a ? next_a++ : next_b++));  // each source in order
+        run = i > 0 && from_a == (order[i - 1] < kN) ? run + 1 : 1;
+        // a run counts while the other source still had messages waiting
+        if ((from_a ? next_b : next_a) < (from_a ? 2 * kN : kN)) {
+            longest = std::max(longest, run);
+        }
+    }
+    CHECK(longest <= 64);
+    CHECK(longest >= 32);  // turns, not one message each (the batching stays)
+}
+
 TEST_CASE("API: delivered messages carry when they were received", "[unit][api]") {
     auto ctx = prizma::Context::create().value();
     auto sub = ctx.add_subscriber("mem://ts-bus:7505").value();

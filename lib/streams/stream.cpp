@@ -391,7 +391,14 @@ bool StreamSubscriber::next(StreamEvent& out) noexcept {
                 continue;
             }
             any = true;
-            s.rr = at;
+            if (at != s.rr) {
+                s.rr = at;
+                s.run = 0;
+            }
+            if (++s.run == Impl::kRun) {  // the next subscriber's turn (fairness, as PGM's)
+                s.run = 0;
+                s.rr = at + 1 == n ? 0 : at + 1;
+            }
             bool produced = false;
             try {
                 produced = s.take(sub, m, out);

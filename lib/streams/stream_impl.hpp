@@ -72,7 +72,9 @@ struct StreamSubscriber::Impl {
 
     StreamOptions opt;
     std::vector<Subscriber*> subs;
-    std::size_t rr = 0;
+    std::size_t rr = 0;   // the subscriber read last
+    std::size_t run = 0;  // messages read from subs[rr] in a row (kRun, then the next one's turn)
+    static constexpr std::size_t kRun = 64;
     std::vector<Copy> copies;
     std::size_t last = 0;  // the copy the last message came from
     bool started = false;
@@ -127,13 +129,14 @@ struct StreamSubscriber::Impl {
         return quorum() ? ballots.size() : held.size();
     }
     /// No more is read: first, more than buffer_records held (a gap is then lost); quorum,
-    /// kFarFactor x buffer_records ballots, or buffer_records while a dispute holds the stream.
+    /// kFarFactor x buffer_records ballots.
     [[nodiscard]] bool full() const noexcept {
         if (!quorum()) {
             return held.size() > opt.buffer_records;
         }
-        const bool halted = disputed_at == next && !dispute_list.empty();
-        return ballots.size() >= (halted ? opt.buffer_records : kFarFactor * opt.buffer_records);
+        // Halted too: the copy that settles the dispute may come after the others' backlog
+        // (a subscriber reads each source up to 64 messages in turn).
+        return ballots.size() >= kFarFactor * opt.buffer_records;
     }
     /// The first record waiting after a gap at `next`, if there is a gap.
     [[nodiscard]] std::optional<std::uint64_t> after_gap() const noexcept {

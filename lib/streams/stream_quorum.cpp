@@ -72,8 +72,8 @@ void StreamSubscriber::Impl::vote(std::uint64_t seq,
     }
     // Bytes are kept for a record's first copy, and for other copies within buffer_records of
     // `next`; further ahead a copy that differs is kept as its vote only (its checksum). One
-    // publisher's backlog comes before the other's (each source's window is read in turn), and the
-    // backlog of a halt can be longer than the buffer.
+    // publisher's backlog can come before the other's (a subscriber reads up to 64 messages of
+    // each source in turn), and the backlog of a halt can be longer than the buffer.
     const bool keep = seq - next < opt.buffer_records || k == 0;  // the first copy: always
     if (k == b.n) {
         if (b.copies.size() == b.n) {

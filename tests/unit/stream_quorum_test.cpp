@@ -244,33 +244,66 @@ TEST_CASE("stream quorum: a silent publisher delays one record by quorum_timeout
     CHECK(q.stream->counters().unconfirmed == 5);
 }
 
-TEST_CASE("stream quorum: a halt holds at most buffer_records, and nothing is lost after it",
+TEST_CASE("stream quorum: a halt reads at most 16 x buffer_records, and nothing is lost after it",
           "[unit][stream]") {
-    // While halted the stream reads no more than buffer_records; what stays unread waits in
-    // the subscriber (PGM's window), where one source's backlog comes before the other's: the
-    // buffer must hold the copies' skew, or the records after the halt wait for
-    // quorum_timeout and go unconfirmed (docs/STREAMS.md).
-    Quorum q("quorum-bounded", 2, 2, 64);
-    for (std::uint64_t at = 0; at < 60; at += 4) {  // the copies a few records apart
+    // While halted the stream goes on reading (the copy that settles the dispute may come
+    // after the others' backlog), but no more than 16 x buffer_records records; what stays
+    // unread waits in the subscriber (PGM's window).
+    Quorum q("quorum-bounded", 2, 2, 8);
+    for (std::uint64_t at = 0; at < 8; at += 4) {  // the copies a few records apart
         q.send(0, at, at + 4, 2);
         q.send(1, at, at + 4);
     }
     CHECK(q.records() == range(0, 2));
     REQUIRE(q.of(prizma::StreamEventKind::dispute) == std::vector<std::uint64_t>{2});
-    for (std::uint64_t at = 60; at < 200; at += 4) {
+    for (std::uint64_t at = 8; at < 200; at += 4) {
         q.send(0, at, at + 4);
         q.send(1, at, at + 4);
     }
     CHECK(q.records() == range(0, 2));
-    CHECK(q.stream->counters().buffered <= 65);  // it stopped reading
+    // `buffered` counts the records taken ahead of `next` (a few before the halt too)
+    const auto read = q.stream->counters().buffered;
+    CHECK(read > 100);          // it read well past buffer_records while halted
+    CHECK(read <= 16 * 8 + 8);  // and stopped at its bound:
+    for (std::uint64_t at = 200; at < 260; at += 4) {
+        q.send(0, at, at + 4);
+        q.send(1, at, at + 4);
+    }
+    CHECK(q.stream->counters().buffered == read);  // nothing more read
     REQUIRE(q.stream->resolve(2, q.stream->disputed()[1].checksum).has_value());
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < 10; ++i) {
         q.pump();
     }
-    CHECK(q.records() == range(0, 200));
+    CHECK(q.records() == range(0, 260));
     CHECK(q.all_right());
     CHECK(q.of(prizma::StreamEventKind::loss).empty());
     CHECK(q.stream->counters().overflows == 0);
+    CHECK(q.stream->counters().unconfirmed == 0);
+}
+
+TEST_CASE("stream quorum: the copy that settles a dispute is found behind the others' backlog",
+          "[unit][stream]") {
+    // Three publishers, buffer_records 8. Two disagree at 2 while the third is late; they go
+    // on far past buffer_records before the third's copy of 2 comes, behind their backlog in
+    // the subscriber. The halted stream must read on to it: it settles the dispute, no
+    // operator needed.
+    Quorum q("quorum-behind", 3, 2, 8);
+    for (std::size_t p = 0; p < 3; ++p) {
+        q.send(p, 0, 2);
+    }
+    q.send(0, 2, 3, 2);
+    q.send(1, 2, 3);
+    g_now += 100'000'000;
+    q.pump();
+    REQUIRE(q.of(prizma::StreamEventKind::dispute) == std::vector<std::uint64_t>{2});
+    q.send(0, 3, 60);
+    q.send(1, 3, 60);
+    CHECK(q.records() == range(0, 2));
+    q.send(2, 2, 60);
+    CHECK(q.records() == range(0, 60));
+    CHECK(q.all_right());
+    CHECK(q.of(prizma::StreamEventKind::divergence) == std::vector<std::uint64_t>{2});
+    CHECK(q.of(prizma::StreamEventKind::loss).empty());
     CHECK(q.stream->counters().unconfirmed == 0);
 }
 

@@ -104,7 +104,9 @@ struct Archive {
 };
 
 /// The flow-control member: a second subscription to the channel carrying the URI's flow keys,
-/// whose messages are taken only as far as the journal is written. The cores' tagged flow
+/// whose messages are taken only as far as the journal is written (with --cores, one such
+/// subscription per core, each taking only that core's packets: one core's backlog never
+/// holds the other's behind it). The cores' tagged flow
 /// control then never lets live traffic run more than its window past what is on disk, so a
 /// killed archiver's gap stays within what PGM can recover (the data subscription's history).
 struct FlowGate {
@@ -135,8 +137,19 @@ struct FlowGate {
     }
 };
 
+/// The flow gates: one, or one per named core.
+struct Gates {
+    std::vector<FlowGate> gates;
+    void drain(std::uint64_t written) {
+        for (FlowGate& g : gates) {
+            g.drain(written);
+        }
+    }
+};
+
 struct Args {
     execlog::ConsumerArgs c;
+    std::vector<std::string> cores;  // --cores: a flow gate per core (their --name)
     std::string on_divergence = "halt";
     std::string divergence_file;  // default: JOURNAL.divergences
     std::string decision_file;    // default: JOURNAL.decision
@@ -261,7 +274,7 @@ int serve(const Args& a,
           prizma::Context& ctx,
           Archive& ar,
           execlog::Feed& f,
-          FlowGate& gate,
+          Gates& gate,
           prizma::Subscriber* tap_sub) {
     std::int64_t printed_at = prizma::Context::now_ns();
     std::int64_t said_at = 0;
@@ -362,6 +375,11 @@ int parse_args(int argc, char** argv, Args& a) {
     app.add_option("--decision-file", a.decision_file,
                    "Where the operator writes 'use SEQ SOURCE-OR-CHECKSUM', 'continue SEQ' or "
                    "'stop SEQ' (default JOURNAL.decision)");
+    app.add_option("--cores", a.cores,
+                   "The cores' names (execlog-core --name), comma-separated: with flow keys, a "
+                   "flow gate per core, so one core's backlog never holds the other's (needed "
+                   "with --arbitration quorum)")
+        ->delimiter(',');
     app.add_option("--gap-timeout-ms", a.gap_timeout_ms,
                    "Wait this long for PGM to repair a live gap before journaling it as lost "
                    "(default 5000)")
@@ -369,8 +387,12 @@ int parse_args(int argc, char** argv, Args& a) {
     return prizma::tools::parse(app, argc, argv);
 }
 
-/// The flow-control member's subscription, when the URI carries flow keys (else none).
-bool open_gate(prizma::Context& ctx, const Args& a, const std::string& flow_uri, FlowGate& gate) {
+/// One flow gate: takes only `gsi`'s packets when set.
+bool open_one_gate(prizma::Context& ctx,
+                   const Args& a,
+                   const std::string& flow_uri,
+                   const std::optional<prizma::Gsi>& gsi,
+                   FlowGate& gate) {
     if (flow_uri != a.c.feed.uri) {
         prizma::ChannelOptions fo;
         fo.window_sqns = a.flow_window;
@@ -381,6 +403,9 @@ bool open_gate(prizma::Context& ctx, const Args& a, const std::string& flow_uri,
         // repair outside their NAK budget (docs/EXECLOG.md).
         fo.recover_history = true;
         fo.max_recover_sqns = a.flow_window;
+        if (gsi) {
+            fo.allowed_sources = {*gsi};
+        }
         auto fs = ctx.add_subscriber(flow_uri, fo);
         if (!fs) {
             fmt::print(stderr, "{}: {}\n", kTool, fs.error().message());
@@ -388,6 +413,72 @@ bool open_gate(prizma::Context& ctx, const Args& a, const std::string& flow_uri,
         }
         gate.sub = *fs;
         gate.stream_id = a.c.feed.stream_id;
+    }
+    return true;
+}
+
+/// The flow-control member's subscriptions, when the URI carries flow keys (else none): one,
+/// or one per core named in --cores.
+bool open_gate(prizma::Context& ctx, const Args& a, const std::string& flow_uri, Gates& gates) {
+    std::vector<std::optional<prizma::Gsi>> only;
+    for (const std::string& name : a.cores) {
+        only.push_back(execlog::core_gsi(name));
+    }
+    if (only.empty()) {
+        only.emplace_back(std::nullopt);
+    }
+    for (const auto& gsi : only) {
+        FlowGate& gate = gates.gates.emplace_back();
+        if (!open_one_gate(ctx, a, flow_uri, gsi, gate)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/// The final counters, on exit.
+void print_final(Archive& ar,
+                 execlog::Feed& feed,
+                 const prizma::ReplayServer& server,
+                 bool flushed) {
+    const auto s = feed.stream_counters();
+    fmt::print(
+        "{}: final: journal next {}, records {}, loss entries {} ({} records), divergences {}, "
+        "disputes {}, unconfirmed {}, unknown types {}, stale-epoch {}, replay clients {}, "
+        "records served {}{}\n",
+        kTool, ar.rec.next_sequence(), feed.counters().delivered, ar.losses, ar.lost,
+        ar.divergences, s.disputes, s.unconfirmed, ar.unknown, s.stale_epoch,
+        server.counters().clients, server.counters().records, flushed ? "" : " (flush failed)");
+    const auto pc = feed.subscriber().counters();
+    fmt::print(
+        "{}: pgm: odata {}, rdata {}, naks {}, ncf {}, loss events {} ({} sqns), window full {}, "
+        "sources {}, refused {}\n",
+        kTool, pc.odata_received, pc.rdata_received, pc.naks_sent, pc.ncf_received, pc.loss_events,
+        pc.lost_sqns, pc.window_full, pc.sources, pc.sources_refused);
+}
+
+/// --cores names cores, and quorum with a flow gate has one gate per core (else exit 2).
+bool cores_fit(const Args& a, const std::string& flow_uri) {
+    for (const std::string& name : a.cores) {
+        if (!execlog::core_gsi(name)) {
+            fmt::print(stderr,
+                       "{}: --cores: '{}' is not a core's name (1-6 letters, digits, "
+                       "'-' or '_')\n",
+                       kTool, name);
+            return false;
+        }
+    }
+    if (a.c.feed.arbitration == prizma::Arbitration::quorum && a.cores.empty()
+        && execlog::strip_flow_keys(flow_uri) != flow_uri) {
+        // One flow gate drains one queue of both cores' packets: a standby behind the active
+        // is held behind the active's packets, so quorum waits out its timeout on every record
+        // (measured 2026-12-06: 43,642 of 47,738 records unconfirmed). A gate per core
+        // (--cores) takes each core's packets on their own.
+        fmt::print(stderr,
+                   "{}: --arbitration quorum with flow-control keys needs --cores (a flow gate "
+                   "per core; docs/EXECLOG.md, \"Divergence\")\n",
+                   kTool);
+        return false;
     }
     return true;
 }
@@ -406,16 +497,7 @@ int run(int argc, char** argv) {
     }
     a.c.feed.replay_host.clear();  // the archiver is the archive
     const std::string flow_uri = a.c.feed.uri;
-    if (a.c.feed.arbitration == prizma::Arbitration::quorum
-        && execlog::strip_flow_keys(flow_uri) != flow_uri) {
-        // The flow gate drains one queue of both cores' packets: a standby behind the active
-        // is held behind the active's packets, so quorum waits out its timeout on every record
-        // (measured 2026-12-06: 43,642 of 47,738 records unconfirmed). A gate per core is
-        // the fix; until then the two are refused together.
-        fmt::print(stderr,
-                   "{}: --arbitration quorum with flow-control keys in the URI is not supported "
-                   "yet (docs/EXECLOG.md, \"Divergence\")\n",
-                   kTool);
+    if (!cores_fit(a, flow_uri)) {
         return 2;
     }
     a.c.feed.uri = execlog::strip_flow_keys(flow_uri);
@@ -471,7 +553,7 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "{}: {}\n", kTool, feed.error().message());
         return 1;
     }
-    FlowGate gate;
+    Gates gate;
     if (!open_gate(*ctx, a, flow_uri, gate)) {
         return 1;
     }
@@ -491,20 +573,7 @@ int run(int argc, char** argv) {
     }
     const int rc = serve(a, *ctx, ar, **feed, gate, &*tap);
     const auto flushed = ar.rec.flush();
-    const auto s = (*feed)->stream_counters();
-    fmt::print(
-        "{}: final: journal next {}, records {}, loss entries {} ({} records), divergences {}, "
-        "disputes {}, unconfirmed {}, unknown types {}, stale-epoch {}, replay clients {}, "
-        "records served {}{}\n",
-        kTool, ar.rec.next_sequence(), (*feed)->counters().delivered, ar.losses, ar.lost,
-        ar.divergences, s.disputes, s.unconfirmed, ar.unknown, s.stale_epoch,
-        server->counters().clients, server->counters().records, flushed ? "" : " (flush failed)");
-    const auto pc = (*feed)->subscriber().counters();
-    fmt::print(
-        "{}: pgm: odata {}, rdata {}, naks {}, ncf {}, loss events {} ({} sqns), window full {}, "
-        "sources {}, refused {}\n",
-        kTool, pc.odata_received, pc.rdata_received, pc.naks_sent, pc.ncf_received, pc.loss_events,
-        pc.lost_sqns, pc.window_full, pc.sources, pc.sources_refused);
+    print_final(ar, **feed, *server, flushed.has_value());
     return rc != 0 ? rc : !flushed ? 1 : 0;
 }
 

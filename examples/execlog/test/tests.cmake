@@ -24,7 +24,8 @@ set_tests_properties(execlog.public_headers_only PROPERTIES LABELS execlog TIMEO
 set(EXECLOG_CASES consistency 1 10 kill_core 1 20 kill_consumers 1 20 kill_archiver 1 20 sigstop 1 10
     loss 1 10 loss_netns 1 10 order_file 1 0 bad_orders 1 0 unknown_type 1 0 divergence 1 0
     stale_epoch 1 0 silent_tail 1 5 order_limits 1 0 fix_sessions 1 5
-    session_end_guard 1 5 divergence_active 1 0 divergence_continue 1 0)
+    session_end_guard 1 5 divergence_active 1 0 divergence_continue 1 0
+    divergence_quorum 1 0 divergence_majority 1 0)
 list(LENGTH EXECLOG_CASES n)
 math(EXPR last "${n} - 1")
 foreach(i RANGE 0 ${last} 3)

@@ -16,6 +16,8 @@ packages=(
     chromium-driver wrk nginx-light libhiredis-dev redis-server redis-tools
     # examples/execlog (execlog-fix: a FIX 4.4 drop-copy acceptor on QuickFIX)
     libquickfix-dev
+    # its metrics files, read by a real node-exporter in the tests (execlog.divergence_quorum)
+    prometheus-node-exporter
 )
 missing=()
 for p in "${packages[@]}"; do

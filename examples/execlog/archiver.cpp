@@ -270,12 +270,46 @@ int halted(const Args& a, Archive& ar, execlog::Feed& f, std::int64_t& said_at) 
     return 0;
 }
 
+/// The archiver's metrics: a consumer's, the journal's and the replay service's.
+void write_metrics(execlog::Metrics& m,
+                   Archive& ar,
+                   execlog::Feed& f,
+                   const prizma::ReplayServer& server,
+                   std::int64_t now) {
+    m.feed(f, ar.halted_at.has_value());
+    m.gauge("execlog_archive_next_sequence", "The journal's next record sequence",
+            static_cast<double>(ar.rec.next_sequence()));
+    m.gauge("execlog_archive_written_sequence", "Records on disk (written and synced), up to",
+            static_cast<double>(ar.rec.written_sequence()));
+    m.gauge("execlog_archive_halted_at", "The record the archive is halted at (-1: none)",
+            ar.halted_at ? static_cast<double>(*ar.halted_at) : -1.0);
+    m.counter("execlog_archive_loss_entries_total", "Loss entries journaled", ar.losses);
+    m.counter("execlog_unknown_types_total", "Records of a type this program does not know",
+              ar.unknown);
+    const prizma::ReplayServerCounters rc = server.counters();
+    m.counter("execlog_replay_clients_total", "Replay connections accepted", rc.clients);
+    m.counter("execlog_replay_refused_total",
+              "Replay connections refused (not allowed, over a cap)", rc.refused);
+    m.counter("execlog_replay_records_total", "Records served to replay clients", rc.records);
+    m.counter("execlog_replay_errors_total", "Bad replay requests answered with an error",
+              rc.errors);
+    m.counter("execlog_replay_timeouts_total", "Replay clients closed for silence", rc.timeouts);
+    m.publish(kTool, now);
+}
+
+/// What serve() reports through: the metrics file and the replay service's counters.
+struct Reports {
+    execlog::Metrics& metrics;
+    const prizma::ReplayServer& server;
+};
+
 int serve(const Args& a,
           prizma::Context& ctx,
           Archive& ar,
           execlog::Feed& f,
           Gates& gate,
-          prizma::Subscriber* tap_sub) {
+          prizma::Subscriber* tap_sub,
+          const Reports& reports) {
     std::int64_t printed_at = prizma::Context::now_ns();
     std::int64_t said_at = 0;
     execlog::CopyTap tap(a.c.feed.stream_id, 1U << 14U);
@@ -288,6 +322,9 @@ int serve(const Args& a,
         }
         if (!ar.pending.empty() && !write_markers(a, ar, tap)) {
             return 1;
+        }
+        if (const std::int64_t now = prizma::Context::now_ns(); reports.metrics.due(now)) {
+            write_metrics(reports.metrics, ar, f, reports.server, now);
         }
         if (ar.halted_at) {
             // Nothing journaled, the flow gate not drained: the cores hold within its window.
@@ -571,7 +608,9 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "{}: {}\n", kTool, tap.error().message());
         return 1;
     }
-    const int rc = serve(a, *ctx, ar, **feed, gate, &*tap);
+    execlog::Metrics metrics(a.c.metrics, "archiver", "archiver");
+    const int rc = serve(a, *ctx, ar, **feed, gate, &*tap, Reports{metrics, *server});
+    write_metrics(metrics, ar, **feed, *server, prizma::Context::now_ns());
     const auto flushed = ar.rec.flush();
     print_final(ar, **feed, *server, flushed.has_value());
     return rc != 0 ? rc : !flushed ? 1 : 0;

@@ -24,6 +24,7 @@
 #include "execlog/engine.hpp"
 #include "execlog/feed.hpp"
 #include "execlog/input.hpp"
+#include "execlog/metrics.hpp"
 #include "execlog/record.hpp"
 
 namespace {
@@ -48,6 +49,7 @@ struct Args {
     std::string archive;  ///< HOST:PORT of the archiver: asked whether the session has ended
     prizma::tools::ReplaySecurityArgs archive_security;
     prizma::ReplaySecurity archive_sec;
+    execlog::MetricsArgs metrics;
 };
 
 struct Fault {
@@ -170,7 +172,8 @@ public:
           src_(std::move(src)),
           engine_(a_.gen.instruments),
           fault_(fault),
-          buf_(execlog::kRecordBytes) {}
+          buf_(execlog::kRecordBytes),
+          metrics_(a_.metrics, "core", a_.name.empty() ? execlog::tsi_text(pub.tsi()) : a_.name) {}
     int run();
 
 private:
@@ -181,6 +184,7 @@ private:
     void say_held(std::uint64_t seq, std::int64_t held_ns);
     bool offer(const execlog::Record& r);
     void save_state(bool final = false);
+    void write_metrics(std::int64_t now);
     [[nodiscard]] std::int64_t due(std::uint64_t input) const {
         return t0_ns_
                + static_cast<std::int64_t>(
@@ -209,6 +213,9 @@ private:
     bool warned_ = false;
     bool inputs_done_ = false;
     bool ended_ = false;  // the session end is published
+    execlog::Metrics metrics_;
+    std::int64_t held_since_ns_ = 0;  // held by flow control since (0: not held)
+    std::int64_t held_ns_ = 0;        // held in all, before held_since_ns_
 };
 
 // Runs inputs silently until the records they make pass `target` (the live stream's next
@@ -253,6 +260,10 @@ bool Core::offer(const execlog::Record& r) {
         const auto res = out_->offer(buf_);
         if (res) {
             ++produced_;
+            if (held_since_ns_ != 0) {
+                held_ns_ += prizma::Context::now_ns() - held_since_ns_;
+                held_since_ns_ = 0;
+            }
             if (said_at != 0) {
                 fmt::print(stderr, "{}: released after {:.1f} s held at record {}\n", kTool,
                            static_cast<double>(prizma::Context::now_ns() - held_since) / 1e9, seq);
@@ -266,6 +277,10 @@ bool Core::offer(const execlog::Record& r) {
         ++back_pressured_;
         const std::int64_t now = prizma::Context::now_ns();
         held_since = held_since == 0 ? now : held_since;
+        held_since_ns_ = held_since;
+        if (metrics_.due(now)) {
+            write_metrics(now);
+        }
         if (now - held_since > 1'000'000'000 && now - said_at > 5'000'000'000) {
             said_at = now;
             say_held(seq, now - held_since);
@@ -277,6 +292,30 @@ bool Core::offer(const execlog::Record& r) {
             ctx_.wait(std::chrono::milliseconds(1));
         }
     }
+}
+
+void Core::write_metrics(std::int64_t now) {
+    auto& m = metrics_;
+    m.gauge("execlog_core_next_sequence", "The next record sequence this core makes",
+            static_cast<double>(produced_));
+    m.counter("execlog_core_records_total", "Records this core published",
+              produced_ - first_published_);
+    m.counter("execlog_core_inputs_total", "Inputs (orders, cancels, replaces) processed", inputs_);
+    m.gauge("execlog_core_held", "1 while flow control holds the core (a counted member behind)",
+            held_since_ns_ != 0 ? 1.0 : 0.0);
+    const std::int64_t held = held_ns_ + (held_since_ns_ != 0 ? now - held_since_ns_ : 0);
+    m.counter_seconds("execlog_core_held_seconds_total", "Time held by flow control, seconds",
+                      static_cast<double>(held) / 1e9);
+    m.counter("execlog_core_back_pressured_total", "Offers refused for flow control or window",
+              back_pressured_);
+    m.gauge("execlog_core_epoch", "The stream epoch", static_cast<double>(a_.epoch));
+    m.gauge("execlog_core_session_ended", "1 once the session end is published",
+            ended_ ? 1.0 : 0.0);
+    const auto c = pub_.counters();
+    m.counter("execlog_pgm_naks_received_total", "PGM NAKs received", c.naks_received);
+    m.counter("execlog_pgm_rdata_sent_total", "PGM repairs sent", c.rdata_sent);
+    m.counter("execlog_pgm_flow_evicted_total", "Flow-control members evicted", c.flow_evicted);
+    m.publish(kTool, now);
 }
 
 // Loud holds: which flow-control member the core waits for, and how long.
@@ -475,6 +514,7 @@ int Core::finish() {
         kTool, first_published_, produced_, a_.stream_id, a_.epoch, inputs_,
         engine_.resting_orders(), engine_.counters().rejected, engine_.counters().out_of_range,
         back_pressured_, stopped ? " (stopped)" : "");
+    write_metrics(prizma::Context::now_ns());
     const auto c = pub_.counters();
     fmt::print(
         "{}: pgm: odata {}, rdata {}, naks received {}, naks ignored {}, repairs dropped {}, "
@@ -540,6 +580,9 @@ int Core::run() {
         if (now - saved_at_ns_ > 100'000'000) {
             save_state();
         }
+        if (metrics_.due(now)) {
+            write_metrics(now);
+        }
         if (n == 0 && work == 0 && !a_.spin) {
             const std::int64_t wait_ns = due(inputs_) - prizma::Context::now_ns();
             if (wait_ns > 0) {
@@ -598,6 +641,7 @@ int run(int argc, char** argv) {
                    "The archiver's replay service, HOST:PORT: with no live stream, ask it whether "
                    "the session has ended before publishing");
     prizma::tools::add_replay_security_options(app, a.archive_security, false);
+    execlog::add_metrics_options(app, a.metrics);
     if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
         return rc;
     }

@@ -270,6 +270,23 @@ void add_options(CLI::App& app, Args& a) {
     app.add_flag("--verbose-sessions", a.verbose, "Print every session event");
 }
 
+void write_metrics(execlog::Metrics& m,
+                   const Stats& st,
+                   execlog::Feed& f,
+                   const execlog::FixAcceptor& fix,
+                   std::int64_t now) {
+    m.feed(f, f.halted());
+    m.counter("execlog_fix_messages_total", "FIX messages stored for the firms' sessions",
+              st.messages);
+    m.counter("execlog_fix_no_session_total", "Records for an account with no FIX session",
+              st.no_session);
+    m.gauge("execlog_fix_sessions_logged_on", "FIX sessions logged on now",
+            static_cast<double>(fix.logged_on()));
+    m.counter("execlog_unknown_types_total", "Records of a type this program does not know",
+              st.unknown);
+    m.publish(kTool, now);
+}
+
 int serve(execlog::FixAcceptor& fix, DropCopy& dc, const Args& a, const std::string& state_path) {
     auto ctx = prizma::tools::make_context(kTool);
     if (!ctx) {
@@ -289,6 +306,7 @@ int serve(execlog::FixAcceptor& fix, DropCopy& dc, const Args& a, const std::str
     fmt::print(stderr, "{}: listening on port {} for {} sessions\n", kTool, a.port, a.accounts);
     execlog::Checkpointer checkpoint(state_path);
     std::int64_t saved_at = prizma::Context::now_ns();
+    execlog::Metrics metrics(a.consumer.metrics, "fix", "fix");
     prizma::StreamEvent e;
     bool ok = true;
     while (ok && !execlog::stop_requested() && !(a.consumer.exit_at_end && dc.stats().ended)) {
@@ -307,6 +325,9 @@ int serve(execlog::FixAcceptor& fix, DropCopy& dc, const Args& a, const std::str
             }
             checkpoint.submit(dc.snapshot(f.next_sequence()));
         }
+        if (metrics.due(now)) {
+            write_metrics(metrics, dc.stats(), f, fix, now);
+        }
         if (work == 0 && n == 0) {
             execlog::idle(*ctx, f, a.consumer.spin);
         }
@@ -318,6 +339,7 @@ int serve(execlog::FixAcceptor& fix, DropCopy& dc, const Args& a, const std::str
             return 1;
         }
     }
+    write_metrics(metrics, dc.stats(), f, fix, prizma::Context::now_ns());
     const Stats& st = dc.stats();
     fmt::print(stderr,
                "{}: final: next {}, messages {}, not resent {}, no session {}, applied {}, "

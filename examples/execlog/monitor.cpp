@@ -150,6 +150,41 @@ void print_stats(const prizma::Context& ctx) {
     }
 }
 
+void write_metrics(execlog::Metrics& m,
+                   const View& v,
+                   const prizma::StreamCounters& c,
+                   std::int64_t still_ms,
+                   std::int64_t now) {
+    m.gauge("execlog_next_sequence", "The next record sequence this program takes",
+            static_cast<double>(v.next));
+    m.counter("execlog_records_total", "Records handed to the program, each once, in order",
+              v.records);
+    m.counter("execlog_loss_events_total", "Loss events: records no copy and no archive could give",
+              v.loss_events);
+    m.counter("execlog_lost_records_total", "Records lost for good", v.lost);
+    m.counter("execlog_divergences_total", "Copies whose bytes differ from the record taken",
+              v.divergences);
+    m.counter("execlog_duplicates_total",
+              "Copies of records already taken (the other core's, normally one per record)",
+              c.duplicates);
+    m.counter("execlog_stale_epoch_total", "Records of an older epoch, dropped", c.stale_epoch);
+    m.counter("execlog_unknown_types_total", "Records of a type this program does not know",
+              v.unknown);
+    m.counter("execlog_monitor_stalls_total",
+              "Stalls: records lost on this subscription with nothing after them", v.stalls);
+    m.counter("execlog_monitor_active_changes_total", "Times the core heard first changed",
+              v.active_changes);
+    m.gauge("execlog_monitor_still_seconds",
+            "How long no record has come while the session has not ended (0: records flow)",
+            static_cast<double>(still_ms) / 1e3);
+    for (const auto& [src, n] : v.first_copies) {
+        m.counter("execlog_monitor_first_copies_total",
+                  "Records whose first copy came from this source (a core, by name.port)", n,
+                  fmt::format("source=\"{}\"", execlog::Metrics::escape(src)));
+    }
+    m.publish(kTool, now);
+}
+
 int run(int argc, char** argv) {
     CLI::App app{"", kTool};
     prizma::tools::init(app, "execlog-monitor URI [--interval-ms MS] [options]",
@@ -191,6 +226,7 @@ int run(int argc, char** argv) {
         return 1;
     }
     View v;
+    execlog::Metrics metrics(a.metrics, "monitor", "monitor");
     bool lost_tail = false;
     std::int64_t at = prizma::Context::now_ns();
     std::uint64_t at_records = 0;
@@ -227,6 +263,9 @@ int run(int argc, char** argv) {
             at = now;
             at_records = v.records;
         }
+        if (metrics.due(now)) {
+            write_metrics(metrics, v, in->counters(), still_ms, now);
+        }
         if (a.exit_at_end && v.stalled_at == v.next && now - v.stalled_ns > kTailGiveUpNs) {
             // A monitor (passive: it never asks for repairs) that lost the stream's last records
             // would wait for the session end for ever: it says so and ends.
@@ -243,6 +282,7 @@ int run(int argc, char** argv) {
         }
     }
     v.close_interval();
+    write_metrics(metrics, v, in->counters(), still_ms, prizma::Context::now_ns());
     const auto& c = in->counters();
     fmt::print(
         "{}: final: records {}, next {}, gaps {} ({} records), divergences {}, duplicates {}, "

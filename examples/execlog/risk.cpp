@@ -118,6 +118,10 @@ public:
     [[nodiscard]] bool ended() const noexcept { return ended_; }
     [[nodiscard]] std::uint64_t lost() const noexcept { return lost_; }
     [[nodiscard]] std::uint64_t divergences() const noexcept { return divergences_; }
+    [[nodiscard]] std::uint64_t trades() const noexcept {
+        return types_[static_cast<std::size_t>(execlog::RecordType::trade)];
+    }
+    [[nodiscard]] std::uint64_t unknown_types() const noexcept { return types_[kUnknownSlot]; }
 
 private:
     bool trade(std::uint64_t sequence, const execlog::Record& r);
@@ -354,6 +358,14 @@ struct Timing {
     }
 };
 
+void write_metrics(execlog::Metrics& m, const Risk& risk, execlog::Feed& f, std::int64_t now) {
+    m.feed(f, f.halted());
+    m.counter("execlog_risk_trades_total", "Trades applied to positions", risk.trades());
+    m.counter("execlog_unknown_types_total", "Records of a type this program does not know",
+              risk.unknown_types());
+    m.publish(kTool, now);
+}
+
 void print_final(const Risk& risk, const execlog::Feed& f, Timing& timing) {
     const auto& c = f.counters();
     const auto s = f.stream_counters();
@@ -415,6 +427,7 @@ int run(int argc, char** argv) {
     execlog::Feed& f = **feed;
     fmt::print("{}: from sequence {}\n", kTool, next);
     execlog::Checkpointer checkpoint(state);
+    execlog::Metrics metrics(a.metrics, "risk", "risk");
     std::int64_t saved_at = prizma::Context::now_ns();
     std::int64_t printed_at = saved_at;
     prizma::StreamEvent e;
@@ -450,10 +463,14 @@ int run(int argc, char** argv) {
             printed_at = now;
             risk.print(stdout, f.next_sequence());
         }
+        if (metrics.due(now)) {
+            write_metrics(metrics, risk, f, now);
+        }
         if (work == 0 && n == 0) {
             execlog::idle(*ctx, f, a.spin);
         }
     }
+    write_metrics(metrics, risk, f, prizma::Context::now_ns());
     if (const auto err = checkpoint.finish(risk.state_text(f.next_sequence())); !err.empty()) {
         fmt::print(stderr, "{}: {}\n", kTool, err);
         return 1;

@@ -13,6 +13,7 @@
 #include "../../tools/cli.hpp"
 #include "../../tools/replay_cli.hpp"
 #include "execlog/feed.hpp"
+#include "execlog/metrics.hpp"
 
 namespace execlog {
 
@@ -25,6 +26,7 @@ struct ConsumerArgs {
     std::uint32_t silence_probe_ms = 1000;
     std::string arbitration = "first";
     std::uint32_t quorum_timeout_ms = 1000;
+    MetricsArgs metrics;
 };
 
 inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
@@ -57,6 +59,7 @@ inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
                    "(default 1000)")
         ->check(prizma::tools::whole(0, 60'000));
     prizma::tools::add_replay_security_options(app, a.replay_security, false);
+    add_metrics_options(app, a.metrics);
 }
 
 /// Checks what add_consumer_options() took; prints the error and returns false.

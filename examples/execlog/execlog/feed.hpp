@@ -159,6 +159,8 @@ public:
     [[nodiscard]] std::span<const prizma::DisputedCopy> disputed() const noexcept {
         return live_ ? live_->disputed() : std::span<const prizma::DisputedCopy>{};
     }
+    /// Held at a dispute (its copies in disputed()) until it is settled.
+    [[nodiscard]] bool halted() const noexcept { return !disputed().empty(); }
     /// Settles the dispute with the copy whose checksum is `checksum`.
     prizma::Result<void, prizma::Error> resolve(std::uint64_t sequence, std::uint64_t checksum);
 

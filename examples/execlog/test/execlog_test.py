@@ -109,8 +109,11 @@ class Session:
 
     def __init__(self, bindir, work, group, port, rate=RATE, count=COUNT, seed=1,
                  consumer_keys="", ns=None, fix_keys="", fix_args=(), archiver_args=(),
-                 verbs=None, arbitration=()):
+                 verbs=None, arbitration=(), metrics=False):
         self.bin, self.dir, self.rate, self.count, self.seed = bindir, work, rate, count, seed
+        # Every program writes Prometheus metrics (--metrics-file) into one textfile directory,
+        # which a real node-exporter serves (NodeExporter).
+        self.metrics_dir = os.path.join(work, "metrics") if metrics else None
         self.group, self.port, self.verbs = group, port, verbs
         self.channel = "udp://%s:%d?iface=" % (group, port)
         self.uri = self.channel + "127.0.0.1" if verbs is None else self.verbs_uri("archiver")
@@ -138,6 +141,10 @@ class Session:
         return self.uri if self.ns is None else self.channel + self.ns[role][1]
 
     def add(self, name, prog, *args, role=None):
+        if self.metrics_dir is not None and prog != "execlog-dump":
+            os.makedirs(self.metrics_dir, exist_ok=True)
+            args = args + ("--metrics-file", "%s/%s.prom" % (self.metrics_dir, name),
+                           "--metrics-ms", "200")
         p = Proc(self, name, [os.path.join(self.bin, prog), *args], self.prefix(role or name))
         self.procs[name] = p
         return p
@@ -245,6 +252,8 @@ class Session:
                 raise Fail("%s did not stop" % p.name)
 
     def kill_all(self):
+        if getattr(self, "exporter", None) is not None and self.exporter.p.poll() is None:
+            self.exporter.stop()
         for p in self.procs.values():
             p.signal(signal.SIGCONT)
             p.signal(signal.SIGTERM)
@@ -307,6 +316,8 @@ class Session:
         clients = ""
         if check_marker:
             clients += ", the marker holds both copies (the journal %s's)" % self.marker_check()
+            if getattr(self, "metrics_line", None):
+                clients += ", " + self.metrics_line
         if fix_clients:
             cp, cn, resent = ref.check_client_logs(
                 [(c.log.replace(".log", ".txt"), accts) for c, accts in self.fix_clients], entries)
@@ -833,6 +844,63 @@ def risk_next(s):
         return int(re.search(r"^next (\d+)", f.read(), re.M).group(1))
 
 
+class NodeExporter:
+    """Debian's prometheus-node-exporter serving a textfile directory (its textfile collector
+    only): the real reader of the programs' --metrics-file. scrape() parses what it serves:
+    {(metric, ((label, value), ...)): value}, and fails on a textfile it could not read."""
+
+    def __init__(self, directory):
+        exe = shutil.which("prometheus-node-exporter")
+        if exe is None:
+            raise Fail("prometheus-node-exporter is not installed (scripts/setup-debian.sh)")
+        self.port = free_port()
+        self.p = subprocess.Popen(
+            [exe, "--collector.disable-defaults", "--collector.textfile",
+             "--collector.textfile.directory=" + directory,
+             "--web.listen-address=127.0.0.1:%d" % self.port],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def scrape(self):
+        import urllib.request
+        deadline = time.time() + 10
+        while True:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port,
+                                            timeout=5) as r:
+                    text = r.read().decode()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise Fail("node-exporter did not answer on port %d" % self.port)
+                time.sleep(0.1)
+        samples = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)', line)
+            if not m:
+                raise Fail("node-exporter served a line that is not a sample: %r" % line)
+            labels = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or "")))
+            samples[(m.group(1), labels)] = float(m.group(3))
+        errors = [v for (k, _), v in samples.items() if k == "node_textfile_scrape_error"]
+        if errors != [0.0]:
+            raise Fail("node-exporter could not read the metrics files (scrape error %s)" % errors)
+        return samples
+
+    @staticmethod
+    def value(samples, metric, **labels):
+        """The one sample of `metric` whose labels include `labels`."""
+        got = [v for (k, ls), v in samples.items()
+               if k == metric and set(labels.items()) <= set(ls)]
+        if len(got) != 1:
+            raise Fail("metrics: %d samples of %s%s" % (len(got), metric, labels))
+        return got[0]
+
+    def stop(self):
+        self.p.terminate()
+        self.p.wait()
+
+
 def journal_end(s):
     r = subprocess.run([os.path.join(s.bin, "execlog-dump"), s.dir + "/journal", "--quiet"],
                        capture_output=True, text=True)
@@ -948,6 +1016,7 @@ def quorum_case(args, idx, rnd, wrong, cores):
             if end1 != at or risk1 > at:
                 raise Fail("halted with the journal at %s and risk at %s, not at record %d"
                            % (end1, risk1, at))
+            check_halted_metrics(s, at)
             pick = core_source(next(c for c in s.cores if c.name == right))
             with open(s.dir + "/journal.decision", "w") as f:
                 f.write("use %d %s\n" % (at, pick))
@@ -968,7 +1037,49 @@ def quorum_case(args, idx, rnd, wrong, cores):
         "expect_divergence": False, "check_marker": True,
         "ignore_divergences": cores == 3, "expect_logs": logs},
         arbitration=("--arbitration", "quorum", "--quorum", "2"),
-        archiver_args=("--cores", ",".join(names)))
+        archiver_args=("--cores", ",".join(names)), metrics=True)
+
+
+def check_halted_metrics(s, at):
+    """While the archiver is halted: node-exporter serves every program's metrics, and they
+    say so: the archiver halted at `at`, the cores held by flow control, everything up."""
+    s.exporter = NodeExporter(s.metrics_dir)
+    time.sleep(0.5)  # two metrics periods
+    m = s.exporter.scrape()
+    v = NodeExporter.value
+    for role in ("archiver", "risk", "fix", "monitor"):
+        if v(m, "execlog_up", role=role) != 1:
+            raise Fail("metrics: %s is not up" % role)
+    if v(m, "execlog_halted", role="archiver") != 1 or \
+            v(m, "execlog_archive_halted_at", role="archiver") != at:
+        raise Fail("metrics: the archiver halted at %d, its metrics do not say so" % at)
+    for c in s.cores:
+        if v(m, "execlog_core_held", role="core", name=c.name) != 1:
+            raise Fail("metrics: %s is held by flow control, its metrics say not" % c.name)
+    s.metrics_halted = m
+
+
+def check_final_metrics(s):
+    """After the session: the programs' last metrics agree with the journal."""
+    m = s.exporter.scrape()
+    s.exporter.stop()
+    v = NodeExporter.value
+    end = journal_end(s)
+    if v(m, "execlog_records_total", role="archiver") != end:
+        raise Fail("metrics: the archiver's records_total %s, the journal holds %s"
+                   % (v(m, "execlog_records_total", role="archiver"), end))
+    for role in ("archiver", "risk", "fix"):
+        if v(m, "execlog_next_sequence", role=role) != end or \
+                v(m, "execlog_halted", role=role) != 0:
+            raise Fail("metrics: %s ends at %s (halted %s), the journal at %s" % (
+                role, v(m, "execlog_next_sequence", role=role),
+                v(m, "execlog_halted", role=role), end))
+    held_before = v(s.metrics_halted, "execlog_core_held_seconds_total", name="core-a")
+    held_after = v(m, "execlog_core_held_seconds_total", name="core-a")
+    if not held_after >= held_before > 0:
+        raise Fail("metrics: core-a held %s s while halted, %s s in all" % (held_before,
+                                                                          held_after))
+    return "metrics agree (node-exporter: core-a held %.1f s)" % held_after
 
 
 def check_quorum(s, at, right, cores, joined):
@@ -992,6 +1103,8 @@ def check_quorum(s, at, right, cores, joined):
         raise Fail("the archiver counted %d disputes with %d cores" % (disputes, cores))
     if cores == 3 and re.search(r"HALTED|DISPUTE", text):
         raise Fail("three cores, two agreeing, yet the archiver halted")
+    if cores == 2:
+        s.metrics_line = check_final_metrics(s)
     return held
 
 

@@ -27,6 +27,7 @@
 #include "execlog/feed.hpp"
 #include "execlog/fix.hpp"
 #include "execlog/fix_acceptor.hpp"
+#include "execlog/metrics.hpp"
 #include "execlog/record.hpp"
 
 namespace {
@@ -230,6 +231,66 @@ std::vector<execlog::Record> run(execlog::Engine& e, const execlog::Input& in) {
 }
 
 }  // namespace
+
+TEST_CASE("metrics: the text format, each family once, the file replaced whole",
+          "[execlog][metrics]") {
+    TempDir dir;
+    execlog::MetricsArgs args;
+    args.file = dir / "risk.prom";
+    execlog::Metrics m(args, "risk", "a\"b\\c\nd");
+    REQUIRE(m.due(0));
+    m.counter("execlog_x_total", "Xs", 7);
+    m.counter("execlog_y_total", "Ys", 1, "source=\"s1\"");
+    m.counter("execlog_y_total", "Ys", 2, "source=\"s2\"");
+    m.gauge("execlog_g", "G", 0.5);
+    REQUIRE(m.write(5).empty());
+    CHECK_FALSE(m.due(5 + 999'999'999));
+    CHECK(m.due(5 + 1'000'000'000));
+    std::ifstream in(args.file);
+    const std::string text{std::istreambuf_iterator<char>(in), {}};
+    const std::string labels = "role=\"risk\",name=\"a\\\"b\\\\c\\nd\"";
+    CHECK(text.find("# HELP execlog_x_total Xs\n# TYPE execlog_x_total counter\nexeclog_x_total{"
+                    + labels + "} 7\n")
+          != std::string::npos);
+    CHECK(text.find("execlog_y_total{" + labels + ",source=\"s1\"} 1\nexeclog_y_total{" + labels
+                    + ",source=\"s2\"} 2\n")
+          != std::string::npos);
+    std::size_t helps = 0;
+    for (std::size_t at = 0; (at = text.find("# HELP execlog_y_total", at)) != std::string::npos;
+         ++at) {
+        ++helps;
+    }
+    CHECK(helps == 1);
+    CHECK(text.find("execlog_g{" + labels + "} 0.5\n") != std::string::npos);
+    CHECK(text.find("execlog_up{" + labels + "} 1\n") != std::string::npos);
+    CHECK(text.find("execlog_metrics_written_seconds{") != std::string::npos);
+    CHECK(dir.names() == std::set<std::string>{"risk.prom"});  // no temporary left
+    struct stat st {};
+    REQUIRE(::stat(args.file.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777U) == 0644U);
+    // The next write holds only what was set since: nothing of the first set repeats.
+    m.counter("execlog_x_total", "Xs", 8);
+    REQUIRE(m.write(2'000'000'000).empty());
+    std::ifstream again(args.file);
+    const std::string text2{std::istreambuf_iterator<char>(again), {}};
+    CHECK(text2.find("} 8\n") != std::string::npos);
+    CHECK(text2.find("execlog_y_total") == std::string::npos);
+}
+
+TEST_CASE("metrics: disabled writes nothing; an unwritable directory is an error",
+          "[execlog][metrics]") {
+    execlog::Metrics off(execlog::MetricsArgs{}, "core", "core-a");
+    CHECK_FALSE(off.enabled());
+    CHECK_FALSE(off.due(INT64_MAX / 2));
+    off.counter("execlog_x_total", "Xs", 1);
+    CHECK(off.write(1).empty());
+    execlog::MetricsArgs bad;
+    bad.file = "/nonexistent-dir/x.prom";
+    execlog::Metrics m(bad, "core", "core-a");
+    m.gauge("execlog_g", "G", 1);
+    const std::string err = m.write(1);
+    CHECK(err.find("/nonexistent-dir/x.prom") != std::string::npos);
+}
 
 TEST_CASE("the engine refuses a price or quantity past its limits and trades at them",
           "[execlog][engine]") {

@@ -134,13 +134,14 @@ fi
 stage "clang-tidy"
 scripts/tidy.sh build/asan
 
-stage "ThreadSanitizer: the cross-thread pieces (AgentRunner, PublishQueue, Recorder)"
+stage "ThreadSanitizer: the cross-thread pieces (AgentRunner, PublishQueue, Recorder, AhCache)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIZMA_SANITIZE=thread \
       -DPRIZMA_WARNINGS_AS_ERRORS=ON -DPRIZMA_BUILD_BENCHMARKS=OFF -DPRIZMA_BUILD_EXAMPLES=OFF \
       "${launcher[@]}" >/dev/null
 cmake --build build/tsan -j 2 --target prizma_unit_tests
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[runner]"
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[recorder]"
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/prizma_unit_tests "[ahcache]"
 
 stage "fuzz: corpora replayed, then 4 x ${FUZZ_SECONDS}s of exploration, two at a time"
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \

@@ -365,29 +365,6 @@ struct AhSlot {
     policy::PathFacts path{};
 };
 
-/// Counters the control thread writes (the owner thread copies them out).
-struct CtlCounters {
-    std::atomic<std::uint64_t> ah_created{0};
-    std::atomic<std::uint64_t> ah_failed{0};
-    std::atomic<std::uint64_t> async_events{0};
-    std::atomic<std::uint64_t> rejoins{0};
-    std::atomic<std::uint64_t> rejoin_failures{0};
-    std::atomic<std::uint64_t> mlid_changes{0};
-    std::atomic<std::uint64_t> port_err{0};
-    std::atomic<std::uint64_t> port_active{0};
-    std::atomic<std::uint64_t> port_down{0};
-    std::atomic<std::uint64_t> lid_change{0};
-    std::atomic<std::uint64_t> sm_change{0};
-    std::atomic<std::uint64_t> gid_change{0};
-    std::atomic<std::uint64_t> pkey_change{0};
-    std::atomic<std::uint64_t> client_reregister{0};
-    std::atomic<std::uint64_t> device_fatal{0};
-    std::atomic<std::uint64_t> qp_fatal{0};
-    std::atomic<std::uint64_t> path_fallbacks{0};
-    std::atomic<std::uint64_t> ah_flushed{0};
-    std::atomic<std::uint64_t> ah_shared{0};
-};
-
 bool is_port_event(ibv_event_type t) noexcept {
     switch (t) {
         case IBV_EVENT_PORT_ERR:
@@ -517,7 +494,7 @@ struct VerbsTransport::Impl {
     std::atomic<ibv_qp*> live_qp{nullptr};   // `qp`, for the control thread's event check
     std::array<std::int64_t, kMaxRebuilds> rebuild_ns{};  // the last replacements' times
     std::size_t rebuilds = 0;
-    CtlCounters ctl_counters;
+    ControlCounters ctl_counters;
     // take_events(): the counters behind each event kind as last reported (owner thread only).
     std::array<std::uint64_t, 8> events_seen{};
     policy::LocalPort local_port;
@@ -864,29 +841,7 @@ bool VerbsTransport::Impl::rebuild_qp() noexcept {
 }
 
 void VerbsTransport::Impl::refresh_counters() const noexcept {
-    const CtlCounters& c = ctl_counters;
-    auto get = [](const std::atomic<std::uint64_t>& a) {
-        return a.load(std::memory_order_relaxed);
-    };
-    counters.ah_created = get(c.ah_created);
-    counters.ah_failed = get(c.ah_failed);
-    counters.async_events = get(c.async_events);
-    counters.rejoins = get(c.rejoins);
-    counters.rejoin_failures = get(c.rejoin_failures);
-    counters.mlid_changes = get(c.mlid_changes);
-    counters.port_err = get(c.port_err);
-    counters.port_active = get(c.port_active);
-    counters.port_down = get(c.port_down);
-    counters.lid_change = get(c.lid_change);
-    counters.sm_change = get(c.sm_change);
-    counters.gid_change = get(c.gid_change);
-    counters.pkey_change = get(c.pkey_change);
-    counters.client_reregister = get(c.client_reregister);
-    counters.device_fatal = get(c.device_fatal);
-    counters.qp_fatal = get(c.qp_fatal);
-    counters.path_fallbacks = get(c.path_fallbacks);
-    counters.ah_flushed = get(c.ah_flushed);
-    counters.ah_shared = get(c.ah_shared);
+    ctl_counters.copy_to(counters);
     std::size_t used = 0;
     for (std::size_t i = 0; i < slot_hw; ++i) {
         used += slots[i].state.load(std::memory_order_relaxed) == kSlotReady ? 1U : 0U;
@@ -987,7 +942,7 @@ void VerbsTransport::Impl::flush_ahs(bool ours) noexcept {
 }
 
 void VerbsTransport::Impl::on_async(const ibv_async_event& ev) noexcept {
-    CtlCounters& c = ctl_counters;
+    ControlCounters& c = ctl_counters;
     bool rejoin = false;
     {
         c.async_events.fetch_add(1, std::memory_order_relaxed);
@@ -1811,7 +1766,7 @@ Endpoint VerbsTransport::local_endpoint() const noexcept {
 }
 
 std::size_t VerbsTransport::take_events(std::span<TransportEvent> out) noexcept {
-    const CtlCounters& c = impl_->ctl_counters;
+    const ControlCounters& c = impl_->ctl_counters;
     const auto get = [](const std::atomic<std::uint64_t>& a) {
         return a.load(std::memory_order_relaxed);
     };
@@ -1841,51 +1796,7 @@ std::size_t VerbsTransport::take_events(std::span<TransportEvent> out) noexcept 
 
 std::size_t VerbsTransport::named_counters(std::span<NamedCounter> out) const noexcept {
     impl_->refresh_counters();
-    const VerbsCounters& c = impl_->counters;
-    const NamedCounter all[] = {
-        {"rx_datagrams", c.rx_datagrams},
-        {"rx_ring_low", c.rx_ring_low},
-        {"rx_reposts", c.rx_reposts},
-        {"rx_truncated", c.rx_truncated},
-        {"tx_datagrams", c.tx_datagrams},
-        {"tx_inline", c.tx_inline},
-        {"tx_posts", c.tx_posts},
-        {"tx_sq_full", c.tx_sq_full},
-        {"tx_oversize", c.tx_oversize},
-        {"tx_no_route", c.tx_no_route},
-        {"completion_errors", c.completion_errors},
-        {"ah_created", c.ah_created},
-        {"ah_cache_size", c.ah_cache_size},
-        {"ah_failed", c.ah_failed},
-        {"ah_pending", c.ah_pending},
-        {"ah_table_full", c.ah_table_full},
-        {"async_events", c.async_events},
-        {"rejoins", c.rejoins},
-        {"rejoin_failures", c.rejoin_failures},
-        {"mlid_changes", c.mlid_changes},
-        {"port_err", c.port_err},
-        {"port_active", c.port_active},
-        {"port_down", c.port_down},
-        {"lid_change", c.lid_change},
-        {"sm_change", c.sm_change},
-        {"gid_change", c.gid_change},
-        {"pkey_change", c.pkey_change},
-        {"client_reregister", c.client_reregister},
-        {"device_fatal", c.device_fatal},
-        {"qp_fatal", c.qp_fatal},
-        {"qp_recovered", c.qp_recovered},
-        {"qp_rebuilt", c.qp_rebuilt},
-        {"qp_rebuild_failures", c.qp_rebuild_failures},
-        {"wr_flushed", c.wr_flushed},
-        {"path_fallbacks", c.path_fallbacks},
-        {"ah_flushed", c.ah_flushed},
-        {"ah_route_changes", c.ah_route_changes},
-        {"ah_shared", c.ah_shared},
-        {"pinned_bytes", c.pinned_bytes},
-    };
-    const std::size_t n = std::min(out.size(), std::size(all));
-    std::copy_n(std::begin(all), n, out.begin());
-    return std::size(all);
+    return name_counters(impl_->counters, out);
 }
 
 const VerbsCounters& VerbsTransport::counters() const noexcept {

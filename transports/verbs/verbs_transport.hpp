@@ -15,6 +15,7 @@
 #include <prizma/transport_registry.hpp>
 
 #include "lib/runtime/uri_keys.hpp"
+#include "transports/verbs/verbs_counters.hpp"
 
 namespace prizma::verbs {
 
@@ -84,54 +85,7 @@ bool gid_is_multicast(const std::array<std::uint8_t, 16>& gid) noexcept;
 /// at offset 20 gives ::ffff:SRC, otherwise the IPv6/IB GRH's source GID.
 std::array<std::uint8_t, 16> source_gid_from_grh(const std::uint8_t* grh) noexcept;
 
-struct VerbsCounters {
-    std::uint64_t rx_datagrams = 0;
-    std::uint64_t rx_ring_low = 0;   ///< polls that found the receive ring < 1/8 full
-    std::uint64_t rx_reposts = 0;    ///< ibv_post_recv calls (each a chain)
-    std::uint64_t rx_truncated = 0;  ///< datagrams longer than a receive slot (the port MTU)
-    std::uint64_t tx_datagrams = 0;
-    std::uint64_t tx_inline = 0;
-    std::uint64_t tx_posts = 0;           ///< ibv_post_send calls (doorbells)
-    std::uint64_t tx_sq_full = 0;         ///< send_batch found the send queue full
-    std::uint64_t tx_oversize = 0;        ///< larger than the MTU: dropped (a core bug)
-    std::uint64_t tx_no_route = 0;        ///< unicast to a peer without an address handle
-    std::uint64_t completion_errors = 0;  ///< CQEs with a status other than success
-    std::uint64_t ah_created = 0;
-    std::uint64_t ah_cache_size = 0;
-    std::uint64_t async_events = 0;
-    std::uint64_t rejoins = 0;        ///< IB SA re-joins after a client re-register
-    std::uint64_t ah_failed = 0;      ///< AH creations that failed (retried with back-off)
-    std::uint64_t ah_pending = 0;     ///< unicast sends dropped: the peer's AH not made yet
-    std::uint64_t ah_table_full = 0;  ///< new peers without a table slot
-    /// Cached unicast handles dropped because their source was heard on another route (LID,
-    /// SL), and all of them dropped after a LID, SM, client-reregister or GID event.
-    std::uint64_t ah_route_changes = 0;
-    std::uint64_t ah_flushed = 0;
-    /// Unicast handles another channel of this process had made (the device's share, §1.1).
-    std::uint64_t ah_shared = 0;
-    std::uint64_t port_err = 0;     ///< IBV_EVENT_PORT_ERR (link down)
-    std::uint64_t port_active = 0;  ///< IBV_EVENT_PORT_ACTIVE (link up again)
-    std::uint64_t port_down = 0;    ///< 1 while the port is down (last event PORT_ERR)
-    std::uint64_t lid_change = 0;
-    std::uint64_t sm_change = 0;
-    std::uint64_t gid_change = 0;
-    std::uint64_t pkey_change = 0;
-    std::uint64_t client_reregister = 0;
-    std::uint64_t device_fatal = 0;    ///< the device died or a CQ overran: every call fails now
-    std::uint64_t path_fallbacks = 0;  ///< IB NAK routes without the SA's path: the SL seen used
-    std::uint64_t qp_fatal = 0;        ///< async QP error events on our QP (it is rebuilt, below)
-    /// Send-queue errors (QP in SQE) brought back to RTS; QPs in the error state replaced by a
-    /// new QP (re-attached, receives posted again: the QPN changes); replacements that failed
-    /// (the transport is then fatal); work requests flushed by such an error.
-    std::uint64_t qp_recovered = 0;
-    std::uint64_t qp_rebuilt = 0;
-    std::uint64_t qp_rebuild_failures = 0;
-    std::uint64_t wr_flushed = 0;
-    std::uint64_t rejoin_failures = 0;       ///< SA re-joins that failed (retried)
-    std::uint64_t mlid_changes = 0;          ///< a re-join brought a new MLID: re-attached
-    std::uint64_t pinned_bytes = 0;          ///< memory pinned for this transport (estimate)
-    const char* last_completion_error = "";  ///< ibv_wc_status_str of the last failed CQE
-};
+// VerbsCounters: transports/verbs/verbs_counters.hpp (one list of them).
 
 /// What the transport found at start-up, for logs and tools.
 struct VerbsInfo {

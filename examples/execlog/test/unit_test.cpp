@@ -246,8 +246,7 @@ TEST_CASE("metrics: the text format, each family once, the file replaced whole",
     REQUIRE(m.write(5).empty());
     CHECK_FALSE(m.due(5 + 999'999'999));
     CHECK(m.due(5 + 1'000'000'000));
-    std::ifstream in(args.file);
-    const std::string text{std::istreambuf_iterator<char>(in), {}};
+    const std::string text = slurp(args.file);
     const std::string labels = "role=\"risk\",name=\"a\\\"b\\\\c\\nd\"";
     CHECK(text.find("# HELP execlog_x_total Xs\n# TYPE execlog_x_total counter\nexeclog_x_total{"
                     + labels + "} 7\n")
@@ -271,8 +270,7 @@ TEST_CASE("metrics: the text format, each family once, the file replaced whole",
     // The next write holds only what was set since: nothing of the first set repeats.
     m.counter("execlog_x_total", "Xs", 8);
     REQUIRE(m.write(2'000'000'000).empty());
-    std::ifstream again(args.file);
-    const std::string text2{std::istreambuf_iterator<char>(again), {}};
+    const std::string text2 = slurp(args.file);
     CHECK(text2.find("} 8\n") != std::string::npos);
     CHECK(text2.find("execlog_y_total") == std::string::npos);
 }

@@ -38,7 +38,6 @@ struct Config {
     std::size_t max_connections = 20'000;
     std::size_t store_mib = 4096;
     bool compat_reference = false;  // --compat reference: answers and Redis layout as the seed's
-    bool http_fast_path = true;     // --http-parser fast|beast (bench/http_parser.sh)
 
     // Push clients and browsers (docs/MARKETDATA.md, "Limits").
     std::size_t max_push = 1000;             // WebSocket + SSE sessions (own cap)

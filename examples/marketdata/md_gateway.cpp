@@ -145,11 +145,6 @@ int parse_args(int argc, char** argv, Config& c) {
                    "Close a connection idle (or sending a request slower) than this (60)")
         ->type_name("SECONDS")
         ->check(prizma::tools::above(0));
-    app.add_option_function<std::string>(
-           "--http-parser", [&c](const std::string& v) { c.http_fast_path = v == "fast"; },
-           "Requests read by the hand-written recognizer first (fast, default) or by Beast's "
-           "parser alone (beast): bench/http_parser.sh compares them")
-        ->check(prizma::tools::one_of({"fast", "beast"}));
     app.add_option("--max-connections", c.max_connections, "Open connections (default 20000)")
         ->type_name("N")
         ->check(prizma::tools::whole(1, 1'000'000));

@@ -863,7 +863,7 @@ def check_origin_host(gw, good):
     s.close()
     assert head.startswith(b"HTTP/1.1 403"), head
     assert gw.metric("md_http_forbidden_origin_total") == 3
-    # Host: a DNS-rebinding name is refused, on the fast path and Beast's alike.
+    # Host: a DNS-rebinding name is refused, for cached answers and others alike.
     for req in (b"GET " + good.encode() + b" HTTP/1.1\r\nHost: evil.example:80\r\n\r\n",
                 b"GET /healthz HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"):
         with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as s:

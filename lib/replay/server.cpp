@@ -163,6 +163,11 @@ void ReplayServer::Impl::accept_clients() {
 
 void ReplayServer::Impl::start_replay(Client& c) {
     ReplayRequest& r = c.req;
+    if (const unsigned v = replay::request_version(c.request);
+        v != 0 && v != replay::kProtocolVersion) {
+        fail(c, Errc::unsupported, replay::version_refusal(v));
+        return;
+    }
     if (!replay::decode_request(c.request, r)) {
         fail(c, Errc::invalid_argument, "replay: malformed request (not a prizma replay request)");
         return;

@@ -35,6 +35,16 @@ bool decode_request(const std::byte* in, ReplayRequest& r) noexcept {
     return true;
 }
 
+unsigned request_version(const std::byte* in) noexcept {
+    return pgm::load_be32(in) == kMagic ? std::to_integer<unsigned>(in[4]) : 0U;
+}
+
+std::string version_refusal(unsigned version) {
+    return "replay: the client speaks replay protocol version " + std::to_string(version)
+           + (version == 1 ? " (journal frames before XXH3)" : "") + "; this server speaks version "
+           + std::to_string(kProtocolVersion) + ": upgrade the client";
+}
+
 FrameReader::Next FrameReader::next(JournalEntry& out,
                                     std::uint64_t& error_code,
                                     std::string& error) {
@@ -53,6 +63,15 @@ FrameReader::Next FrameReader::next(JournalEntry& out,
         return Next::need_more;
     }
     if (p == journal::Parse::bad) {
+        // A server of replay protocol version 1 sends format-1 frames (its error frame too).
+        if (const unsigned format = journal::segment_format(avail);
+            format != 0 && format != journal::kFormat) {
+            error = "replay: the server sends journal frames of format " + std::to_string(format)
+                    + (format == 1 ? " (replay protocol version 1, before XXH3)" : "")
+                    + "; this client speaks replay protocol version "
+                    + std::to_string(kProtocolVersion) + ": upgrade the server";
+            return Next::malformed;
+        }
         error = "replay: malformed frame from the server";
         return Next::malformed;
     }

@@ -19,11 +19,17 @@ namespace prizma::replay {
 
 constexpr std::size_t kRequestBytes = 32;
 constexpr std::uint32_t kMagic = 0x50525A52;  // "PRZR"
-constexpr std::uint8_t kProtocolVersion = 1;
+/// 2: the answer's frames are journal format 2 (XXH3 checks, recorder_format.hpp). Version 1
+/// peers (format 1 frames) are refused by name, not read as garbage.
+constexpr std::uint8_t kProtocolVersion = 2;
 
 void encode_request(std::byte* out, const ReplayRequest& r) noexcept;
 /// False for anything but a well-formed request (magic, version, reserved bytes zero).
 bool decode_request(const std::byte* in, ReplayRequest& r) noexcept;
+/// The protocol version of a request that starts with the magic, 0 for other bytes.
+unsigned request_version(const std::byte* in) noexcept;
+/// Why a request of `version` (not ours) is refused: both versions named.
+std::string version_refusal(unsigned version);
 
 /// The client's side of the frame stream: bytes in, journal entries out. Every length is
 /// checked (at most journal::kMaxBody) before any memory is sized from it.

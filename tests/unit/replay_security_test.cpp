@@ -27,6 +27,7 @@
 
 #include <prizma/prizma.hpp>
 
+#include "lib/replay/wire.hpp"
 #include "lib/streams/recorder_format.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/counters.hpp"
@@ -543,8 +544,8 @@ TEST_CASE("replay: a client that never reads its end frame loses its place",
         const int small = 4096;
         (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
         std::byte req[32]{};
-        prizma::pgm::store_be32(req, 0x50525A52);
-        req[4] = std::byte{1};
+        prizma::pgm::store_be32(req, prizma::replay::kMagic);
+        req[4] = std::byte{prizma::replay::kProtocolVersion};
         prizma::pgm::store_be32(req + 8, 42);
         prizma::pgm::store_be64(req + 24, 60000);
         REQUIRE(::send(fd, req, sizeof req, 0) == 32);

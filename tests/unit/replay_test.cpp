@@ -22,6 +22,8 @@
 #include <prizma/prizma.hpp>
 
 #include "lib/replay/late_join_rules.hpp"
+#include "lib/replay/wire.hpp"
+#include "lib/streams/recorder_format.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/counters.hpp"
 #include "tests/support/full_size.hpp"
@@ -189,6 +191,44 @@ TEST_CASE("replay: bad requests get clear errors and do not disturb other client
     }
     CHECK(bad == 0);
     CHECK(contiguous(seqs, 0, 2000));
+}
+
+TEST_CASE("replay: a peer of protocol version 1 is refused by name, both ways",
+          "[unit][replay][process]") {
+    // A version-1 client's request, well formed but for the version: the server answers an
+    // error frame naming both versions.
+    const TempDir dir;
+    make_journal(dir.path, 10);
+    auto server = serve(dir.path);
+    std::string v1(32, '\0');
+    v1.replace(0, 4, "PRZR");
+    v1[4] = '\x01';
+    v1[11] = '\x01';                            // stream 1
+    v1.replace(24, 8, std::string(8, '\xff'));  // to the end
+    const std::string reply = raw_exchange(server.port(), v1);
+    REQUIRE(reply.size() > 32);
+    CHECK(static_cast<unsigned char>(reply[4]) == 0x81);
+    CHECK(static_cast<unsigned char>(reply[5]) == prizma::journal::kFormat);
+    CHECK(reply.find("protocol version 1 (journal frames before XXH3)") != std::string::npos);
+    CHECK(reply.find("this server speaks version 2") != std::string::npos);
+    CHECK(server.counters().errors == 1);
+    CHECK(server.counters().requests == 0);
+
+    // A version-1 server's frames (format 1: byte 5 zero) to this client: named, not garbage.
+    prizma::replay::FrameReader reader;
+    std::byte frame[prizma::journal::kFrameHeader]{};
+    frame[4] = std::byte{0x81};  // its error frame
+    const auto space = reader.space();
+    REQUIRE(space.size() >= sizeof frame);
+    std::memcpy(space.data(), frame, sizeof frame);
+    reader.commit(sizeof frame);
+    prizma::JournalEntry e;
+    std::uint64_t code = 0;
+    std::string error;
+    CHECK(reader.next(e, code, error) == prizma::replay::FrameReader::Next::malformed);
+    INFO(error);
+    CHECK(error.find("frames of format 1 (replay protocol version 1") != std::string::npos);
+    CHECK(error.find("upgrade the server") != std::string::npos);
 }
 
 TEST_CASE("replay: a client that stops reading does not stall another", "[unit][replay][process]") {

@@ -908,6 +908,20 @@ def journal_end(s):
     return int(m.group(1)) if m else None
 
 
+def wait_halted(s, arch, at):
+    """The archiver says it halted at `at`; once the cores' flow-control window has run out,
+    neither the journal nor risk moves for 1.5 s. Returns where they stand."""
+    arch.wait_for(r"HALTED at record %d: " % at, 30)
+    time.sleep(1.0)  # the cores' flow-control window runs out
+    end1, risk1 = journal_end(s), risk_next(s)
+    time.sleep(1.5)
+    end2, risk2 = journal_end(s), risk_next(s)
+    if end1 != end2 or risk1 != risk2:
+        raise Fail("halted, yet the journal went on from %s to %s, risk from %s to %s"
+                   % (end1, end2, risk1, risk2))
+    return end1, risk1
+
+
 def divergence_case(args, idx, rnd, wrong, policy):
     """One core (`wrong`: core-a is the active one) writes record `at` differently. Every
     consumer reports it; the archive keeps both copies in its marker file. Under the default
@@ -928,14 +942,7 @@ def divergence_case(args, idx, rnd, wrong, policy):
             raise Fail("core-b joined at record %d, past the faulted one: no second copy" % joined)
         held = ""
         if policy == "halt":
-            arch.wait_for(r"HALTED at record %d: " % at, 30)
-            time.sleep(1.0)  # the cores' flow-control window runs out
-            end1, risk1 = journal_end(s), risk_next(s)
-            time.sleep(1.5)
-            end2, risk2 = journal_end(s), risk_next(s)
-            if end1 != end2 or risk1 != risk2:
-                raise Fail("halted, yet the journal went on from %s to %s, risk from %s to %s"
-                           % (end1, end2, risk1, risk2))
+            end1, risk1 = wait_halted(s, arch, at)
             held = "halted: the journal held at %s and risk at %s for 1.5 s; " % (end1, risk1)
             # Loud: the cores say they are held and by what, the monitor raises an alert.
             if not any(re.search(r"HELD for \d+\.\d s at record \d+: flow control", c.text())
@@ -1005,14 +1012,7 @@ def quorum_case(args, idx, rnd, wrong, cores):
                            % (c.name, joined))
         held = ""
         if cores == 2:
-            arch.wait_for(r"HALTED at record %d: " % at, 30)
-            time.sleep(1.0)  # the cores' flow-control window runs out
-            end1, risk1 = journal_end(s), risk_next(s)
-            time.sleep(1.5)
-            end2, risk2 = journal_end(s), risk_next(s)
-            if end1 != end2 or risk1 != risk2:
-                raise Fail("halted, yet the journal went on from %s to %s, risk from %s to %s"
-                           % (end1, end2, risk1, risk2))
+            end1, risk1 = wait_halted(s, arch, at)
             if end1 != at or risk1 > at:
                 raise Fail("halted with the journal at %s and risk at %s, not at record %d"
                            % (end1, risk1, at))

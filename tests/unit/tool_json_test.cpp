@@ -9,7 +9,8 @@
 using prizma::tools::Json;
 using prizma::tools::json_text;
 
-TEST_CASE("json_text: one line that parses back with quotes, controls and UTF-8 kept", "[unit][json]") {
+TEST_CASE("json_text: one line that parses back with quotes, controls and UTF-8 kept",
+          "[unit][json]") {
     const std::string hostile = "udp://q\"b\\s\x01t\n\x1b[2J\xc3\xa9\xe2\x82\xac";
     const Json doc = {{"uri", hostile}, {"count", 18446744073709551615ULL}, {"none", nullptr}};
     const std::string text = json_text(doc);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -187,8 +188,13 @@ TEST_CASE("AH cache: evicted by forget from requested, ready or failed, then fre
     CHECK(*maker.released == 0);  // not by the owner thread: by the control side, next
     s = cache.service(t0, maker);
     CHECK(s.freed == 1);
-    CHECK(*maker.released == 1);
+    CHECK(s.retired == 1);
+    CHECK(*maker.released == 0);  // retired: the owner may still hold it
     CHECK(cache.state(s2) == State::free);
+    cache.quiescent();
+    s = cache.service(t0, maker);
+    CHECK(s.released == 1);
+    CHECK(*maker.released == 1);
     CHECK(cache.lookup(peer(2), note) == nullptr);  // requested afresh
     CHECK(note.what == Noted::requested);
     // failed -> evict -> free.
@@ -226,10 +232,13 @@ TEST_CASE("AH cache: a fabric flush evicts requested, ready and failed slots, on
         CHECK(cache.state(i) == State::evict);
     }
     CHECK(cache.flush() == 0);  // nothing left to flush
-    const AhCache::Serviced s = cache.service(t0, maker);
+    AhCache::Serviced s = cache.service(t0, maker);
     CHECK(s.freed == 4);
-    CHECK(*maker.released == 1);
+    CHECK(s.retired == 1);  // only peer 1 had a handle
     CHECK(cache.ready_count() == 0);
+    cache.quiescent();
+    s = cache.service(t0, maker);
+    CHECK(*maker.released == 1);
 }
 
 TEST_CASE("AH cache: a source heard on another route is evicted on IB, kept on RoCE",
@@ -346,7 +355,6 @@ TEST_CASE("AH cache: owner and control side on two threads, every handle the rig
     // them up, forgets some; the control thread services and flushes. A handle handed out
     // must be the one made for that peer, made from the peer and route the owner wrote.
     struct Maker final : AhCache::Maker {
-        std::array<std::uint32_t, 512> handles{};
         std::atomic<std::uint64_t> made{0};
         std::atomic<std::uint64_t> released{0};
         std::atomic<std::uint64_t> torn{0};  // peer and route of a request that do not agree
@@ -355,20 +363,27 @@ TEST_CASE("AH cache: owner and control side on two threads, every handle the rig
                            AhCache::PathMemo&) noexcept override {
             const std::uint32_t n = p.id - 0x100;
             // A lookup of a peer without a slot requests it with an empty route (slid 0).
-            if (n >= handles.size() || (route.slid != n + 1 && route.slid != 0)
-                || p.addr[15] != (n & 0xffU)) {
+            if (n >= 512 || (route.slid != n + 1 && route.slid != 0) || p.addr[15] != (n & 0xffU)) {
                 torn.fetch_add(1, std::memory_order_relaxed);
                 return {};
             }
             if ((p.id + made.load(std::memory_order_relaxed)) % 7 == 0) {
                 return {};  // some fail, and are retried
             }
-            handles[n] = n;  // written here, read by the owner thread after `ready`
+            // A handle of its own, freed when let go: a handle destroyed while the owner
+            // still uses it is a heap-use-after-free (ASan) or a race (TSan).
+            auto* h = new (std::nothrow) std::uint32_t(n);  // NOLINT(*-owning-memory)
+            if (h == nullptr) {
+                return {};
+            }
             made.fetch_add(1, std::memory_order_relaxed);
-            return {&handles[n],
-                    std::shared_ptr<void>(
-                        &handles[n],
-                        [this](void*) { released.fetch_add(1, std::memory_order_relaxed); }),
+            return {h,
+                    std::shared_ptr<void>(h,
+                                          [this](void* q) {
+                                              *static_cast<std::uint32_t*>(q) = 0xdeadU;
+                                              delete static_cast<std::uint32_t*>(q);  // NOLINT
+                                              released.fetch_add(1, std::memory_order_relaxed);
+                                          }),
                     false};
         }
     } maker;
@@ -392,8 +407,19 @@ TEST_CASE("AH cache: owner and control side on two threads, every handle the rig
     // At least 100,000 operations and 2,000 hits (a slow control thread, as under TSan, makes
     // for fewer hits per operation), at most 30 s.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    // The owner works in batches of 16 operations, as send_batch does: the handles it looks
+    // up are used (read) at the end of the batch, then it passes its quiescent point.
+    std::array<std::pair<void*, std::uint32_t>, 16> held{};
+    std::size_t nheld = 0;
     for (int i = 0; i < 100'000 || (hits < 2000 && std::chrono::steady_clock::now() < deadline);
          ++i) {
+        if (i % 16 == 0) {
+            for (std::size_t k = 0; k < nheld; ++k) {
+                wrong += *static_cast<std::uint32_t*>(held[k].first) == held[k].second ? 0U : 1U;
+            }
+            nheld = 0;
+            cache.quiescent();
+        }
         x = x * 1103515245U + 12345U;
         const std::uint32_t n = (x >> 8U) % 300U;
         const Endpoint p = peer(n);
@@ -411,12 +437,15 @@ TEST_CASE("AH cache: owner and control side on two threads, every handle the rig
                         p, policy::SourceRoute{static_cast<std::uint16_t>(n + 1), 0, 0}, true);
                 } else if (void* h = cache.lookup(p, note); h != nullptr) {
                     ++hits;
-                    wrong +=
-                        h == &maker.handles[n] && *static_cast<std::uint32_t*>(h) == n ? 0U : 1U;
+                    held[nheld++] = {h, n};
                 }
         }
         wakes += note.wake ? 1U : 0U;
     }
+    for (std::size_t k = 0; k < nheld; ++k) {
+        wrong += *static_cast<std::uint32_t*>(held[k].first) == held[k].second ? 0U : 1U;
+    }
+    cache.quiescent();
     stop.store(true, std::memory_order_release);
     control.join();
     CHECK(maker.torn.load() == 0);
@@ -429,5 +458,123 @@ TEST_CASE("AH cache: owner and control side on two threads, every handle the rig
     for (std::size_t i = 0; i < AhCache::kSlots; ++i) {
         CHECK(cache.state(i) == State::free);
     }
+    // The last ones wait on the owner's next quiescent point; none is lost.
+    CHECK(maker.released.load() + cache.retired_count() == maker.made.load());
+    cache.quiescent();
+    (void)cache.service(t0 + std::chrono::hours(1), maker);
+    CHECK(cache.retired_count() == 0);
     CHECK(maker.released.load() == maker.made.load());
+}
+
+TEST_CASE(
+    "AH cache: a handle read before a flush is not destroyed until the owner's quiescent "
+    "point",
+    "[verbs][ahcache]") {
+    AhCache cache;
+    FakeMaker maker;
+    AhCache::Note note;
+    (void)cache.lookup(peer(1), note);
+    (void)cache.service(t0, maker);
+    // The owner passes a quiescent point, then reads the handle for a send it is building...
+    cache.quiescent();
+    void* const h = cache.lookup(peer(1), note);
+    REQUIRE(h == &maker.handles[1]);
+    // ...when a fabric event flushes the table (event thread) and the control thread frees
+    // the slot.
+    CHECK(cache.flush() == 1);
+    AhCache::Serviced s = cache.service(t0, maker);
+    CHECK(s.freed == 1);
+    CHECK(s.retired == 1);
+    CHECK(cache.state(0) == State::free);
+    CHECK(cache.retired_count() == 1);
+    CHECK(s.wait_ms == AhCache::kReclaimWaitMs);    // the control thread looks again
+    CHECK(*maker.released == 0);                    // still alive: the owner may post with it
+    CHECK(cache.lookup(peer(1), note) == nullptr);  // not handed out again, though
+    s = cache.service(t0, maker);                   // the owner has not moved on: still kept
+    CHECK(s.released == 0);
+    CHECK(s.created == 1);  // the peer's fresh handle, asked for by that lookup
+    CHECK(*maker.released == 0);
+    // The owner's send is posted; its next batch begins: the handle may go.
+    cache.quiescent();
+    s = cache.service(t0, maker);
+    CHECK(s.released == 1);
+    CHECK(*maker.released == 1);
+    CHECK(cache.retired_count() == 0);
+    cache.quiescent();
+    s = cache.service(t0, maker);  // nothing released twice
+    CHECK(s.released == 0);
+    CHECK(*maker.released == 1);
+    // The peer's fresh handle (made after the flush) is not affected.
+    CHECK(cache.lookup(peer(1), note) == &maker.handles[1]);
+    CHECK(s.wait_ms == -1);
+}
+
+TEST_CASE("AH cache: teardown lets every retired handle go, each once", "[verbs][ahcache]") {
+    AhCache cache;
+    FakeMaker maker;
+    AhCache::Note note;
+    for (std::uint32_t i = 0; i < 6; ++i) {
+        (void)cache.lookup(peer(i), note);
+    }
+    (void)cache.service(t0, maker);
+    CHECK(cache.forget(peer(0)));
+    CHECK(cache.forget(peer(1)));
+    (void)cache.service(t0, maker);  // 0 and 1 retired
+    CHECK(cache.flush() == 4);
+    (void)cache.service(t0, maker);  // 2 to 5 retired (the owner never passed a point)
+    CHECK(cache.retired_count() == 6);
+    CHECK(*maker.released == 0);
+    // The owner thread stopped (never to pass a quiescent point again): teardown.
+    cache.drop_handles();
+    CHECK(cache.retired_count() == 0);
+    CHECK(*maker.released == 6);
+    cache.drop_handles();  // nothing twice
+    (void)cache.service(t0, maker);
+    CHECK(*maker.released == 6);
+}
+
+TEST_CASE("AH cache: a full retire list keeps evicted handles alive, never destroys them",
+          "[verbs][ahcache]") {
+    AhCache cache;
+    FakeMaker maker;
+    AhCache::Note note;
+    // Two tables' worth of peers, each table flushed while the owner never moves on.
+    for (std::uint32_t i = 0; i < AhCache::kSlots; ++i) {
+        (void)cache.lookup(peer(i), note);
+    }
+    (void)cache.service(t0, maker);
+    CHECK(cache.flush() == AhCache::kSlots);
+    AhCache::Serviced s = cache.service(t0, maker);
+    CHECK(s.retired == AhCache::kRetired);
+    CHECK(s.deferred == 0);
+    CHECK(cache.retired_count() == AhCache::kRetired);
+    for (std::uint32_t i = 0; i < AhCache::kSlots; ++i) {
+        (void)cache.lookup(peer(AhCache::kSlots + i), note);
+    }
+    (void)cache.service(t0, maker);
+    CHECK(cache.ready_count() == AhCache::kSlots);
+    CHECK(cache.flush() == AhCache::kSlots);
+    s = cache.service(t0, maker);
+    // The list is full: nothing more retired, nothing destroyed; the slots keep their handles.
+    CHECK(s.retired == 0);
+    CHECK(s.deferred == AhCache::kSlots);
+    CHECK(s.freed == 0);
+    CHECK(s.wait_ms == AhCache::kReclaimWaitMs);
+    CHECK(cache.retired_count() == AhCache::kRetired);
+    CHECK(*maker.released == 0);
+    for (std::size_t i = 0; i < AhCache::kSlots; ++i) {
+        CHECK(cache.state(i) == State::evict);
+    }
+    // The owner moves on: the first ones go, the kept ones are retired in their place.
+    cache.quiescent();
+    s = cache.service(t0, maker);
+    CHECK(s.released == AhCache::kRetired);
+    CHECK(s.retired == AhCache::kSlots);
+    CHECK(s.freed == AhCache::kSlots);
+    CHECK(*maker.released == static_cast<int>(AhCache::kRetired));
+    cache.quiescent();
+    s = cache.service(t0, maker);
+    CHECK(*maker.released == static_cast<int>(2 * AhCache::kSlots));
+    CHECK(cache.retired_count() == 0);
+    CHECK(s.wait_ms == -1);
 }

@@ -72,8 +72,13 @@ void AhCache::make(
             ++(m.shared ? out.shared : out.created);
             maker.published(m.shared);
             st = State::ready;
+            return;
         }
-        return;  // or lost to an eviction: st is now `evict`
+        // Lost to an eviction (st is now `evict`): never published, so the owner never read
+        // it (it reads a handle only after `ready`). Let go at once, not retired.
+        s.handle.store(nullptr, std::memory_order_relaxed);
+        s.hold.reset();
+        return;
     }
     ++out.failed;
     maker.failed();
@@ -86,8 +91,22 @@ void AhCache::make(
     }
 }
 
+void AhCache::reclaim(Serviced& out) noexcept {
+    const std::uint64_t passed = owner_epoch_.load(std::memory_order_acquire);
+    while (retired_count_ != 0 && retired_[retired_head_].tag <= passed) {
+        retired_[retired_head_].hold.reset();  // the handle goes with its last holder
+        retired_head_ = (retired_head_ + 1) % kRetired;
+        --retired_count_;
+        ++out.released;
+    }
+}
+
 AhCache::Serviced AhCache::service(Clock::time_point now, Maker& maker) noexcept {
     Serviced out;
+    reclaim(out);
+    // The tag of what this round retires: published after the slots are freed, so an owner
+    // that echoes it has seen them evicted or free (not `ready` with the old handle).
+    const std::uint64_t tag = retire_epoch_.load(std::memory_order_relaxed) + 1;
     auto next = Clock::time_point::max();
     for (Slot& s : slots_) {
         State st = s.state.load(std::memory_order_acquire);
@@ -98,17 +117,36 @@ AhCache::Serviced AhCache::service(Clock::time_point now, Maker& maker) noexcept
             next = std::min(next, s.retry_at);
         }
         if (st == State::evict) {
+            if (s.hold != nullptr) {
+                // The owner may have read this handle before the eviction: retired, not
+                // destroyed. No room: the slot keeps it and stays evicted (the safe side).
+                if (retired_count_ == kRetired) {
+                    ++out.deferred;
+                    continue;
+                }
+                Retired& r = retired_[(retired_head_ + retired_count_) % kRetired];
+                r.hold = std::move(s.hold);
+                r.tag = tag;
+                ++retired_count_;
+                ++out.retired;
+            }
             s.handle.store(nullptr, std::memory_order_relaxed);
-            s.hold.reset();
             s.failures = 0;
             s.path = PathMemo{};
             s.state.store(State::free, std::memory_order_release);
             ++out.freed;
         }
     }
+    if (out.retired != 0) {
+        retire_epoch_.store(tag, std::memory_order_release);
+    }
     if (next != Clock::time_point::max()) {
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
         out.wait_ms = static_cast<int>(std::clamp<long long>(ms + 1, 1, 10000));
+    }
+    if (retired_count_ != 0 || out.deferred != 0) {
+        // Handles wait on the owner's next quiescent point: look again soon.
+        out.wait_ms = out.wait_ms < 0 ? kReclaimWaitMs : std::min(out.wait_ms, kReclaimWaitMs);
     }
     return out;
 }
@@ -131,6 +169,10 @@ void AhCache::drop_handles() noexcept {
     for (Slot& s : slots_) {
         s.handle.store(nullptr, std::memory_order_relaxed);
         s.hold.reset();  // the handle goes when no other channel holds it
+    }
+    for (; retired_count_ != 0; --retired_count_) {
+        retired_[retired_head_].hold.reset();
+        retired_head_ = (retired_head_ + 1) % kRetired;
     }
 }
 

@@ -15,12 +15,25 @@
 //   failed    -> failed      control: a retry failed (the back-off doubles, up to 10 s)
 //   requested, ready, failed -> evict   owner (forget, route change, table full: LRU) or
 //                                       control (flush after a fabric event)
-//   evict     -> free        control: the handle dropped, the slot reusable
+//   evict     -> free        control: the handle retired, the slot reusable
 //
 // The owner writes a slot's peer and route only while it is free; the control thread reads
 // them only after it saw `requested`, and publishes the handle with `ready`. The control
 // thread's transitions are compare-and-swaps, so an eviction racing a creation wins: the
-// handle just made is dropped at the next service().
+// handle just made (never published, so never read) is dropped at once.
+//
+// Reclamation (quiescent states): the owner may have read a slot's handle just before the
+// slot was evicted (by a flush on the event thread, say) and still be building a send with it.
+// So the control thread destroys no handle the owner could have seen at once: a freed slot's
+// handle goes on the retire list, tagged with a new value of the retire epoch, which the
+// control thread publishes (release) after the slots it evicted. The owner echoes that epoch
+// at its quiescent point (quiescent(): where it holds no handle; the transport calls it as
+// send_batch, poll_rx and arm_wakeup begin). Once the echo reached a handle's tag, the owner
+// has seen the slot evicted (acquire) before it could look it up again, and finished with
+// the handle before it echoed (release): service() then lets it go. The list is preallocated
+// (kRetired); when it is full, an evicted slot keeps its handle and stays `evict` (counted as
+// deferred: kept alive, never destroyed early) until the owner moves on. drop_handles(), at
+// teardown, lets every handle go, retired or not.
 //
 // No ibverbs here: a handle is an opaque pointer and the creation is a Maker's job, so the
 // protocol is unit-tested without a device (tests/unit/ah_cache_test.cpp).
@@ -41,6 +54,9 @@ namespace prizma::verbs {
 class AhCache {
 public:
     static constexpr std::size_t kSlots = 256;
+    static constexpr std::size_t kRetired = kSlots;  ///< the retire list's capacity
+    /// While handles wait on the owner: service() asks to run again within this (ms).
+    static constexpr int kReclaimWaitMs = 100;
     using Clock = std::chrono::steady_clock;
 
     enum class State : std::uint8_t { free, requested, ready, failed, evict };
@@ -90,11 +106,14 @@ public:
     };
     /// What one service() did (control thread).
     struct Serviced {
-        std::uint64_t created = 0;  ///< handles made
-        std::uint64_t shared = 0;   ///< handles found in the device's share
-        std::uint64_t failed = 0;   ///< creations that failed (retried with back-off)
-        std::uint64_t freed = 0;    ///< evicted slots freed
-        int wait_ms = -1;           ///< until the next retry is due (1-10000); -1: none
+        std::uint64_t created = 0;   ///< handles made
+        std::uint64_t shared = 0;    ///< handles found in the device's share
+        std::uint64_t failed = 0;    ///< creations that failed (retried with back-off)
+        std::uint64_t freed = 0;     ///< evicted slots freed
+        std::uint64_t retired = 0;   ///< handles put on the retire list (the owner may hold them)
+        std::uint64_t released = 0;  ///< retired handles let go (the owner moved past them)
+        std::uint64_t deferred = 0;  ///< evicted slots kept with their handle: the list is full
+        int wait_ms = -1;            ///< until the next retry is due (1-10000); -1: none
     };
 
     AhCache() = default;
@@ -147,21 +166,35 @@ public:
         }
         return s.handle.load(std::memory_order_relaxed);
     }
+    /// The owner's quiescent point: it holds no handle from lookup() (no send is being built
+    /// with one). Handles retired before it may go now. One acquire load; a release store only
+    /// when the control thread retired something since the last call.
+    void quiescent() noexcept {
+        const std::uint64_t e = retire_epoch_.load(std::memory_order_acquire);
+        if (e != echoed_) {
+            echoed_ = e;
+            owner_epoch_.store(e, std::memory_order_release);
+        }
+    }
     /// Evicts `peer`'s slot; true when there was one (wake the control thread).
     bool forget(const Endpoint& peer) noexcept;
     /// Slots whose handle is ready.
     [[nodiscard]] std::size_t ready_count() const noexcept;
 
     // ---- control thread ----
-    /// Makes what is requested or due for a retry, frees what is evicted.
+    /// Lets go of the retired handles the owner moved past, makes what is requested or due
+    /// for a retry, frees what is evicted (its handle retired).
     Serviced service(Clock::time_point now, Maker& maker) noexcept;
     /// Evicts every requested, ready or failed slot (after a fabric event the routes they
     /// hold may be stale); -> how many.
     std::size_t flush() noexcept;
 
     // ---- either thread, when the other one is stopped (teardown, tests) ----
-    /// Drops every handle (before the PD goes); the slots stay as they are.
+    /// Drops every handle, the retired ones too (before the PD goes); the slots stay as they
+    /// are.
     void drop_handles() noexcept;
+    /// Handles on the retire list (control thread, or when the owner is stopped).
+    [[nodiscard]] std::size_t retired_count() const noexcept { return retired_count_; }
     [[nodiscard]] State state(std::size_t slot) const noexcept {
         return slots_[slot].state.load(std::memory_order_acquire);
     }
@@ -195,7 +228,25 @@ private:
     static void make(
         Slot& s, State& st, Clock::time_point now, Maker& maker, Serviced& out) noexcept;
 
+    // Control thread: a handle the owner may have read, kept until the owner echoed `tag`.
+    struct Retired {
+        std::shared_ptr<void> hold;
+        std::uint64_t tag = 0;
+    };
+    // Control thread: the retired handles the owner has moved past, let go.
+    void reclaim(Serviced& out) noexcept;
+
     std::array<Slot, kSlots> slots_;
+    // The retire list: a ring in retirement order (so in tag order). Control thread only.
+    std::array<Retired, kRetired> retired_;
+    std::size_t retired_head_ = 0;
+    std::size_t retired_count_ = 0;
+    // Written by the control thread (release) after the slots it freed; read by the owner.
+    std::atomic<std::uint64_t> retire_epoch_{0};
+    // The retire epoch as the owner last saw it at a quiescent point; read by the control
+    // thread (acquire).
+    std::atomic<std::uint64_t> owner_epoch_{0};
+    std::uint64_t echoed_ = 0;    // owner: what it stored in owner_epoch_ last
     std::size_t high_water_ = 0;  // owner: slots below this index may be in use
     std::size_t last_ = kSlots;   // owner: the last slot found (one source: no scan)
     std::uint64_t clock_ = 0;     // owner: the LRU clock

@@ -205,6 +205,7 @@ int VerbsTransport::wakeup_fd() const noexcept {
 
 Result<bool> VerbsTransport::arm_wakeup() noexcept {
     Impl& m = *impl_;
+    m.ahs.quiescent();  // and before the owner sleeps: nothing retired waits on its wake-up
     // Consume the events that woke us (each must be acknowledged), then re-arm. Completions
     // that arrived before the arm raise no event: poll once more and keep what we find.
     ibv_cq* cq = nullptr;
@@ -239,6 +240,9 @@ void VerbsTransport::forget(const Endpoint& peer) noexcept {
 
 Result<std::size_t> VerbsTransport::send_batch(std::span<const TxPacket> packets) noexcept {
     Impl& m = *impl_;
+    // The owner's quiescent point (§7): the last batch's unicast handles were posted, this
+    // one has read none yet. Unicast AHs the control thread retired before may go now.
+    m.ahs.quiescent();
     const std::size_t depth = m.cfg.tx_depth;
     if (!m.send_ready(packets.size())) {
         return err(std::errc::io_error);  // the device or the QP failed for good
@@ -337,6 +341,7 @@ Result<std::size_t> VerbsTransport::send_batch(std::span<const TxPacket> packets
 
 Result<std::size_t> VerbsTransport::poll_rx(std::span<RxPacket> out) noexcept {
     Impl& m = *impl_;
+    m.ahs.quiescent();  // no unicast handle held here either (a receiver polls most)
     if (m.fatal.load(std::memory_order_relaxed)) {
         return err(std::errc::io_error);  // IBV_EVENT_DEVICE_FATAL: nothing works any more
     }

@@ -101,7 +101,13 @@ private:
 
 int VerbsTransport::Impl::service_ahs() noexcept {
     AhMaker maker(*this);
-    return ahs.service(AhCache::Clock::now(), maker).wait_ms;  // counted by the maker
+    const AhCache::Serviced s = ahs.service(AhCache::Clock::now(), maker);  // counted by it
+    if (s.deferred != 0) {
+        // The owner thread has not passed a quiescent point for a while (idle or stuck):
+        // evicted handles stay alive in their slots rather than be destroyed in use.
+        ctl_counters.ah_retire_full.fetch_add(1, std::memory_order_relaxed);
+    }
+    return s.wait_ms;
 }
 
 void VerbsTransport::Impl::on_async(const ibv_async_event& ev) noexcept {

@@ -59,7 +59,9 @@
     /* those dropped because their source was heard on another route (LID, SL). */              \
     CTL(ah_flushed)                                                                             \
     OWN(ah_route_changes)                                                                       \
-    CTL(ah_shared)    /* unicast handles another channel of this process had made (§1.1) */    \
+    CTL(ah_shared) /* unicast handles another channel of this process had made (§1.1) */       \
+    /* AH services that found the retire list full: evicted handles kept (§7) */               \
+    CTL(ah_retire_full)                                                                         \
     OWN(pinned_bytes) /* memory pinned for this transport (estimate) */
 
 namespace prizma::verbs {

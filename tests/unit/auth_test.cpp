@@ -30,10 +30,32 @@ namespace {
 constexpr const char* kHex1 = "00112233445566778899aabbccddeeff";
 constexpr const char* kHex2 = "ffeeddccbbaa99887766554433221100";
 
+/// The temporary files the tests made, removed when the test program ends.
+struct Created {
+    std::vector<std::string> paths;
+    Created() = default;
+    Created(const Created&) = delete;
+    Created& operator=(const Created&) = delete;
+    Created(Created&&) = delete;
+    Created& operator=(Created&&) = delete;
+    ~Created() {
+        for (const std::string& p : paths) {
+            std::error_code ec;
+            std::filesystem::remove(p, ec);
+        }
+    }
+};
+Created& created() {
+    static Created c;
+    return c;
+}
+
 std::string temp_path(const std::string& name) {
-    return (std::filesystem::temp_directory_path()
-            / (name + "-" + std::to_string(::getpid()) + "-" + std::to_string(::rand())))
-        .string();
+    std::string p = (std::filesystem::temp_directory_path()
+                     / (name + "-" + std::to_string(::getpid()) + "-" + std::to_string(::rand())))
+                        .string();
+    created().paths.push_back(p);
+    return p;
 }
 
 std::string write_key_file(const std::string& text, mode_t mode = 0600) {

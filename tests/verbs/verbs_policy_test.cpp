@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -365,9 +366,28 @@ TEST_CASE("verbs IB unicast path: the SA PathRecord query and reply, byte by byt
 }
 
 namespace {
+/// The temporary directories the tests made, removed when the test program ends (a forked
+/// child leaves with _exit: never here).
+struct Created {
+    std::vector<std::string> dirs;
+    Created() = default;
+    Created(const Created&) = delete;
+    Created& operator=(const Created&) = delete;
+    Created(Created&&) = delete;
+    Created& operator=(Created&&) = delete;
+    ~Created() {
+        for (const std::string& d : dirs) {
+            std::error_code ec;
+            std::filesystem::remove_all(d, ec);
+        }
+    }
+};
+
 std::string temp_dir() {
+    static Created created;
     std::string t = "/tmp/prizma-refcount-XXXXXX";
     REQUIRE(::mkdtemp(t.data()) != nullptr);
+    created.dirs.push_back(t);
     return t;
 }
 prizma::Result<void, prizma::Error> ok_join(bool /*first*/) {

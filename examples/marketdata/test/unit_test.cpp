@@ -431,6 +431,6 @@ TEST_CASE("gateway JSON: /health and the push state message parse, text fields e
     CHECK(state.at("state").is_string());
     CHECK(state.at("age_s").is_null());
     CHECK(state.at("last_channel_seq") == 7);
-    // Pushed clients tell state messages from bars by this prefix (http_server.cpp).
+    // Pushed clients tell state messages from bars by this prefix (push_session.cpp).
     CHECK(md::gw::state_message(shared, "state").starts_with(R"({"type":"state")"));
 }

@@ -40,6 +40,7 @@ mutant() {
 R=lib/protocol/receiver.cpp
 RN=lib/protocol/nak_scheduler.cpp
 S=lib/protocol/source.cpp
+SR=lib/protocol/source_repair.cpp
 P=lib/pgm/packet.cpp
 
 # The eight bugs the suite let through before its boundary tests (docs/TESTING.md); the
@@ -118,7 +119,7 @@ mutant ncf-rxw-edge $RN \
     'if (precedes(s, p.next) || distance(p.next, s) >= static_cast<std::int32_t>(capacity_)) {' \
     'if (precedes(s, p.next) || distance(p.next, s) > static_cast<std::int32_t>(capacity_)) {' \
     'protocol\.boundary: an NCF one window ahead'
-mutant repairs-per-sqn-gt $S \
+mutant repairs-per-sqn-gt $SR \
     'if (sl.rdata_count >= cfg_.max_repairs_per_sqn) {' \
     'if (sl.rdata_count > cfg_.max_repairs_per_sqn) {' \
     'hostile\.the same sqn NAKed every millisecond'

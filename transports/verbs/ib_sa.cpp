@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <span>
 #include <vector>
 
 #include "lib/posix/errors.hpp"
+#include "lib/runtime/rng.hpp"
 #include "transports/verbs/device_policy.hpp"
 
 namespace prizma::verbs {
@@ -98,8 +98,7 @@ Result<void, Error> exchange(const std::string& ca,
 
 SaMembership::SaMembership(std::string ca, int port, int fd, int agent) noexcept
     : ca_(std::move(ca)), port_(port), fd_(fd), agent_(agent) {
-    std::random_device rd;
-    tid_ = (std::uint64_t{rd()} << 32U) | rd();
+    tid_ = runtime::Rng::from_entropy()();
 }
 
 Result<std::unique_ptr<SaMembership>, Error> SaMembership::join(const std::string& ca,
@@ -176,8 +175,7 @@ Result<sa::PathRecord, Error> query_path(const std::string& ca,
     if (auto o = open_sa(ca, port, fd, agent); !o) {
         return o.error();
     }
-    std::random_device rd;
-    const std::uint64_t tid = (std::uint64_t{rd()} << 32U) | rd();
+    const std::uint64_t tid = runtime::Rng::from_entropy()();
     sa::PathRecord rec;
     std::uint16_t status = 0;
     auto r = exchange(ca, port, fd, agent, sa::encode_path_query(tid, sgid, dgid, pkey),

@@ -9,9 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <random>
 
 #include "lib/posix/errors.hpp"
+#include "lib/runtime/rng.hpp"
 #include "transports/verbs/verbs_impl.hpp"
 
 namespace prizma::verbs {
@@ -225,10 +225,9 @@ bool VerbsTransport::Impl::rejoin_sa() noexcept {
 void VerbsTransport::Impl::control_loop() noexcept {
     pollfd fds[1] = {{ctl.wake.get(), POLLIN, 0}};
     using Clock = std::chrono::steady_clock;
-    std::mt19937 rng(static_cast<std::uint32_t>(Clock::now().time_since_epoch().count())
-                     ^ static_cast<std::uint32_t>(::getpid()));
+    runtime::Rng rng = runtime::Rng::from_entropy();
     const auto draw = [&rng] {
-        return static_cast<std::uint32_t>(rng());
+        return static_cast<std::uint32_t>(rng() >> 32U);  // the high half: xorshift64*'s best
     };
     bool rejoin = false;
     unsigned attempt = 0;

@@ -19,6 +19,7 @@
 #include "lib/pgm/checksum.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/sim.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace prizma;  // NOLINT(google-build-using-namespace): test file
 using pgm::PacketType;
@@ -30,32 +31,11 @@ namespace {
 constexpr const char* kHex1 = "00112233445566778899aabbccddeeff";
 constexpr const char* kHex2 = "ffeeddccbbaa99887766554433221100";
 
-/// The temporary files the tests made, removed when the test program ends.
-struct Created {
-    std::vector<std::string> paths;
-    Created() = default;
-    Created(const Created&) = delete;
-    Created& operator=(const Created&) = delete;
-    Created(Created&&) = delete;
-    Created& operator=(Created&&) = delete;
-    ~Created() {
-        for (const std::string& p : paths) {
-            std::error_code ec;
-            std::filesystem::remove(p, ec);
-        }
-    }
-};
-Created& created() {
-    static Created c;
-    return c;
-}
-
+/// A fresh name in this test program's own temporary directory (removed at its end).
 std::string temp_path(const std::string& name) {
-    std::string p = (std::filesystem::temp_directory_path()
-                     / (name + "-" + std::to_string(::getpid()) + "-" + std::to_string(::rand())))
-                        .string();
-    created().paths.push_back(p);
-    return p;
+    static const prizma::test::TempDir dir("prizma-auth");
+    static unsigned n = 0;
+    return dir.path + "/" + name + "-" + std::to_string(n++);
 }
 
 std::string write_key_file(const std::string& text, mode_t mode = 0600) {

@@ -14,12 +14,12 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "tests/support/catch.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "transports/verbs/device_policy.hpp"
 #include "transports/verbs/port_refcount.hpp"
 #include "transports/verbs/sa_mad.hpp"
@@ -366,30 +366,6 @@ TEST_CASE("verbs IB unicast path: the SA PathRecord query and reply, byte by byt
 }
 
 namespace {
-/// The temporary directories the tests made, removed when the test program ends (a forked
-/// child leaves with _exit: never here).
-struct Created {
-    std::vector<std::string> dirs;
-    Created() = default;
-    Created(const Created&) = delete;
-    Created& operator=(const Created&) = delete;
-    Created(Created&&) = delete;
-    Created& operator=(Created&&) = delete;
-    ~Created() {
-        for (const std::string& d : dirs) {
-            std::error_code ec;
-            std::filesystem::remove_all(d, ec);
-        }
-    }
-};
-
-std::string temp_dir() {
-    static Created created;
-    std::string t = "/tmp/prizma-refcount-XXXXXX";
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    created.dirs.push_back(t);
-    return t;
-}
 prizma::Result<void, prizma::Error> ok_join(bool /*first*/) {
     return {};
 }
@@ -441,7 +417,8 @@ private:
 TEST_CASE("verbs SA membership count: the first member joins, the last one leaves",
           "[verbs][policy]") {
     using prizma::verbs::PortMembership;
-    const std::string dir = temp_dir() + "/sa";
+    const prizma::test::TempDir tmp("prizma-refcount");
+    const std::string dir = tmp.path + "/sa";
     const std::string key = "mlx5_0-1-ff12504780010000000000000fc00029";
     bool first_a = false;
     bool first_b = true;
@@ -484,7 +461,8 @@ TEST_CASE("verbs SA membership count: the first member joins, the last one leave
 TEST_CASE("verbs SA membership count: a member killed with -9 is not counted",
           "[verbs][policy][process]") {
     using prizma::verbs::PortMembership;
-    const std::string dir = temp_dir() + "/sa";
+    const prizma::test::TempDir tmp("prizma-refcount");
+    const std::string dir = tmp.path + "/sa";
     const std::string key = "dev-1-mgid";
     ParkedChild child([&] {
         static auto m = PortMembership::enter(dir, key, ok_join);  // held until the -9
@@ -507,7 +485,8 @@ TEST_CASE("verbs SA membership count: a member killed with -9 is not counted",
 TEST_CASE("verbs SA membership directory: made 0770, refused when others may write it",
           "[verbs][policy]") {
     using prizma::verbs::PortMembership;
-    const std::string dir = temp_dir() + "/sa";
+    const prizma::test::TempDir tmp("prizma-refcount");
+    const std::string dir = tmp.path + "/sa";
     const std::string key = "dev-1-mgid";
     const ::mode_t old = ::umask(022);
     auto m = PortMembership::enter(dir, key, ok_join);
@@ -537,7 +516,8 @@ TEST_CASE("verbs SA membership directory: made 0770, refused when others may wri
 TEST_CASE("verbs SA membership: a key lock held by a stuck process is an error in time",
           "[verbs][policy][process]") {
     using prizma::verbs::PortMembership;
-    const std::string dir = temp_dir() + "/sa";
+    const prizma::test::TempDir tmp("prizma-refcount");
+    const std::string dir = tmp.path + "/sa";
     const std::string key = "dev-1-mgid";
     REQUIRE(PortMembership::count(dir, key).value() == 0);  // creates the directory
     ParkedChild holder([&] {                                // takes the key lock and never lets go

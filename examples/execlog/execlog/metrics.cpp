@@ -37,16 +37,19 @@ std::string Metrics::escape(std::string_view v) {
     return out;
 }
 
-void Metrics::family(std::string_view metric, std::string_view help, const char* type) {
-    if (metric == last_family_) {
-        return;  // a family's samples come together, after one HELP and TYPE
+bool Metrics::begin(std::string_view metric,
+                    std::string_view help,
+                    const char* type,
+                    std::string_view extra) {
+    if (!enabled()) {
+        return false;
     }
-    last_family_ = metric;
-    fmt::format_to(std::back_inserter(text_), "# HELP {} {}\n# TYPE {} {}\n", metric, help, metric,
-                   type);
-}
-
-void Metrics::labels(std::string_view extra) {
+    if (metric != last_family_) {  // a family's samples come together, after one HELP and TYPE
+        last_family_ = metric;
+        fmt::format_to(std::back_inserter(text_), "# HELP {} {}\n# TYPE {} {}\n", metric, help,
+                       metric, type);
+    }
+    text_ += metric;
     text_ += '{';
     text_ += labels_;
     if (!extra.empty()) {
@@ -54,42 +57,31 @@ void Metrics::labels(std::string_view extra) {
         text_ += extra;
     }
     text_ += "} ";
+    return true;
 }
 
 void Metrics::counter(std::string_view metric,
                       std::string_view help,
                       std::uint64_t v,
                       std::string_view extra) {
-    if (!enabled()) {
-        return;
+    if (begin(metric, help, "counter", extra)) {
+        fmt::format_to(std::back_inserter(text_), "{}\n", v);
     }
-    family(metric, help, "counter");
-    text_ += metric;
-    labels(extra);
-    fmt::format_to(std::back_inserter(text_), "{}\n", v);
 }
 
 void Metrics::counter_seconds(std::string_view metric, std::string_view help, double v) {
-    if (!enabled()) {
-        return;
+    if (begin(metric, help, "counter", {})) {
+        fmt::format_to(std::back_inserter(text_), "{}\n", v);
     }
-    family(metric, help, "counter");
-    text_ += metric;
-    labels({});
-    fmt::format_to(std::back_inserter(text_), "{}\n", v);
 }
 
 void Metrics::gauge(std::string_view metric,
                     std::string_view help,
                     double v,
                     std::string_view extra) {
-    if (!enabled()) {
-        return;
+    if (begin(metric, help, "gauge", extra)) {
+        fmt::format_to(std::back_inserter(text_), "{}\n", v);
     }
-    family(metric, help, "gauge");
-    text_ += metric;
-    labels(extra);
-    fmt::format_to(std::back_inserter(text_), "{}\n", v);
 }
 
 void Metrics::feed(Feed& f, bool halted) {

@@ -69,8 +69,12 @@ public:
     static std::string escape(std::string_view v);
 
 private:
-    void family(std::string_view metric, std::string_view help, const char* type);
-    void labels(std::string_view extra);
+    /// Starts a sample: its family's HELP and TYPE if new, the name and labels; false when
+    /// disabled (nothing written).
+    bool begin(std::string_view metric,
+               std::string_view help,
+               const char* type,
+               std::string_view extra);
 
     std::string path_;
     std::string labels_;  // role="...",name="..."

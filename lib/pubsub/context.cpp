@@ -3,6 +3,7 @@
 // thread. The duty cycle and waits are in context_wait.cpp, the counters in counters.cpp,
 // the handles in publisher.cpp and subscriber.cpp.
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -296,6 +297,16 @@ Result<Context, Error> Context::create(TransportRegistry transports) {
     if (!impl->epoll.valid()) {
         return Error(std::error_code(errno, std::system_category()),
                      "cannot create the Context's epoll fd");
+    }
+    // wait()'s timeout (no timer: epoll's own timeout, as before).
+    impl->timer.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+    if (impl->timer.valid()) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = impl->timer.get();
+        if (::epoll_ctl(impl->epoll.get(), EPOLL_CTL_ADD, impl->timer.get(), &ev) != 0) {
+            impl->timer.reset();
+        }
     }
     if (const char* on = posix::env("PRIZMA_STATS"); on == nullptr || std::string_view(on) != "0") {
         if (auto r = impl->stats.open(stats::default_dir()); !r) {

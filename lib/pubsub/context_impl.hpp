@@ -37,6 +37,13 @@ struct Context::Impl {
     /// Channel::rx_idle was set by the last epoll look and no poll has used it yet.
     bool ready_fresh = false;
     static constexpr int kWaitEvents = 16;
+    /// wait()'s timeout: a CLOCK_MONOTONIC timerfd in `epoll`, moved only when a wait needs it
+    /// earlier (see wait()); invalid when it could not be made (then epoll's own timeout).
+    posix::UniqueFd timer;
+    std::int64_t timer_at = 0;  // its expiry (steady-clock ns); 0: not armed, or fired and read
+    /// Makes sure the timer fires no later than `until`; false when it cannot be set.
+    bool arm_timer(std::int64_t until, std::int64_t now) noexcept;  // context_wait.cpp
+    void clear_timer() noexcept;  // reads a fired timer, so the epoll fd is quiet again
     Impl() = default;
     Impl(const Impl&) = delete;
     Impl& operator=(const Impl&) = delete;

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Context: the duty cycle and the waits (epoll over the channels' transports).
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <ctime>
 
@@ -26,6 +29,35 @@ void Context::Impl::note_ready(const epoll_event* ev, int n) noexcept {
         }
         ch->rx_idle = !ready && t.rx_follows_wakeup();
     }
+}
+
+bool Context::Impl::arm_timer(std::int64_t until, std::int64_t now) noexcept {
+    if (!timer.valid()) {
+        return false;
+    }
+    // Armed, not yet fired and due no later: keep it (the wait may end early, at that expiry).
+    // A duty cycle moves its next deadline at every message (a heartbeat 1 ms after the last
+    // send), and re-arming a kernel timer at every sleep cost ~6 us per wake-up on a KVM guest
+    // (bench/rtt_modes.sh, blocking: docs/PERFORMANCE.md); this way it moves about once per
+    // expiry.
+    if (timer_at > now && timer_at <= until) {
+        return true;
+    }
+    itimerspec its{};
+    its.it_value.tv_sec = until / 1'000'000'000;
+    its.it_value.tv_nsec = until % 1'000'000'000;
+    if (::timerfd_settime(timer.get(), TFD_TIMER_ABSTIME, &its, nullptr) != 0) {
+        timer_at = 0;
+        return false;
+    }
+    timer_at = until;  // a fired, unread expiry is cleared by the settime too
+    return true;
+}
+
+void Context::Impl::clear_timer() noexcept {
+    std::uint64_t expiries = 0;
+    (void)!::read(timer.get(), &expiries, sizeof expiries);
+    timer_at = 0;
 }
 
 void Context::Impl::look_ready() noexcept {
@@ -53,6 +85,9 @@ int Context::poll() noexcept {
         work += ch->session->do_work(now, !(impl_->ready_fresh && ch->rx_idle));
     }
     impl_->ready_fresh = false;
+    if (impl_->timer_at != 0 && now >= impl_->timer_at) {
+        impl_->clear_timer();  // wakeup_fd() in someone else's loop must not stay readable
+    }
     if (now >= impl_->stats_next_ns && impl_->stats.enabled()) {
         impl_->write_stats();
         impl_->stats_next_ns = now + 100'000'000;  // 10 updates a second
@@ -107,6 +142,16 @@ void Context::wait(std::chrono::nanoseconds max_wait) noexcept {
     }
     const std::int64_t left = std::min<std::int64_t>(until - now, 60'000'000'000);
     std::array<epoll_event, Impl::kWaitEvents> ev{};
+    if (impl_->arm_timer(now + left, now)) {
+        const int n = ::epoll_wait(impl_->epoll.get(), ev.data(), Impl::kWaitEvents, -1);
+        for (std::size_t i = 0; n > 0 && i < static_cast<std::size_t>(n); ++i) {
+            if (ev[i].data.fd == impl_->timer.get()) {
+                impl_->clear_timer();
+            }
+        }
+        impl_->note_ready(ev.data(), n);
+        return;
+    }
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
     // Nanosecond timeout (Linux 5.11+): an rdma-preset timer is not overslept by up to 1 ms.
     timespec ts{};

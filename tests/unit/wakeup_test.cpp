@@ -2,6 +2,7 @@
 // Context::wait and Context::poll: after a sleep only the channels the Context's epoll reported
 // are read, when their transport allows it (Transport::rx_follows_wakeup); every other channel
 // is read on every poll, and nothing that arrives is left unread.
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -146,4 +147,60 @@ TEST_CASE("wait that times out: the next poll reads nothing that follows its wak
     (void)ch.ctx.poll();
     CHECK(ch.a->polls == 1);
     CHECK(ch.a->drained == 1);
+}
+
+namespace {
+
+bool fd_readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+}
+
+std::int64_t ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now()
+                                                                 - t)
+        .count();
+}
+
+}  // namespace
+
+TEST_CASE("wait's timer: it ends a wait, never late, and leaves no readable fd behind",
+          "[unit][context]") {
+    Channels ch;
+    const int fd = ch.ctx.wakeup_fd();
+    REQUIRE(fd >= 0);
+
+    // A wait with nothing readable ends at its timeout (the timer), and the fd is quiet after.
+    auto t0 = std::chrono::steady_clock::now();
+    ch.ctx.wait(std::chrono::milliseconds(20));
+    CHECK(ms_since(t0) >= 19);
+    CHECK_FALSE(fd_readable(fd));
+
+    // A wait that a datagram ends leaves its timer armed; a later, shorter wait must not sleep
+    // to the earlier expiry (the timer moves earlier) ...
+    ch.a->signal();
+    ch.ctx.wait(std::chrono::seconds(30));
+    (void)ch.ctx.poll();
+    REQUIRE(ch.a->drained == 1);
+    t0 = std::chrono::steady_clock::now();
+    ch.ctx.wait(std::chrono::milliseconds(5));
+    CHECK(ms_since(t0) < 10'000);  // not the 30 s of the first wait
+
+    // ... and a longer one keeps the earlier expiry: it ends there, early, not late.
+    ch.a->signal();
+    ch.ctx.wait(std::chrono::milliseconds(30));  // ends at once; its timer stays at +30 ms
+    (void)ch.ctx.poll();
+    t0 = std::chrono::steady_clock::now();
+    ch.ctx.wait(std::chrono::seconds(30));
+    CHECK(ms_since(t0) < 10'000);
+
+    // In someone else's loop: a timer a wait() left armed fires while nobody waits; the fd
+    // wakes that loop once, and the next poll() quiets it (no busy loop on a readable fd).
+    ch.a->signal();
+    ch.ctx.wait(std::chrono::milliseconds(15));  // ends at once: a is readable
+    (void)ch.ctx.poll();
+    pollfd p{fd, POLLIN, 0};
+    CHECK(::poll(&p, 1, 5'000) == 1);  // the timer, ~15 ms later
+    (void)ch.ctx.poll();
+    CHECK_FALSE(fd_readable(fd));
 }

@@ -482,10 +482,11 @@ void print_final(Archive& ar,
     fmt::print(
         "{}: final: journal next {}, records {}, loss entries {} ({} records), divergences {}, "
         "disputes {}, unconfirmed {}, unknown types {}, stale-epoch {}, replay clients {}, "
-        "records served {}{}\n",
+        "records served {}, cpu {:.3f} s{}\n",
         kTool, ar.rec.next_sequence(), feed.counters().delivered, ar.losses, ar.lost,
         ar.divergences, s.disputes, s.unconfirmed, ar.unknown, s.stale_epoch,
-        server.counters().clients, server.counters().records, flushed ? "" : " (flush failed)");
+        server.counters().clients, server.counters().records, execlog::cpu_seconds(),
+        flushed ? "" : " (flush failed)");
     const auto pc = feed.subscriber().counters();
     fmt::print(
         "{}: pgm: odata {}, rdata {}, naks {}, ncf {}, loss events {} ({} sqns), window full {}, "

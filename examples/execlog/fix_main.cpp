@@ -344,10 +344,10 @@ int serve(execlog::FixAcceptor& fix, DropCopy& dc, const Args& a, const std::str
     fmt::print(stderr,
                "{}: final: next {}, messages {}, not resent {}, no session {}, applied {}, "
                "skipped {}, late joins {}, lost {}, divergences {}, unknown types {}, "
-               "logged on {}\n",
+               "logged on {}, cpu {:.3f} s\n",
                kTool, f.next_sequence(), st.messages, st.resumed, st.no_session,
                f.counters().delivered, f.counters().skipped, f.counters().late_joins, st.lost,
-               st.divergences, st.unknown, fix.logged_on());
+               st.divergences, st.unknown, fix.logged_on(), execlog::cpu_seconds());
     fix.stop();
     return ok ? 0 : 1;
 }

@@ -286,9 +286,10 @@ int run(int argc, char** argv) {
     const auto& c = in->counters();
     fmt::print(
         "{}: final: records {}, next {}, gaps {} ({} records), divergences {}, duplicates {}, "
-        "stale-epoch {}, unknown types {}, sources {}, active-core changes {}, stalls {}\n",
+        "stale-epoch {}, unknown types {}, sources {}, active-core changes {}, stalls {}, "
+        "cpu {:.3f} s\n",
         kTool, v.records, v.next, v.loss_events, v.lost, v.divergences, c.duplicates, c.stale_epoch,
-        v.unknown, v.first_copies.size(), v.active_changes, v.stalls);
+        v.unknown, v.first_copies.size(), v.active_changes, v.stalls, execlog::cpu_seconds());
     return lost_tail ? 1 : 0;
 }
 

@@ -2,6 +2,8 @@
 // Command-line pieces and the event loop the consumers share.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -28,6 +30,19 @@ struct ConsumerArgs {
     std::uint32_t quorum_timeout_ms = 1000;
     MetricsArgs metrics;
 };
+
+/// This process's CPU time so far, user + system (getrusage), in seconds: the consumers print
+/// it on their final line so a benchmark can divide it by the records they applied.
+inline double cpu_seconds() {
+    rusage ru{};
+    if (::getrusage(RUSAGE_SELF, &ru) != 0) {
+        return 0.0;
+    }
+    const auto s = [](const timeval& t) {
+        return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+    };
+    return s(ru.ru_utime) + s(ru.ru_stime);
+}
 
 inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
     app.add_option("uri", a.feed.uri, "Channel URI of the ExecLog")->required();

@@ -6,6 +6,14 @@
 //   udp_perf recv GROUP PORT COUNT SIZE TIMEOUT_S [gro]    recvmmsg busy-poll (MSG_DONTWAIT)
 //   udp_perf pong GROUP_A PORT_A GROUP_B PORT_B [block]    echo A onto B, busy-poll
 //   udp_perf ping GROUP_A PORT_A GROUP_B PORT_B COUNT SIZE WARMUP [block]
+//   udp_perf oneway-send GROUP PORT RATE COUNT SIZE      paced: datagram k due at start + k/RATE
+//   udp_perf oneway-recv GROUP PORT COUNT [block]         receive time - due time, percentiles
+//
+// oneway: the sender sleeps (1 us timer slack) until 50 us before each datagram's due time,
+// spins the rest, and puts the due time (CLOCK_MONOTONIC ns) in the datagram; the receiver
+// takes (its receive time - that due time): "due -> received", measured from the schedule as
+// execlog-risk's "input due -> applied" is (same host, one clock). Its `block` wait is
+// recv(MSG_DONTWAIT) then epoll_wait with a long (1 s) timeout, as a consumer sleeps.
 //
 // ping/pong `block`: recv(MSG_DONTWAIT), and when it finds nothing, epoll_wait on the socket
 // (what a sleeping component does); both set a 1 us timer slack, as prizma's tools do.
@@ -19,6 +27,7 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,7 +66,9 @@ std::int64_t now_ns() {
                  "usage: udp_perf send GROUP PORT COUNT SIZE mmsg|gso [RATE]\n"
                  "       udp_perf recv GROUP PORT COUNT SIZE TIMEOUT_S [gro]\n"
                  "       udp_perf pong GROUP_A PORT_A GROUP_B PORT_B [block]\n"
-                 "       udp_perf ping GROUP_A PORT_A GROUP_B PORT_B COUNT SIZE WARMUP [block]\n");
+                 "       udp_perf ping GROUP_A PORT_A GROUP_B PORT_B COUNT SIZE WARMUP [block]\n"
+                 "       udp_perf oneway-send GROUP PORT RATE COUNT SIZE\n"
+                 "       udp_perf oneway-recv GROUP PORT COUNT [block]\n");
     std::exit(2);
 }
 
@@ -397,6 +408,93 @@ int do_ping(int ac, char** av) {
     return lost == 0 ? 0 : 1;
 }
 
+// Datagram k carries its due time (ns, CLOCK_MONOTONIC = steady_clock here) and k.
+int do_oneway_send(char** av) {
+    const sockaddr_in dst = group_addr(av[2], num(av[3]));
+    const std::uint64_t rate = num(av[4]);
+    const std::uint64_t count = num(av[5]);
+    const std::size_t size = num(av[6]);
+    if (size < 16 || size > 65000 || rate == 0 || count == 0) {
+        usage();
+    }
+    (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    const int fd = tx_socket();
+    std::vector<std::byte> buf(size);
+    constexpr std::int64_t kSpinNs = 50'000;
+    const std::int64_t start = now_ns() + 10'000'000;
+    std::int64_t worst_late = 0;
+    for (std::uint64_t k = 0; k < count; ++k) {
+        const std::int64_t due = start + static_cast<std::int64_t>(k * 1'000'000'000 / rate);
+        if (due - now_ns() > kSpinNs) {
+            const std::int64_t wake = due - kSpinNs;
+            const timespec ts{static_cast<time_t>(wake / 1'000'000'000),
+                              static_cast<long>(wake % 1'000'000'000)};
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+            }
+        }
+        while (now_ns() < due) {
+        }
+        worst_late = std::max(worst_late, now_ns() - due);
+        std::memcpy(buf.data(), &due, 8);
+        std::memcpy(buf.data() + 8, &k, 8);
+        if (sendto(fd, buf.data(), size, 0, reinterpret_cast<const sockaddr*>(&dst), sizeof dst)
+            < 0) {
+            die("sendto");
+        }
+    }
+    std::printf(
+        "{\"mode\":\"oneway-send\",\"count\":%llu,\"size\":%zu,\"rate\":%llu,"
+        "\"worst_send_late_ns\":%lld}\n",
+        static_cast<unsigned long long>(count), size, static_cast<unsigned long long>(rate),
+        static_cast<long long>(worst_late));
+    close(fd);
+    return 0;
+}
+
+int do_oneway_recv(int ac, char** av) {
+    const sockaddr_in grp = group_addr(av[2], num(av[3]));
+    const std::uint64_t count = num(av[4]);
+    const bool block = block_arg(ac, av, 5);
+    if (count == 0) {
+        usage();
+    }
+    const Waiter rx(rx_socket(grp), block);
+    std::vector<std::byte> in(65536);
+    std::vector<std::int64_t> late;
+    late.reserve(count);
+    std::int64_t timeout = 30'000'000'000;  // the first one: the sender starts after this
+    while (late.size() < count) {
+        const long n = rx.recv(in.data(), in.size(), timeout);
+        const std::int64_t t = now_ns();
+        if (n < 0) {
+            break;  // the rest was lost (or never sent)
+        }
+        if (n < 16) {
+            continue;
+        }
+        std::int64_t due = 0;
+        std::memcpy(&due, in.data(), 8);
+        late.push_back(t - due);
+        timeout = 1'000'000'000;
+    }
+    const std::size_t got = late.size();
+    std::sort(late.begin(), late.end());
+    auto pct = [&](double p) {
+        if (late.empty()) {
+            return 0.0;
+        }
+        const auto rank = static_cast<std::size_t>(p / 100.0 * static_cast<double>(got - 1));
+        return static_cast<double>(late[rank]) / 1e3;
+    };
+    std::printf(
+        "{\"mode\":\"oneway-recv\",\"wait\":\"%s\",\"measured\":\"due -> received\","
+        "\"count\":%llu,\"received\":%zu,\"us\":{\"p50\":%.1f,\"p99\":%.1f,"
+        "\"p99_9\":%.1f,\"max\":%.1f}}\n",
+        block ? "block" : "spin", static_cast<unsigned long long>(count), got, pct(50), pct(99),
+        pct(99.9), pct(100));
+    return got == count ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int ac, char** av) {
@@ -415,6 +513,12 @@ int main(int ac, char** av) {
     }
     if (mode == "ping" && (ac == 9 || ac == 10)) {
         return do_ping(ac, av);
+    }
+    if (mode == "oneway-send" && ac == 7) {
+        return do_oneway_send(av);
+    }
+    if (mode == "oneway-recv" && (ac == 5 || ac == 6)) {
+        return do_oneway_recv(ac, av);
     }
     usage();
 }

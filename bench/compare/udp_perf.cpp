@@ -427,8 +427,9 @@ int do_oneway_send(char** av) {
         const std::int64_t due = start + static_cast<std::int64_t>(k * 1'000'000'000 / rate);
         if (due - now_ns() > kSpinNs) {
             const std::int64_t wake = due - kSpinNs;
-            const timespec ts{static_cast<time_t>(wake / 1'000'000'000),
-                              static_cast<long>(wake % 1'000'000'000)};
+            timespec ts{};
+            ts.tv_sec = wake / 1'000'000'000;
+            ts.tv_nsec = wake % 1'000'000'000;
             while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
             }
         }

@@ -78,13 +78,14 @@ finish() {  # finish DIR: waits for the consumers, stops the archiver
     kill -TERM "$arch"; wait "$arch" || true
 }
 pair() {  # pair DIR SEED ORDERS: core-a (anchor DIR/anchor-a), then core-b as its standby
+    # on core-a's schedule (--schedule-file: the same input feed, so in step)
     local d=$1 s=$2 n=$3
     "$bin/execlog-core" "$u&$flow" --seed "$s" --rate 10000 --count "$n" --state "$d/a" \
         --anchor-file "$d/anchor-a" >"$d/a.log" 2>&1 &
     a=$!; pids+=("$a")
     for _ in $(seq 200); do grep -q "publishing from" "$d/a.log" && break; sleep 0.01; done
     "$bin/execlog-core" "${u/127.0.0.1/127.0.0.2}&$flow" --seed "$s" --rate 10000 --count "$n" \
-        --state "$d/b" --anchor-file "$d/anchor-b" >"$d/b.log" 2>&1 &
+        --state "$d/b" --anchor-file "$d/anchor-b" --schedule-file "$d/anchor-a" >"$d/b.log" 2>&1 &
     b=$!; pids+=("$b")
     for _ in $(seq 200); do grep -q "publishing from" "$d/b.log" && break; sleep 0.01; done
 }

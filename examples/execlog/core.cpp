@@ -45,6 +45,7 @@ struct Args {
     bool spin = false;
     std::string fault;
     std::string anchor_file;
+    std::string schedule_file;
     std::string name;     ///< the source's GSI (execlog::core_gsi), so consumers name the core
     std::string archive;  ///< HOST:PORT of the archiver: asked whether the session has ended
     prizma::tools::ReplaySecurityArgs archive_security;
@@ -545,6 +546,18 @@ int Core::run() {
     const auto unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
+    if (!a_.schedule_file.empty()) {
+        // A hot standby in step with its active: the inputs come when they came to it (the
+        // same input feed), so a takeover resumes the active's schedule, not a later one.
+        std::ifstream in(a_.schedule_file);
+        std::int64_t given = 0;
+        if (!(in >> given) || given <= 0) {
+            fmt::print(stderr, "{}: --schedule-file {}: no anchor (unix ns) in it\n", kTool,
+                       a_.schedule_file);
+            return 2;
+        }
+        t0_ns_ = prizma::Context::now_ns() - (unix_now - given);
+    }
     const std::int64_t anchor = unix_now - (prizma::Context::now_ns() - t0_ns_);
     fmt::print("{}: anchor_unix_ns {}\n", kTool, anchor);
     if (!a_.anchor_file.empty()) {
@@ -637,6 +650,9 @@ int run(int argc, char** argv) {
                    "random GSI, shown in hex)");
     app.add_option("--anchor-file", a.anchor_file,
                    "Write the wall-clock time input 0 is due there (latency measurements)");
+    app.add_option("--schedule-file", a.schedule_file,
+                   "Follow the schedule another core's --anchor-file holds (a hot standby in "
+                   "step with its active) instead of starting one when publishing starts");
     app.add_option("--archive", a.archive,
                    "The archiver's replay service, HOST:PORT: with no live stream, ask it whether "
                    "the session has ended before publishing");

@@ -13,6 +13,7 @@
 
 #include <prizma/prizma.hpp>
 
+#include "../tools/tool_util.hpp"
 #include "execlog/consumer.hpp"
 #include "execlog/divergence.hpp"
 #include "execlog/record.hpp"
@@ -315,7 +316,7 @@ int serve(const Args& a,
     execlog::CopyTap tap(a.c.feed.stream_id, 1U << 14U);
     prizma::StreamEvent e;
     bool ended = false;
-    while (!execlog::stop_requested() && !(a.c.exit_at_end && ended)) {
+    while (!prizma::tools::stop_requested() && !(a.c.exit_at_end && ended)) {
         const int work = ctx.poll();
         if (tap_sub != nullptr) {
             tap.read(*tap_sub);
@@ -581,7 +582,7 @@ int run(int argc, char** argv) {
             return 1;
         }
     }
-    execlog::install_stop_signals();
+    prizma::tools::stop_on_signals();
     auto ctx = prizma::tools::make_context(kTool);
     if (!ctx) {
         return 1;

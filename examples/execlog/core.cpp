@@ -21,6 +21,7 @@
 
 #include "../tools/cli.hpp"
 #include "../tools/replay_cli.hpp"
+#include "../tools/tool_util.hpp"
 #include "execlog/engine.hpp"
 #include "execlog/feed.hpp"
 #include "execlog/input.hpp"
@@ -138,7 +139,7 @@ std::optional<std::uint64_t> archived_session_end(const Args& a,
     }
     const std::int64_t until = prizma::Context::now_ns() + 30'000'000'000;
     prizma::JournalEntry e;
-    while (!c->done() && prizma::Context::now_ns() < until && !execlog::stop_requested()) {
+    while (!c->done() && prizma::Context::now_ns() < until && !prizma::tools::stop_requested()) {
         const auto got = c->next(e);
         if (!got) {
             why = c->error_text().empty() ? got.error().message() : c->error_text();
@@ -223,7 +224,7 @@ private:
 // sequence); the input that crosses it is left in pending_ to publish.
 bool Core::fast_forward(std::uint64_t target, Listener* live) {
     execlog::Input in;
-    while (!execlog::stop_requested()) {
+    while (!prizma::tools::stop_requested()) {
         if (live != nullptr && (inputs_ & 1023U) == 0) {
             (void)ctx_.poll();
             live->poll();
@@ -286,7 +287,7 @@ bool Core::offer(const execlog::Record& r) {
             said_at = now;
             say_held(seq, now - held_since);
         }
-        if (execlog::stop_requested()) {
+        if (prizma::tools::stop_requested()) {
             return false;
         }
         if (ctx_.poll() == 0 && !a_.spin) {
@@ -425,7 +426,7 @@ int Core::join() {
     (void)live.in.add(live.sub);
     const std::int64_t until =
         prizma::Context::now_ns() + std::int64_t{a_.join_wait_ms} * 1'000'000;
-    while (!live.heard && prizma::Context::now_ns() < until && !execlog::stop_requested()) {
+    while (!live.heard && prizma::Context::now_ns() < until && !prizma::tools::stop_requested()) {
         if (ctx_.poll() == 0) {
             ctx_.wait(std::chrono::milliseconds(1));
         }
@@ -476,7 +477,7 @@ int Core::join() {
 }
 
 int Core::finish() {
-    const bool stopped = execlog::stop_requested();
+    const bool stopped = prizma::tools::stop_requested();
     if (!stopped && !offer(execlog::Engine::session_end(inputs_, last_time_ns_))) {
         return 1;
     }
@@ -491,7 +492,7 @@ int Core::finish() {
     // consumed the end (a restarted archiver may still be recovering), at most --linger-ms.
     const std::int64_t start = prizma::Context::now_ns();
     const std::int64_t until = start + std::int64_t{a_.linger_ms} * 1'000'000;
-    while (prizma::Context::now_ns() < until && !execlog::stop_requested()) {
+    while (prizma::Context::now_ns() < until && !prizma::tools::stop_requested()) {
         if (ctx_.poll() == 0) {
             ctx_.wait(std::chrono::milliseconds(1));
         }
@@ -573,7 +574,7 @@ int Core::run() {
                execlog::tsi_text(pub_.tsi()), first_published_, first_input);
     (void)std::fflush(stdout);
     execlog::Input in;
-    while (!inputs_done_ && !execlog::stop_requested()) {
+    while (!inputs_done_ && !prizma::tools::stop_requested()) {
         const std::int64_t now = prizma::Context::now_ns();
         int n = 0;
         while (n < 256 && due(inputs_) <= now) {
@@ -697,7 +698,7 @@ int run(int argc, char** argv) {
             return 1;
         }
     }
-    execlog::install_stop_signals();
+    prizma::tools::stop_on_signals();
     auto ctx = prizma::tools::make_context(kTool);
     if (!ctx) {
         return 1;

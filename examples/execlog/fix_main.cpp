@@ -26,6 +26,7 @@
 
 #include <prizma/prizma.hpp>
 
+#include "../tools/tool_util.hpp"
 #include "execlog/consumer.hpp"
 #include "execlog/fix.hpp"
 #include "execlog/fix_acceptor.hpp"
@@ -309,7 +310,8 @@ int serve(execlog::FixAcceptor& fix, DropCopy& dc, const Args& a, const std::str
     execlog::Metrics metrics(a.consumer.metrics, "fix", "fix");
     prizma::StreamEvent e;
     bool ok = true;
-    while (ok && !execlog::stop_requested() && !(a.consumer.exit_at_end && dc.stats().ended)) {
+    while (ok && !prizma::tools::stop_requested()
+           && !(a.consumer.exit_at_end && dc.stats().ended)) {
         const int work = ctx->poll();
         int n = 0;
         while (ok && n < 1024 && f.next(e)) {
@@ -400,7 +402,7 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "{}: {}\n", kTool, err);
         return 1;
     }
-    execlog::install_stop_signals();
+    prizma::tools::stop_on_signals();
     return serve(*fix, dc, a, state_path);
 }
 

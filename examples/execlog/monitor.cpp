@@ -11,6 +11,7 @@
 #include <prizma/prizma.hpp>
 #include <prizma/stats.hpp>
 
+#include "../tools/tool_util.hpp"
 #include "execlog/consumer.hpp"
 #include "execlog/record.hpp"
 
@@ -208,7 +209,7 @@ int run(int argc, char** argv) {
     if (!execlog::finish_consumer_args(kTool, a)) {
         return 2;
     }
-    execlog::install_stop_signals();
+    prizma::tools::stop_on_signals();
     auto ctx = prizma::tools::make_context(kTool);
     if (!ctx) {
         return 1;
@@ -231,7 +232,7 @@ int run(int argc, char** argv) {
     std::int64_t at = prizma::Context::now_ns();
     std::uint64_t at_records = 0;
     std::int64_t still_ms = 0;  // since the last record, while the stream has not ended
-    while (!execlog::stop_requested() && !(a.exit_at_end && v.ended)) {
+    while (!prizma::tools::stop_requested() && !(a.exit_at_end && v.ended)) {
         const int work = ctx->poll();
         const std::size_t n = in->poll(1024, [&](const prizma::StreamEvent& e) { v.apply(e); });
         const std::int64_t now = prizma::Context::now_ns();

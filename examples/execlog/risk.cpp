@@ -20,6 +20,7 @@
 
 #include <prizma/prizma.hpp>
 
+#include "../tools/tool_util.hpp"
 #include "execlog/consumer.hpp"
 #include "execlog/input.hpp"
 #include "execlog/record.hpp"
@@ -427,7 +428,7 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "{}: {}\n", kTool, err);
         return 1;
     }
-    execlog::install_stop_signals();
+    prizma::tools::stop_on_signals();
     auto ctx = prizma::tools::make_context(kTool);
     if (!ctx) {
         return 1;
@@ -444,7 +445,7 @@ int run(int argc, char** argv) {
     std::int64_t saved_at = prizma::Context::now_ns();
     std::int64_t printed_at = saved_at;
     prizma::StreamEvent e;
-    while (!execlog::stop_requested() && !(a.exit_at_end && risk.ended())) {
+    while (!prizma::tools::stop_requested() && !(a.exit_at_end && risk.ended())) {
         const int work = ctx->poll();
         int n = 0;
         while (n < 1024 && f.next(e)) {

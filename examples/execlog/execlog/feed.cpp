@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
@@ -21,12 +20,6 @@
 
 namespace execlog {
 namespace {
-
-std::atomic<bool> g_stop{false};
-
-extern "C" void on_stop_signal(int /*signal*/) {
-    g_stop.store(true, std::memory_order_relaxed);
-}
 
 void add(prizma::StreamCounters& to, const prizma::StreamCounters& c) {
     to.records += c.records;
@@ -48,18 +41,6 @@ void add(prizma::StreamCounters& to, const prizma::StreamCounters& c) {
 }
 
 }  // namespace
-
-bool stop_requested() noexcept {
-    return g_stop.load(std::memory_order_relaxed);
-}
-
-void install_stop_signals() {
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    (void)sigaction(SIGINT, &sa, nullptr);
-    (void)sigaction(SIGTERM, &sa, nullptr);
-}
 
 std::string strip_flow_keys(std::string_view uri) {
     const auto q = uri.find('?');

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // What every ExecLog consumer shares: the stream as a gap-free sequence of records from the
 // application's own position on (live, arbitrated over both cores; from the archiver when it
-// is behind), signals, atomic state files.
+// is behind), atomic state files.
 #pragma once
 
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,10 +16,6 @@
 #include <prizma/prizma.hpp>
 
 namespace execlog {
-
-/// Set by SIGINT/SIGTERM (install_stop_signals()).
-bool stop_requested() noexcept;
-void install_stop_signals();
 
 /// `uri` without the flow-control keys (a core listening to its own channel must not count
 /// as a flow-control receiver).

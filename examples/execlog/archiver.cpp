@@ -278,23 +278,20 @@ void write_metrics(execlog::Metrics& m,
                    const prizma::ReplayServer& server,
                    std::int64_t now) {
     m.feed(f, ar.halted_at.has_value());
-    m.gauge("execlog_archive_next_sequence", "The journal's next record sequence",
+    m.gauge(execlog::metric("execlog_archive_next_sequence"),
             static_cast<double>(ar.rec.next_sequence()));
-    m.gauge("execlog_archive_written_sequence", "Records on disk (written and synced), up to",
+    m.gauge(execlog::metric("execlog_archive_written_sequence"),
             static_cast<double>(ar.rec.written_sequence()));
-    m.gauge("execlog_archive_halted_at", "The record the archive is halted at (-1: none)",
+    m.gauge(execlog::metric("execlog_archive_halted_at"),
             ar.halted_at ? static_cast<double>(*ar.halted_at) : -1.0);
-    m.counter("execlog_archive_loss_entries_total", "Loss entries journaled", ar.losses);
-    m.counter("execlog_unknown_types_total", "Records of a type this program does not know",
-              ar.unknown);
+    m.counter(execlog::metric("execlog_archive_loss_entries_total"), ar.losses);
+    m.counter(execlog::metric("execlog_unknown_types_total"), ar.unknown);
     const prizma::ReplayServerCounters rc = server.counters();
-    m.counter("execlog_replay_clients_total", "Replay connections accepted", rc.clients);
-    m.counter("execlog_replay_refused_total",
-              "Replay connections refused (not allowed, over a cap)", rc.refused);
-    m.counter("execlog_replay_records_total", "Records served to replay clients", rc.records);
-    m.counter("execlog_replay_errors_total", "Bad replay requests answered with an error",
-              rc.errors);
-    m.counter("execlog_replay_timeouts_total", "Replay clients closed for silence", rc.timeouts);
+    m.counter(execlog::metric("execlog_replay_clients_total"), rc.clients);
+    m.counter(execlog::metric("execlog_replay_refused_total"), rc.refused);
+    m.counter(execlog::metric("execlog_replay_records_total"), rc.records);
+    m.counter(execlog::metric("execlog_replay_errors_total"), rc.errors);
+    m.counter(execlog::metric("execlog_replay_timeouts_total"), rc.timeouts);
     m.publish(kTool, now);
 }
 

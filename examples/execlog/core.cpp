@@ -298,25 +298,20 @@ bool Core::offer(const execlog::Record& r) {
 
 void Core::write_metrics(std::int64_t now) {
     auto& m = metrics_;
-    m.gauge("execlog_core_next_sequence", "The next record sequence this core makes",
-            static_cast<double>(produced_));
-    m.counter("execlog_core_records_total", "Records this core published",
-              produced_ - first_published_);
-    m.counter("execlog_core_inputs_total", "Inputs (orders, cancels, replaces) processed", inputs_);
-    m.gauge("execlog_core_held", "1 while flow control holds the core (a counted member behind)",
-            held_since_ns_ != 0 ? 1.0 : 0.0);
+    m.gauge(execlog::metric("execlog_core_next_sequence"), static_cast<double>(produced_));
+    m.counter(execlog::metric("execlog_core_records_total"), produced_ - first_published_);
+    m.counter(execlog::metric("execlog_core_inputs_total"), inputs_);
+    m.gauge(execlog::metric("execlog_core_held"), held_since_ns_ != 0 ? 1.0 : 0.0);
     const std::int64_t held = held_ns_ + (held_since_ns_ != 0 ? now - held_since_ns_ : 0);
-    m.counter_seconds("execlog_core_held_seconds_total", "Time held by flow control, seconds",
+    m.counter_seconds(execlog::metric("execlog_core_held_seconds_total"),
                       static_cast<double>(held) / 1e9);
-    m.counter("execlog_core_back_pressured_total", "Offers refused for flow control or window",
-              back_pressured_);
-    m.gauge("execlog_core_epoch", "The stream epoch", static_cast<double>(a_.epoch));
-    m.gauge("execlog_core_session_ended", "1 once the session end is published",
-            ended_ ? 1.0 : 0.0);
+    m.counter(execlog::metric("execlog_core_back_pressured_total"), back_pressured_);
+    m.gauge(execlog::metric("execlog_core_epoch"), static_cast<double>(a_.epoch));
+    m.gauge(execlog::metric("execlog_core_session_ended"), ended_ ? 1.0 : 0.0);
     const auto c = pub_.counters();
-    m.counter("execlog_pgm_naks_received_total", "PGM NAKs received", c.naks_received);
-    m.counter("execlog_pgm_rdata_sent_total", "PGM repairs sent", c.rdata_sent);
-    m.counter("execlog_pgm_flow_evicted_total", "Flow-control members evicted", c.flow_evicted);
+    m.counter(execlog::metric("execlog_pgm_naks_received_total"), c.naks_received);
+    m.counter(execlog::metric("execlog_pgm_rdata_sent_total"), c.rdata_sent);
+    m.counter(execlog::metric("execlog_pgm_flow_evicted_total"), c.flow_evicted);
     m.publish(kTool, now);
 }
 

@@ -277,14 +277,11 @@ void write_metrics(execlog::Metrics& m,
                    const execlog::FixAcceptor& fix,
                    std::int64_t now) {
     m.feed(f, f.halted());
-    m.counter("execlog_fix_messages_total", "FIX messages stored for the firms' sessions",
-              st.messages);
-    m.counter("execlog_fix_no_session_total", "Records for an account with no FIX session",
-              st.no_session);
-    m.gauge("execlog_fix_sessions_logged_on", "FIX sessions logged on now",
+    m.counter(execlog::metric("execlog_fix_messages_total"), st.messages);
+    m.counter(execlog::metric("execlog_fix_no_session_total"), st.no_session);
+    m.gauge(execlog::metric("execlog_fix_sessions_logged_on"),
             static_cast<double>(fix.logged_on()));
-    m.counter("execlog_unknown_types_total", "Records of a type this program does not know",
-              st.unknown);
+    m.counter(execlog::metric("execlog_unknown_types_total"), st.unknown);
     m.publish(kTool, now);
 }
 

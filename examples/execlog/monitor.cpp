@@ -156,31 +156,19 @@ void write_metrics(execlog::Metrics& m,
                    const prizma::StreamCounters& c,
                    std::int64_t still_ms,
                    std::int64_t now) {
-    m.gauge("execlog_next_sequence", "The next record sequence this program takes",
-            static_cast<double>(v.next));
-    m.counter("execlog_records_total", "Records handed to the program, each once, in order",
-              v.records);
-    m.counter("execlog_loss_events_total", "Loss events: records no copy and no archive could give",
-              v.loss_events);
-    m.counter("execlog_lost_records_total", "Records lost for good", v.lost);
-    m.counter("execlog_divergences_total", "Copies whose bytes differ from the record taken",
-              v.divergences);
-    m.counter("execlog_duplicates_total",
-              "Copies of records already taken (the other core's, normally one per record)",
-              c.duplicates);
-    m.counter("execlog_stale_epoch_total", "Records of an older epoch, dropped", c.stale_epoch);
-    m.counter("execlog_unknown_types_total", "Records of a type this program does not know",
-              v.unknown);
-    m.counter("execlog_monitor_stalls_total",
-              "Stalls: records lost on this subscription with nothing after them", v.stalls);
-    m.counter("execlog_monitor_active_changes_total", "Times the core heard first changed",
-              v.active_changes);
-    m.gauge("execlog_monitor_still_seconds",
-            "How long no record has come while the session has not ended (0: records flow)",
-            static_cast<double>(still_ms) / 1e3);
+    m.gauge(execlog::metric("execlog_next_sequence"), static_cast<double>(v.next));
+    m.counter(execlog::metric("execlog_records_total"), v.records);
+    m.counter(execlog::metric("execlog_loss_events_total"), v.loss_events);
+    m.counter(execlog::metric("execlog_lost_records_total"), v.lost);
+    m.counter(execlog::metric("execlog_divergences_total"), v.divergences);
+    m.counter(execlog::metric("execlog_duplicates_total"), c.duplicates);
+    m.counter(execlog::metric("execlog_stale_epoch_total"), c.stale_epoch);
+    m.counter(execlog::metric("execlog_unknown_types_total"), v.unknown);
+    m.counter(execlog::metric("execlog_monitor_stalls_total"), v.stalls);
+    m.counter(execlog::metric("execlog_monitor_active_changes_total"), v.active_changes);
+    m.gauge(execlog::metric("execlog_monitor_still_seconds"), static_cast<double>(still_ms) / 1e3);
     for (const auto& [src, n] : v.first_copies) {
-        m.counter("execlog_monitor_first_copies_total",
-                  "Records whose first copy came from this source (a core, by name.port)", n,
+        m.counter(execlog::metric("execlog_monitor_first_copies_total"), n,
                   fmt::format("source=\"{}\"", execlog::Metrics::escape(src)));
     }
     m.publish(kTool, now);

@@ -374,9 +374,8 @@ struct Timing {
 
 void write_metrics(execlog::Metrics& m, const Risk& risk, execlog::Feed& f, std::int64_t now) {
     m.feed(f, f.halted());
-    m.counter("execlog_risk_trades_total", "Trades applied to positions", risk.trades());
-    m.counter("execlog_unknown_types_total", "Records of a type this program does not know",
-              risk.unknown_types());
+    m.counter(execlog::metric("execlog_risk_trades_total"), risk.trades());
+    m.counter(execlog::metric("execlog_unknown_types_total"), risk.unknown_types());
     m.publish(kTool, now);
 }
 

@@ -37,19 +37,16 @@ std::string Metrics::escape(std::string_view v) {
     return out;
 }
 
-bool Metrics::begin(std::string_view metric,
-                    std::string_view help,
-                    const char* type,
-                    std::string_view extra) {
+bool Metrics::begin(const MetricFamily& family, std::string_view extra) {
     if (!enabled()) {
         return false;
     }
-    if (metric != last_family_) {  // a family's samples come together, after one HELP and TYPE
-        last_family_ = metric;
-        fmt::format_to(std::back_inserter(text_), "# HELP {} {}\n# TYPE {} {}\n", metric, help,
-                       metric, type);
+    if (family.name != last_family_) {  // a family's samples come together, after one HELP and TYPE
+        last_family_ = family.name;
+        fmt::format_to(std::back_inserter(text_), "# HELP {} {}\n# TYPE {} {}\n", family.name,
+                       family.help, family.name, family.type);
     }
-    text_ += metric;
+    text_ += family.name;
     text_ += '{';
     text_ += labels_;
     if (!extra.empty()) {
@@ -60,26 +57,20 @@ bool Metrics::begin(std::string_view metric,
     return true;
 }
 
-void Metrics::counter(std::string_view metric,
-                      std::string_view help,
-                      std::uint64_t v,
-                      std::string_view extra) {
-    if (begin(metric, help, "counter", extra)) {
+void Metrics::counter(const MetricFamily& family, std::uint64_t v, std::string_view extra) {
+    if (begin(family, extra)) {
         fmt::format_to(std::back_inserter(text_), "{}\n", v);
     }
 }
 
-void Metrics::counter_seconds(std::string_view metric, std::string_view help, double v) {
-    if (begin(metric, help, "counter", {})) {
+void Metrics::counter_seconds(const MetricFamily& family, double v) {
+    if (begin(family, {})) {
         fmt::format_to(std::back_inserter(text_), "{}\n", v);
     }
 }
 
-void Metrics::gauge(std::string_view metric,
-                    std::string_view help,
-                    double v,
-                    std::string_view extra) {
-    if (begin(metric, help, "gauge", extra)) {
+void Metrics::gauge(const MetricFamily& family, double v, std::string_view extra) {
+    if (begin(family, extra)) {
         fmt::format_to(std::back_inserter(text_), "{}\n", v);
     }
 }
@@ -91,41 +82,26 @@ void Metrics::feed(Feed& f, bool halted) {
     const FeedCounters& fc = f.counters();
     const prizma::StreamCounters s = f.stream_counters();
     const prizma::ChannelCounters pc = f.subscriber().counters();
-    gauge("execlog_next_sequence", "The next record sequence this program takes",
-          static_cast<double>(f.next_sequence()));
-    counter("execlog_records_total", "Records handed to the program, each once, in order",
-            fc.delivered);
-    gauge("execlog_halted",
-          "1 while the stream is halted at a divergence or dispute (an operator decides)",
-          halted ? 1.0 : 0.0);
-    counter("execlog_late_joins_total", "Times the program read the archiver to catch up",
-            fc.late_joins);
-    counter("execlog_replayed_records_total", "Records that came from the archiver", fc.replayed);
-    counter("execlog_late_join_failures_total", "Late joins that failed (retried)",
-            fc.late_join_failures);
-    counter("execlog_live_gaps_total", "Live gaps PGM could not repair, filled from the archiver",
-            fc.live_gaps);
-    counter("execlog_duplicates_total",
-            "Copies of records already taken (the other core's, normally one per record)",
-            s.duplicates);
-    counter("execlog_divergences_total", "Copies whose bytes differ from the record taken",
-            s.divergences);
-    counter("execlog_disputes_total", "Records whose copies disagreed with no quorum", s.disputes);
-    counter("execlog_unconfirmed_total",
-            "Quorum: records taken with fewer agreeing cores than --quorum (others silent)",
-            s.unconfirmed);
-    counter("execlog_loss_events_total", "Loss events: records no copy and no archive could give",
-            s.loss_events);
-    counter("execlog_lost_records_total", "Records lost for good", s.lost_records);
-    counter("execlog_stale_epoch_total", "Records of an older epoch, dropped", s.stale_epoch);
-    counter("execlog_bad_records_total",
-            "Records dropped: bad checksum, another record version, not a record",
+    gauge(execlog::metric("execlog_next_sequence"), static_cast<double>(f.next_sequence()));
+    counter(execlog::metric("execlog_records_total"), fc.delivered);
+    gauge(execlog::metric("execlog_halted"), halted ? 1.0 : 0.0);
+    counter(execlog::metric("execlog_late_joins_total"), fc.late_joins);
+    counter(execlog::metric("execlog_replayed_records_total"), fc.replayed);
+    counter(execlog::metric("execlog_late_join_failures_total"), fc.late_join_failures);
+    counter(execlog::metric("execlog_live_gaps_total"), fc.live_gaps);
+    counter(execlog::metric("execlog_duplicates_total"), s.duplicates);
+    counter(execlog::metric("execlog_divergences_total"), s.divergences);
+    counter(execlog::metric("execlog_disputes_total"), s.disputes);
+    counter(execlog::metric("execlog_unconfirmed_total"), s.unconfirmed);
+    counter(execlog::metric("execlog_loss_events_total"), s.loss_events);
+    counter(execlog::metric("execlog_lost_records_total"), s.lost_records);
+    counter(execlog::metric("execlog_stale_epoch_total"), s.stale_epoch);
+    counter(execlog::metric("execlog_bad_records_total"),
             s.bad_checksum + s.other_version + s.foreign);
-    counter("execlog_pgm_naks_sent_total", "PGM NAKs sent (repairs asked for)", pc.naks_sent);
-    counter("execlog_pgm_repaired_total", "PGM packets repaired", pc.repaired);
-    counter("execlog_pgm_window_full_total", "PGM packets dropped: the receive window was full",
-            pc.window_full);
-    gauge("execlog_pgm_sources", "PGM sources heard (the cores)", static_cast<double>(pc.sources));
+    counter(execlog::metric("execlog_pgm_naks_sent_total"), pc.naks_sent);
+    counter(execlog::metric("execlog_pgm_repaired_total"), pc.repaired);
+    counter(execlog::metric("execlog_pgm_window_full_total"), pc.window_full);
+    gauge(execlog::metric("execlog_pgm_sources"), static_cast<double>(pc.sources));
 }
 
 std::string Metrics::write(std::int64_t now_ns) {
@@ -135,11 +111,8 @@ std::string Metrics::write(std::int64_t now_ns) {
     written_ns_ = now_ns;
     const auto unix_s =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    gauge("execlog_up",
-          "1: the program is running (the file stays when it stops: see "
-          "execlog_metrics_written_seconds)",
-          1.0);
-    gauge("execlog_metrics_written_seconds", "When this file was written, Unix time", unix_s);
+    gauge(execlog::metric("execlog_up"), 1.0);
+    gauge(execlog::metric("execlog_metrics_written_seconds"), unix_s);
     std::string body;
     body.swap(text_);
     last_family_.clear();

@@ -57,6 +57,9 @@ add_executable(execlog_unit_tests ${CMAKE_CURRENT_LIST_DIR}/unit_test.cpp)
 target_link_libraries(execlog_unit_tests PRIVATE execlog_common execlog_quickfix Catch2::Catch2WithMain
                       $<BUILD_INTERFACE:prizma_warnings>)
 set_target_properties(execlog_unit_tests PROPERTIES CXX_EXTENSIONS OFF)
+# The metrics table of the docs, compared with the programs' (execlog::kMetricFamilies).
+target_compile_definitions(execlog_unit_tests PRIVATE
+                           EXECLOG_DOC="${PROJECT_SOURCE_DIR}/docs/EXECLOG.md")
 add_test(NAME execlog.unit COMMAND execlog_unit_tests)
 set_tests_properties(execlog.unit PROPERTIES LABELS execlog TIMEOUT 60)
 

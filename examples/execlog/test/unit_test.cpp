@@ -238,11 +238,14 @@ TEST_CASE("metrics: the text format, each family once, the file replaced whole",
     execlog::MetricsArgs args;
     args.file = dir / "risk.prom";
     execlog::Metrics m(args, "risk", "a\"b\\c\nd");
+    const execlog::MetricFamily x{"execlog_x_total", "counter", "Xs"};
+    const execlog::MetricFamily y{"execlog_y_total", "counter", "Ys"};
+    const execlog::MetricFamily g{"execlog_g", "gauge", "G"};
     REQUIRE(m.due(0));
-    m.counter("execlog_x_total", "Xs", 7);
-    m.counter("execlog_y_total", "Ys", 1, "source=\"s1\"");
-    m.counter("execlog_y_total", "Ys", 2, "source=\"s2\"");
-    m.gauge("execlog_g", "G", 0.5);
+    m.counter(x, 7);
+    m.counter(y, 1, "source=\"s1\"");
+    m.counter(y, 2, "source=\"s2\"");
+    m.gauge(g, 0.5);
     REQUIRE(m.write(5).empty());
     CHECK_FALSE(m.due(5 + 999'999'999));
     CHECK(m.due(5 + 1'000'000'000));
@@ -268,7 +271,7 @@ TEST_CASE("metrics: the text format, each family once, the file replaced whole",
     REQUIRE(::stat(args.file.c_str(), &st) == 0);
     CHECK((st.st_mode & 0777U) == 0644U);
     // The next write holds only what was set since: nothing of the first set repeats.
-    m.counter("execlog_x_total", "Xs", 8);
+    m.counter(x, 8);
     REQUIRE(m.write(2'000'000'000).empty());
     const std::string text2 = slurp(args.file);
     CHECK(text2.find("} 8\n") != std::string::npos);
@@ -277,17 +280,53 @@ TEST_CASE("metrics: the text format, each family once, the file replaced whole",
 
 TEST_CASE("metrics: disabled writes nothing; an unwritable directory is an error",
           "[execlog][metrics]") {
+    const execlog::MetricFamily x{"execlog_x_total", "counter", "Xs"};
+    const execlog::MetricFamily g{"execlog_g", "gauge", "G"};
     execlog::Metrics off(execlog::MetricsArgs{}, "core", "core-a");
     CHECK_FALSE(off.enabled());
     CHECK_FALSE(off.due(INT64_MAX / 2));
-    off.counter("execlog_x_total", "Xs", 1);
+    off.counter(x, 1);
     CHECK(off.write(1).empty());
     execlog::MetricsArgs bad;
     bad.file = "/nonexistent-dir/x.prom";
     execlog::Metrics m(bad, "core", "core-a");
-    m.gauge("execlog_g", "G", 1);
+    m.gauge(g, 1);
     const std::string err = m.write(1);
     CHECK(err.find("/nonexistent-dir/x.prom") != std::string::npos);
+}
+
+TEST_CASE("metrics: docs/EXECLOG.md's table lists exactly the families the programs write",
+          "[execlog][metrics]") {
+    // The names in the first column of the table under "### Metrics (Prometheus)", each in
+    // backquotes (labels such as {source=...} cut off).
+    std::ifstream doc(EXECLOG_DOC);
+    REQUIRE(doc);
+    std::set<std::string> documented;
+    std::string line;
+    bool in_section = false;
+    while (std::getline(doc, line)) {
+        if (line.starts_with("#")) {
+            in_section = line == "### Metrics (Prometheus)";
+            continue;
+        }
+        if (!in_section || !line.starts_with("| `")) {
+            continue;
+        }
+        const std::string cell = line.substr(1, line.find('|', 1) - 1);
+        for (std::size_t at = cell.find('`'); at != std::string::npos;) {
+            const std::size_t end = cell.find('`', at + 1);
+            REQUIRE(end != std::string::npos);
+            const std::string name = cell.substr(at + 1, end - at - 1);
+            documented.insert(name.substr(0, name.find('{')));
+            at = cell.find('`', end + 1);
+        }
+    }
+    std::set<std::string> written;
+    for (const auto& f : execlog::kMetricFamilies) {
+        CHECK((f.type == "counter" || f.type == "gauge"));
+        CHECK(written.insert(std::string(f.name)).second);  // each family once
+    }
+    CHECK(documented == written);
 }
 
 TEST_CASE("the engine refuses a price or quantity past its limits and trades at them",

@@ -105,25 +105,89 @@ constexpr std::size_t kWsReadMax = 4096;
 /// The kernel's send buffer of a push socket: what a client that stops reading can hold up.
 constexpr int kPushSndBuf = 64 * 1024;
 
-class WsSession final : public PushClient, public std::enable_shared_from_this<WsSession> {
+/// What the WebSocket and the SSE session share: the hub registration, the limits, the
+/// conflation slots and the bounded write. `Session` (CRTP) has write(), which takes the next
+/// message from slot_ and sends it, and socket(), the TCP socket under its stream.
+template <typename Session>
+class PushSession : public PushClient, public std::enable_shared_from_this<Session> {
 public:
-    WsSession(tcp::socket&& sock, Shared& s, PushQuery q)
-        : ws_(std::move(sock)),
-          timer_(ws_.get_executor()),
+    ~PushSession() override { s_.hub.remove(key_, this); }
+    PushSession(const PushSession&) = delete;
+    PushSession& operator=(const PushSession&) = delete;
+    PushSession(PushSession&&) = delete;
+    PushSession& operator=(PushSession&&) = delete;
+    void push(std::shared_ptr<const std::string> msg) override {
+        offer(std::move(msg), Conflator::Kind::bar);
+    }
+    void control(std::shared_ptr<const std::string> msg) override {
+        // State messages start {"type":"state", heartbeats {"type":"heartbeat".
+        const bool state = msg->starts_with(R"({"type":"state")");
+        offer(std::move(msg), state ? Conflator::Kind::state : Conflator::Kind::heartbeat);
+    }
+
+protected:
+    PushSession(const asio::any_io_executor& ex,
+                Shared& s,
+                PushQuery q,
+                std::atomic<std::uint64_t>& kind)
+        : timer_(ex),
           s_(s),
           q_(q),
           key_(PushHub::key(q.code, q.period)),
-          slot_guard_(s.feed, s.feed.ws_clients) {}
-    ~WsSession() override { s_.hub.remove(key_, this); }
-    WsSession(const WsSession&) = delete;
-    WsSession& operator=(const WsSession&) = delete;
-    WsSession(WsSession&&) = delete;
-    WsSession& operator=(WsSession&&) = delete;
+          slot_guard_(s.feed, kind) {}
+
+    /// Starts a write of cur_: a client that stops reading (its window full) would hold it
+    /// for ever, so the push write timeout closes the socket under it.
+    void begin_write() {
+        writing_ = true;
+        timer_.expires_after(seconds(s_.cfg.push_write_timeout_s));
+        timer_.async_wait([w = this->weak_from_this()](beast::error_code ec) {
+            if (auto self = w.lock(); !ec && self && self->writing_) {
+                ++self->s_.feed.push_write_timeouts;
+                self->socket().close(ec);
+            }
+        });
+    }
+    /// Ends a write begun by begin_write(); false when it failed (the session is closed).
+    bool end_write(beast::error_code ec) {
+        writing_ = false;
+        timer_.cancel();
+        closed_ = closed_ || static_cast<bool>(ec);
+        return !ec;
+    }
+    /// Nothing to write now: a write in flight, or the client gone.
+    [[nodiscard]] bool busy() const noexcept { return writing_ || closed_; }
+
+    asio::steady_timer timer_;
+    Shared& s_;
+    PushQuery q_;
+    std::uint64_t key_;
+    PushSlot slot_guard_;
+    Conflator slot_;
+    std::shared_ptr<const std::string> cur_;
+    bool writing_ = false;
+    bool closed_ = false;
+
+private:
+    void offer(std::shared_ptr<const std::string> msg, Conflator::Kind kind) {
+        if (slot_.offer(std::move(msg), s_.feed, kind)) {
+            asio::post(timer_.get_executor(), [w = this->weak_from_this()] {
+                if (auto self = w.lock()) {
+                    self->write();
+                }
+            });
+        }
+    }
+};
+
+class WsSession final : public PushSession<WsSession> {
+public:
+    WsSession(tcp::socket&& sock, Shared& s, PushQuery q)
+        : PushSession(sock.get_executor(), s, q, s.feed.ws_clients), ws_(std::move(sock)) {}
 
     void start(const Request& req) {
         beast::error_code ec;
-        beast::get_lowest_layer(ws_).socket().set_option(
-            asio::socket_base::send_buffer_size(kPushSndBuf), ec);
+        socket().set_option(asio::socket_base::send_buffer_size(kPushSndBuf), ec);
         ws_.read_message_max(kWsReadMax);
         websocket::stream_base::timeout t{};
         t.handshake_timeout = std::chrono::seconds(10);
@@ -148,25 +212,11 @@ public:
             }
         });
     }
-    void push(std::shared_ptr<const std::string> msg) override {
-        offer(std::move(msg), Conflator::Kind::bar);
-    }
-    void control(std::shared_ptr<const std::string> msg) override {
-        // State messages start {"type":"state", heartbeats {"type":"heartbeat".
-        const bool state = msg->starts_with(R"({"type":"state")");
-        offer(std::move(msg), state ? Conflator::Kind::state : Conflator::Kind::heartbeat);
-    }
 
 private:
-    void offer(std::shared_ptr<const std::string> msg, Conflator::Kind kind) {
-        if (slot_.offer(std::move(msg), s_.feed, kind)) {
-            asio::post(ws_.get_executor(), [w = weak_from_this()] {
-                if (auto self = w.lock()) {
-                    self->write();
-                }
-            });
-        }
-    }
+    friend class PushSession<WsSession>;
+
+    tcp::socket& socket() { return beast::get_lowest_layer(ws_).socket(); }
     void read() {
         ws_.async_read(rbuf_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
             if (ec) {  // closed, idle too long, or a message over kWsReadMax
@@ -178,7 +228,7 @@ private:
         });
     }
     void write() {
-        if (writing_ || closed_) {
+        if (busy()) {
             return;
         }
         if (auto msg = slot_.take()) {
@@ -187,60 +237,30 @@ private:
     }
     void send(std::shared_ptr<const std::string> msg) {
         cur_ = std::move(msg);
-        writing_ = true;
-        // A client that stops reading (its window full) would hold this write for ever.
-        timer_.expires_after(seconds(s_.cfg.push_write_timeout_s));
-        timer_.async_wait([w = weak_from_this()](beast::error_code ec) {
-            if (auto self = w.lock(); !ec && self && self->writing_) {
-                ++self->s_.feed.push_write_timeouts;
-                beast::get_lowest_layer(self->ws_).socket().close(ec);
-            }
-        });
+        begin_write();
         ws_.text(true);
         ws_.async_write(asio::buffer(*cur_),
                         [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                            self->writing_ = false;
-                            self->timer_.cancel();
-                            if (ec) {
-                                self->closed_ = true;
-                                return;
+                            if (self->end_write(ec)) {
+                                self->write();
                             }
-                            self->write();
                         });
     }
 
     websocket::stream<beast::tcp_stream> ws_;
-    asio::steady_timer timer_;
-    Shared& s_;
-    PushQuery q_;
-    std::uint64_t key_;
-    PushSlot slot_guard_;
-    Conflator slot_;
     beast::flat_buffer rbuf_;
-    std::shared_ptr<const std::string> cur_;
-    bool writing_ = false;
-    bool closed_ = false;
 };
 
-class SseSession final : public PushClient, public std::enable_shared_from_this<SseSession> {
+class SseSession final : public PushSession<SseSession> {
 public:
     SseSession(beast::tcp_stream&& stream, Shared& s, PushQuery q)
-        : stream_(std::move(stream)),
-          timer_(stream_.get_executor()),
-          s_(s),
-          q_(q),
-          key_(PushHub::key(q.code, q.period)),
-          slot_guard_(s.feed, s.feed.sse_clients) {}
-    ~SseSession() override { s_.hub.remove(key_, this); }
-    SseSession(const SseSession&) = delete;
-    SseSession& operator=(const SseSession&) = delete;
-    SseSession(SseSession&&) = delete;
-    SseSession& operator=(SseSession&&) = delete;
+        : PushSession(stream.get_executor(), s, q, s.feed.sse_clients),
+          stream_(std::move(stream)) {}
 
     void start() {
         stream_.expires_never();
         beast::error_code ec;
-        stream_.socket().set_option(asio::socket_base::send_buffer_size(kPushSndBuf), ec);
+        socket().set_option(asio::socket_base::send_buffer_size(kPushSndBuf), ec);
         std::string head =
             "HTTP/1.1 200 OK\r\nServer: md-gateway\r\nContent-Type: text/event-stream\r\n"
             "Cache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\n"
@@ -257,25 +277,11 @@ public:
             self.read();
         });
     }
-    void push(std::shared_ptr<const std::string> msg) override {
-        offer(std::move(msg), Conflator::Kind::bar);
-    }
-    void control(std::shared_ptr<const std::string> msg) override {
-        // State messages start {"type":"state", heartbeats {"type":"heartbeat".
-        const bool state = msg->starts_with(R"({"type":"state")");
-        offer(std::move(msg), state ? Conflator::Kind::state : Conflator::Kind::heartbeat);
-    }
 
 private:
-    void offer(std::shared_ptr<const std::string> msg, Conflator::Kind kind) {
-        if (slot_.offer(std::move(msg), s_.feed, kind)) {
-            asio::post(stream_.get_executor(), [w = weak_from_this()] {
-                if (auto self = w.lock()) {
-                    self->write();
-                }
-            });
-        }
-    }
+    friend class PushSession<SseSession>;
+
+    tcp::socket& socket() { return stream_.socket(); }
     void read() {  // only to see the client go (what it sends is dropped, 512 bytes at a time)
         stream_.async_read_some(asio::buffer(rbuf_),
                                 [self = shared_from_this()](beast::error_code ec, std::size_t) {
@@ -288,7 +294,7 @@ private:
                                 });
     }
     void write() {
-        if (writing_ || closed_) {
+        if (busy()) {
             return;
         }
         const auto msg = slot_.take();
@@ -304,38 +310,18 @@ private:
     /// Writes cur_ (bounded by the write timeout), then `then` and the next message.
     template <typename Then>
     void send(Then then) {
-        writing_ = true;
-        timer_.expires_after(seconds(s_.cfg.push_write_timeout_s));
-        timer_.async_wait([w = weak_from_this()](beast::error_code ec) {
-            if (auto self = w.lock(); !ec && self && self->writing_) {
-                ++self->s_.feed.push_write_timeouts;
-                self->stream_.socket().close(ec);
-            }
-        });
+        begin_write();
         asio::async_write(stream_, asio::buffer(*cur_),
                           [self = shared_from_this(), then](beast::error_code ec, std::size_t) {
-                              self->writing_ = false;
-                              self->timer_.cancel();
-                              if (ec) {
-                                  self->closed_ = true;
-                                  return;
+                              if (self->end_write(ec)) {
+                                  then(*self);
+                                  self->write();
                               }
-                              then(*self);
-                              self->write();
                           });
     }
 
     beast::tcp_stream stream_;
-    asio::steady_timer timer_;
-    Shared& s_;
-    PushQuery q_;
-    std::uint64_t key_;
-    PushSlot slot_guard_;
-    Conflator slot_;
     std::array<char, 512> rbuf_{};
-    std::shared_ptr<const std::string> cur_;
-    bool writing_ = false;
-    bool closed_ = false;
 };
 
 }  // namespace

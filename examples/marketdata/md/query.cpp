@@ -24,6 +24,15 @@ int hex_value(char c) noexcept {
     return -1;
 }
 
+// Percent-decoding of our own, not Boost.URL's: Boost.URL came in Boost 1.81, and Debian 12
+// ships 1.74 (libboost-dev, what scripts/setup-debian.sh installs). libboost1.81-dev is in
+// Debian 12 too, but it Conflicts with libboost1.74-dev (no two Boost versions' headers side
+// by side), so it would remove libboost-dev; Boost.URL is moreover a compiled library there
+// (libboost-url1.81-dev, libboost-url1.81.0). Nothing else here needs the 1.74 headers
+// (libquickfix-dev does not depend on Boost; heaptrack uses only 1.74 runtime libraries,
+// which stay), so the switch is possible, but it means another Boost for every user's build
+// for 20 lines: docs/MARKETDATA.md, "Internals". Malformed escapes are refused
+// (test/unit_test.cpp, "percent-decoding").
 bool decode_into(std::string_view in, std::string& out) {
     out.clear();
     for (std::size_t i = 0; i < in.size(); ++i) {

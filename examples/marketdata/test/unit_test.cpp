@@ -45,6 +45,30 @@ TEST_CASE("codes round-trip and bad codes are refused", "[md]") {
     CHECK(md::code_text(md::generator_code(1)) == "300525.SZ");
 }
 
+TEST_CASE("percent-decoding: escapes, '+', and malformed input refused", "[md]") {
+    std::string err;
+    const auto value = [](std::string_view t) {
+        return *target(t).get("a");
+    };
+    CHECK(value("/x?a=%41%4a%4A") == "AJJ");  // either case of hex digit
+    CHECK(value("/x?a=1+2") == "1 2");        // '+' is a space (form encoding)
+    CHECK(value("/x?a=1%2B2") == "1+2");      // an escaped '+' is a '+'
+    CHECK(value("/x?a=%25") == "%");
+    CHECK(value("/x?a=%7e") == "~");
+    CHECK(target("/a%2Fb").path == "/a/b");
+    CHECK(target("/x?%61=1").get("a") != nullptr);  // keys are decoded too
+    // A lone or cut '%', a non-hex digit, a decoded control character (NUL included).
+    for (const std::string_view bad :
+         {"/x?a=%", "/x?a=1%", "/x?a=%4", "/x?%=1", "/x?a=%G1", "/x?a=%1G", "/x?a=%%41", "/x?a=%-1",
+          "/x?a=% 1", "/x?a=%00", "/x?a=%1f", "/x?a=%0d%0a", "/x%", "/x%00"}) {
+        INFO(bad);
+        err.clear();
+        CHECK_FALSE(md::parse_target(bad, err));
+        CHECK_FALSE(err.empty());
+    }
+    CHECK(value("/x?a=%7f") == "\x7f");  // DEL is not refused: only below 0x20
+}
+
 TEST_CASE("trading minutes and bar labels follow the end-of-minute convention", "[md]") {
     using md::hm_ms;
     CHECK(md::trading_minute(hm_ms(9, 24)) == 0);

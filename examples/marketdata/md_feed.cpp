@@ -9,6 +9,7 @@
 // --deterministic write the same records, an A/B pair the gateways arbitrate.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include <prizma/prizma.hpp>
 
 #include "../tools/cli.hpp"
+#include "../tools/tool_util.hpp"
 #include "md/codec.hpp"
 #include "md/generator.hpp"
 
@@ -161,11 +163,17 @@ private:
             if (a_.duration > 0 && el >= a_.duration) {
                 return false;
             }
-            if (a_.rate <= 0 || static_cast<double>(sent_ + ticks) <= el * a_.rate + 64) {
+            // Due when the wall clock reaches the message's last tick (64 ticks of slack):
+            // sleep exactly until then (1 us timer slack, set in run()), not in 500 us steps.
+            if (a_.rate <= 0) {
+                return true;
+            }
+            const double due = (static_cast<double>(sent_ + ticks) - 64) / a_.rate;
+            if (el >= due) {
                 return true;
             }
             if (ctx_.poll() == 0) {
-                ctx_.wait(std::chrono::microseconds(500));
+                ctx_.wait(std::chrono::nanoseconds(std::llround((due - el) * 1e9)));
             }
         }
     }
@@ -265,6 +273,7 @@ int run(int argc, char** argv) {
     if (const int rc = parse_args(argc, argv, a); rc >= 0) {
         return rc;
     }
+    prizma::tools::precise_timers();  // pace() sleeps to each message's due time
     auto ctx = prizma::tools::make_context("md-feed");
     if (!ctx) {
         return 1;

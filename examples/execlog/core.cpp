@@ -193,6 +193,9 @@ private:
                    a_.gen.rate == 0 ? 0 : input * 1'000'000'000ULL / a_.gen.rate);
     }
     int finish();
+    /// Starts the input schedule (or takes --schedule-file's) and writes the anchor; false
+    /// when --schedule-file has none.
+    bool start_schedule(std::uint64_t first_input);
 
     Args a_;
     prizma::Context ctx_;
@@ -521,19 +524,7 @@ int Core::finish() {
     return 0;
 }
 
-int Core::run() {
-    if (!a_.spin) {
-        // It sleeps until each input is due: with Linux's default 50 us timer slack every
-        // record would leave up to 50 us late.
-        (void)::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
-    }
-    if (const int rc = join(); rc >= 0) {
-        return rc;
-    }
-    const std::uint64_t first_input = inputs_ == 0 ? 0 : inputs_ - 1;
-    if (!publish_pending()) {
-        return 1;
-    }
+bool Core::start_schedule(std::uint64_t first_input) {
     // The schedule starts when the first record is out (flow control holds it until the
     // archiver is counted): no burst to catch up with the time spent waiting.
     t0_ns_ = prizma::Context::now_ns() - (due(first_input) - due(0));
@@ -550,7 +541,7 @@ int Core::run() {
         if (!(in >> given) || given <= 0) {
             fmt::print(stderr, "{}: --schedule-file {}: no anchor (unix ns) in it\n", kTool,
                        a_.schedule_file);
-            return 2;
+            return false;
         }
         t0_ns_ = prizma::Context::now_ns() - (unix_now - given);
     }
@@ -562,6 +553,25 @@ int Core::run() {
             !err.empty()) {
             fmt::print(stderr, "{}: warning: --anchor-file: {}\n", kTool, err);
         }
+    }
+    return true;
+}
+
+int Core::run() {
+    if (!a_.spin) {
+        // It sleeps until each input is due: with Linux's default 50 us timer slack every
+        // record would leave up to 50 us late.
+        (void)::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    }
+    if (const int rc = join(); rc >= 0) {
+        return rc;
+    }
+    const std::uint64_t first_input = inputs_ == 0 ? 0 : inputs_ - 1;
+    if (!publish_pending()) {
+        return 1;
+    }
+    if (!start_schedule(first_input)) {
+        return 2;
     }
     // Printed once the first record is out (flow control may hold it until the archiver is
     // there): a standby started after this line hears this core.

@@ -453,7 +453,14 @@ def sleep_until(s, t):
 
 
 def plan_kill_core(s, rnd):
-    s.start_cores()
+    # core-b follows core-a's schedule (--schedule-file), as two cores fed by one input feed:
+    # its anchor must be core-a's, so the takeover resumes the pair's schedule.
+    anchor_a, anchor_b = s.dir + "/anchor-a", s.dir + "/anchor-b"
+    s.start_cores(a_extra=("--anchor-file", anchor_a),
+                  b_extra=("--anchor-file", anchor_b, "--schedule-file", anchor_a))
+    a_ns, b_ns = (int(open(f).read()) for f in (anchor_a, anchor_b))
+    if abs(b_ns - a_ns) > 1_000_000:
+        raise Fail("core-b's schedule is %.3f ms off core-a's" % ((b_ns - a_ns) / 1e6))
     t = rnd.uniform(0.8, 2.0)
     sleep_until(s, t)
     s.kill_active_core(rnd.uniform(0.1, 0.4))

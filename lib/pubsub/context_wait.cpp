@@ -56,7 +56,9 @@ bool Context::Impl::arm_timer(std::int64_t until, std::int64_t now) noexcept {
 
 void Context::Impl::clear_timer() noexcept {
     std::uint64_t expiries = 0;
-    (void)!::read(timer.get(), &expiries, sizeof expiries);
+    if (::read(timer.get(), &expiries, sizeof expiries) < 0) {
+        expiries = 0;  // not expired after all (EAGAIN): nothing to clear
+    }
     timer_at = 0;
 }
 

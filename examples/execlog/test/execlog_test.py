@@ -1033,7 +1033,8 @@ def quorum_case(args, idx, rnd, wrong, cores):
             s.verify_kw["expect_logs"]["archiver"] = r"DISPUTE at record %d: copy from" % at
         joined = [int(re.findall(r"publishing from sequence (\d+)", c.text())[-1])
                   for c in s.cores[1:]]
-        s.marker_check = lambda: check_quorum(s, at, right, cores, max(joined))
+        agreeing = [n for n in names if n != wrong] if cores == 3 else [right]
+        s.marker_check = lambda: check_quorum(s, at, agreeing, cores, max(joined))
         return "%s (active) writes record %d differently, %d cores, quorum; %s" % (
             wrong, at, cores, held)
 
@@ -1096,8 +1097,11 @@ def check_quorum(s, at, right, cores, joined):
     most 2,000 here; with one flow gate for both cores it was 43,642 of 47,738). Three cores:
     no halt, no dispute."""
     held = check_marker(s, at, None)
-    if held != right:
-        raise Fail("the journal holds %s's copy of record %d, not %s's" % (held, at, right))
+    # Two cores: the operator chose `right`. Three: the two agreeing cores' copies are the
+    # same bytes, and either may complete the quorum first; only the wrong one must not win.
+    if held not in right:
+        raise Fail("the journal holds %s's copy of record %d, not %s" % (
+            held, at, " or ".join("%s's" % r for r in right)))
     text = s.procs["archiver"].text()
     counts = re.findall(r"disputes (\d+), unconfirmed (\d+)", text)
     if not counts:

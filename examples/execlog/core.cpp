@@ -530,20 +530,17 @@ bool Core::start_schedule(std::uint64_t first_input) {
     t0_ns_ = prizma::Context::now_ns() - (due(first_input) - due(0));
     started_ns_ = prizma::Context::now_ns();
     // The wall-clock time input 0 is due (for consumers' --latency-anchor-ns, same host).
-    const auto unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
+    const std::int64_t unix_now = execlog::unix_now_ns();
     if (!a_.schedule_file.empty()) {
         // A hot standby in step with its active: the inputs come when they came to it (the
         // same input feed), so a takeover resumes the active's schedule, not a later one.
-        std::ifstream in(a_.schedule_file);
-        std::int64_t given = 0;
-        if (!(in >> given) || given <= 0) {
+        const auto given = execlog::read_anchor_file(a_.schedule_file);
+        if (!given) {
             fmt::print(stderr, "{}: --schedule-file {}: no anchor (unix ns) in it\n", kTool,
                        a_.schedule_file);
             return false;
         }
-        t0_ns_ = prizma::Context::now_ns() - (unix_now - given);
+        t0_ns_ = prizma::Context::now_ns() - (unix_now - *given);
     }
     const std::int64_t anchor = unix_now - (prizma::Context::now_ns() - t0_ns_);
     fmt::print("{}: anchor_unix_ns {}\n", kTool, anchor);

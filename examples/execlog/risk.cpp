@@ -330,16 +330,13 @@ struct Timing {
         last_ns = now;
         if (anchor_ns == 0 && !anchor_file.empty() && now - tried_ns > 10'000'000) {
             tried_ns = now;
-            std::ifstream f(anchor_file);
-            f >> anchor_ns;
+            anchor_ns = execlog::read_anchor_file(anchor_file).value_or(0);
         }
         execlog::Record r;
         if (anchor_ns == 0 || execlog::decode(payload, r) != execlog::DecodeStatus::ok) {
             return;
         }
-        const auto unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count();
+        const std::int64_t unix_now = execlog::unix_now_ns();
         const auto due =
             anchor_ns + static_cast<std::int64_t>(r.time_ns - execlog::kSessionStartNs);
         samples.push_back(unix_now - due);

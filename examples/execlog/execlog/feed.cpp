@@ -8,11 +8,14 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -122,6 +125,21 @@ std::string sync_directory_of(const std::string& path) {
         return fmt::format("cannot fsync directory '{}': {}", dir, errno_text(e));
     }
     return {};
+}
+
+std::int64_t unix_now_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+std::optional<std::int64_t> read_anchor_file(const std::string& path) {
+    std::ifstream f(path);
+    std::int64_t anchor = 0;
+    if (!(f >> anchor) || anchor <= 0) {
+        return std::nullopt;
+    }
+    return anchor;
 }
 
 std::string write_file_atomically(const std::string& path, std::string_view content) {

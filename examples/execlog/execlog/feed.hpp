@@ -27,6 +27,12 @@ std::string strip_flow_keys(std::string_view uri);
 /// `path` keeps its previous content. Returns an error text, empty on success.
 std::string write_file_atomically(const std::string& path, std::string_view content);
 
+/// The wall clock (ns since the Unix epoch) latency anchors are in: a core's --anchor-file
+/// holds the time its input 0 is due on it, so processes on one host share its schedule.
+std::int64_t unix_now_ns() noexcept;
+/// The anchor in a core's --anchor-file; nullopt while it is missing or holds none.
+std::optional<std::int64_t> read_anchor_file(const std::string& path);
+
 /// fsyncs the directory holding `path` (so that a file created or renamed there survives a
 /// crash). Returns an error text, empty on success.
 std::string sync_directory_of(const std::string& path);

@@ -275,6 +275,15 @@ int do_recv(char** av, int ac) {
     return got >= count ? 0 : 1;
 }
 
+// The p-th percentile (0-100) of sorted samples, nearest rank; 0 when there are none.
+std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
+    if (sorted.empty()) {
+        return 0;
+    }
+    const auto rank = static_cast<std::size_t>(p / 100.0 * static_cast<double>(sorted.size()));
+    return sorted[std::min(rank, sorted.size() - 1)];
+}
+
 // How ping and pong wait for a datagram: busy-polling, or sleeping in epoll_wait (ep >= 0).
 struct Waiter {
     int fd = -1;
@@ -390,11 +399,7 @@ int do_ping(int ac, char** av) {
     const double secs = static_cast<double>(now_ns() - begin) / 1e9;
     std::sort(rtt.begin(), rtt.end());
     auto pct = [&](double p) {
-        if (rtt.empty()) {
-            return std::int64_t{0};
-        }
-        const auto rank = static_cast<std::size_t>(p / 100.0 * static_cast<double>(rtt.size()));
-        return rtt[std::min(rank, rtt.size() - 1)];
+        return percentile(rtt, p);
     };
     std::printf(
         "{\"mode\":\"ping\",\"count\":%llu,\"size\":%zu,\"lost\":%llu,\"rtt_ns\":{\"min\":%lld,"
@@ -481,11 +486,7 @@ int do_oneway_recv(int ac, char** av) {
     const std::size_t got = late.size();
     std::sort(late.begin(), late.end());
     auto pct = [&](double p) {
-        if (late.empty()) {
-            return 0.0;
-        }
-        const auto rank = static_cast<std::size_t>(p / 100.0 * static_cast<double>(got - 1));
-        return static_cast<double>(late[rank]) / 1e3;
+        return static_cast<double>(percentile(late, p)) / 1e3;
     };
     std::printf(
         "{\"mode\":\"oneway-recv\",\"wait\":\"%s\",\"measured\":\"due -> received\","

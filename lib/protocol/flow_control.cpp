@@ -254,6 +254,16 @@ bool FlowLimiter::waits_for(std::uint16_t family,
     });
 }
 
+bool FlowLimiter::holds_back(std::uint16_t family,
+                             const std::array<std::uint8_t, 16>& addr,
+                             Sqn next,
+                             std::uint32_t txw) const noexcept {
+    return std::any_of(table_.begin(), table_.end(), [&](const Entry& e) {
+        return e.used && e.r.admitted && counts(e) && e.family == family && e.addr == addr
+               && gap(next, reach(e, txw)) <= 0;
+    });
+}
+
 bool FlowLimiter::all_consumed(Sqn next) const noexcept {
     return std::all_of(table_.begin(), table_.end(), [&](const Entry& e) {
         return !e.used || !e.r.admitted || !counts(e) || gap(e.r.consumed, next) <= 0;

@@ -101,6 +101,12 @@ public:
     [[nodiscard]] bool waits_for(std::uint16_t family,
                                  const std::array<std::uint8_t, 16>& addr,
                                  Sqn s) const noexcept;
+    /// A counted receiver at this address holds the source back now: its window ends at or
+    /// before `next` (`txw`: the transmit window), so nothing more goes out until it consumes.
+    [[nodiscard]] bool holds_back(std::uint16_t family,
+                                  const std::array<std::uint8_t, 16>& addr,
+                                  Sqn next,
+                                  std::uint32_t txw) const noexcept;
     /// Every counted receiver has consumed everything before `next` (true when none is).
     [[nodiscard]] bool all_consumed(Sqn next) const noexcept;
     /// Receivers admitted now (tagged or not).

@@ -376,6 +376,7 @@ void Source::emit_odata(Sqn s,
     sl.has_fragment = frag != nullptr;
     sl.repair_pending = false;
     sl.rdata_count = 0;
+    sl.waited_count = 0;
     if (frag != nullptr) {
         sl.fragment = *frag;
     }

@@ -146,6 +146,9 @@ private:
         bool has_fragment = false;
         bool repair_pending = false;
         std::uint8_t rdata_count = 0;  // RDATA sent for this sqn (saturates at 255)
+        // RDATA admitted for a counted receiver the source waits for: their own
+        // max_repairs_per_sqn, so that other receivers' NAKs cannot spend it (saturates).
+        std::uint8_t waited_count = 0;
         pgm::FragmentInfo fragment{};
     };
     /// A token bucket filled by data sent, not by time: `fraction` bytes of repair per ODATA

@@ -242,15 +242,24 @@ bool Source::admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept {
         ++counters_.nak_eliminated;  // §5.3: an RDATA for it has just gone out
         return false;
     }
-    if (sl.rdata_count >= cfg_.max_repairs_per_sqn) {
+    // Flow control: a counted receiver the source waits for gets what it is missing outside
+    // the NAK budget (the source earns no credit while it waits), and its own count of
+    // max_repairs_per_sqn: in a NAK storm other receivers' NAKs use up a sqn's repairs, and a
+    // refused repair would hold the source until it evicts the receiver. While a counted
+    // receiver holds the source back, anything in the window its host asks for is repaired so:
+    // what it consumed may be another subscription's on that host (a recorder whose flow gate
+    // drains as far as its journal, which a second publisher's copy filled) that waits for
+    // this sqn in order (docs/PROTOCOL.md §11).
+    const std::uint32_t txw = mask_ + 1;
+    const bool waited_for = flow_.active()
+                            && (flow_.waits_for(rq.family, rq.addr, s)
+                                || flow_.holds_back(rq.family, rq.addr, next_, txw));
+    if (waited_for ? sl.waited_count >= cfg_.max_repairs_per_sqn
+                   : sl.rdata_count >= cfg_.max_repairs_per_sqn) {
         ++counters_.nak_repeat_limited;
         ++counters_.nak_ignored;
         return false;
     }
-    // Flow control: a counted receiver the source waits for gets what it is missing outside
-    // the NAK budget (the source earns no credit while it waits; the per-sqn limits above
-    // still bound it: docs/PROTOCOL.md §11).
-    const bool waited_for = flow_.active() && flow_.waits_for(rq.family, rq.addr, s);
     const std::size_t wire = static_cast<std::size_t>(sl.header_len) + sl.tsdu_len;
     switch (waited_for ? Pay::ok : pay(rq, wire)) {
         case Pay::ok: break;
@@ -264,6 +273,9 @@ bool Source::admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept {
             return false;
     }
     sl.repair_pending = true;
+    if (waited_for && sl.waited_count != UINT8_MAX) {
+        ++sl.waited_count;
+    }
     ++counters_.rdata_queued;
     push_repair(s, waited_for ? 0U : static_cast<std::uint32_t>(wire));
     return true;

@@ -656,6 +656,56 @@ TEST_CASE("flow: a counted receiver the source waits for is repaired outside the
     nak(2, host(3, 7500));  // before its consumed position: not waited for, the budget says no
     CHECK(src->counters().rdata_queued == 1);
     CHECK(src->counters().nak_ignored == 2);
+    // Once that receiver holds the source back (its window, 4 + 8, reached), its host gets
+    // anything in the window: another subscription there (a recorder's data subscription
+    // behind its flow gate) may wait for sqn 2 in order. Other hosts still get nothing.
+    REQUIRE(src->send(payload, kT0, out).has_value());
+    REQUIRE(src->send(payload, kT0, out).has_value());
+    REQUIRE(src->send(payload, kT0, out).error() == Errc::back_pressured);
+    nak(3, host(77, 7500));
+    CHECK(src->counters().rdata_queued == 1);
+    nak(3, host(3, 7500));
+    CHECK(src->counters().rdata_queued == 2);
+    CHECK(src->counters().nak_ignored == 3);
+}
+
+// A NAK storm: other receivers' NAKs use up a sqn's max_repairs_per_sqn; the counted receiver
+// the source waits for still gets that sqn, up to a count of its own.
+TEST_CASE("flow: other receivers' NAKs do not use up the repairs of the receiver waited for",
+          "[protocol][flow]") {
+    constexpr std::int64_t kSec = 1'000'000'000;
+    SourceConfig sc = flow_source(8, config(FlowStrategy::min));
+    sc.max_repairs_per_sqn = 2;
+    auto src = Source::create(sc).value();
+    Capture out;
+    src->open(kT0, out);
+    const std::vector<std::byte> payload(100, std::byte{1});
+    for (int i = 0; i < 10; ++i) {
+        REQUIRE(src->send(payload, kT0, out).has_value());
+    }
+    src->on_packet(parsed(ack_for(sc.tsi.gsi, status(5, 4, 8))), host(3, 7500), kT0, out);
+    REQUIRE(src->flow().counted() == 1);
+    std::int64_t t = kT0;
+    const auto nak = [&](std::uint32_t sqn, const Endpoint& from) {
+        t += kSec;  // past the repeat interval each time
+        const std::uint64_t before = src->counters().rdata_sent;
+        src->on_packet(parsed(nak_for(sc, sqn)), from, t, out);
+        return src->counters().rdata_sent - before;
+    };
+    // Another host (its own budget share is ample) gets sqn 6 twice, then no more.
+    CHECK(nak(6, host(77, 7500)) == 1);
+    CHECK(nak(6, host(77, 7500)) == 1);
+    CHECK(nak(6, host(77, 7500)) == 0);
+    CHECK(src->counters().nak_repeat_limited == 1);
+    // The receiver the source waits for: twice more, then its own count is spent too.
+    CHECK(nak(6, host(3, 7500)) == 1);
+    CHECK(nak(6, host(3, 7500)) == 1);
+    CHECK(nak(6, host(3, 7500)) == 0);
+    CHECK(src->counters().nak_repeat_limited == 2);
+    // A sqn it has consumed is not waited for: the shared count rules.
+    CHECK(nak(2, host(77, 7500)) == 1);
+    CHECK(nak(2, host(77, 7500)) == 1);
+    CHECK(nak(2, host(3, 7500)) == 0);
 }
 
 // docs/PROTOCOL.md §3.1, held credit: repair credit is earned by data sent, so a source that

@@ -117,12 +117,16 @@ struct FlowGate {
     std::uint64_t drained = 0;  // the highest sequence taken
     bool any = false;
 
+    /// Takes messages while the last one taken is before the journal's last record (records
+    /// [0, written) are on disk): never one past it, which the cores would then count as
+    /// consumed and repair for the data subscription only within the NAK budget. The first
+    /// is taken once a record is on disk (it tells the epoch and where the gate stands).
     void drain(std::uint64_t written) {
         if (!sub) {
             return;
         }
         prizma::Message m;
-        while ((!any || drained < written) && sub->next(m)) {
+        while ((any ? drained + 1 < written : written > 0) && sub->next(m)) {
             prizma::RecordHeader h;
             if (m.kind != prizma::MessageKind::data || !prizma::RecordHeader::read(m.payload, h)
                 || h.stream_id != stream_id || (any && h.epoch < epoch)) {
@@ -364,8 +368,12 @@ int serve(const Args& a,
         const std::int64_t now = prizma::Context::now_ns();
         if (now - printed_at > 1'000'000'000) {
             printed_at = now;
-            fmt::print("{}: journal next {}, written {}\n", kTool, ar.rec.next_sequence(),
-                       ar.rec.written_sequence());
+            const auto pc = f.subscriber().counters();
+            fmt::print(
+                "{}: journal next {}, written {}; pgm: rdata {}, naks {}, ncf {}, loss events "
+                "{}\n",
+                kTool, ar.rec.next_sequence(), ar.rec.written_sequence(), pc.rdata_received,
+                pc.naks_sent, pc.ncf_received, pc.loss_events);
             (void)std::fflush(stdout);
         }
         if (work == 0 && n == 0) {

@@ -330,12 +330,18 @@ void Core::say_held(std::uint64_t seq, std::int64_t held_ns) {
     }
     const bool any_counted =
         std::any_of(receivers.begin(), receivers.end(), [](const auto& r) { return r.counted; });
-    fmt::print(stderr, "{}: HELD for {:.1f} s at record {}: {}{}\n", kTool,
-               static_cast<double>(held_ns) / 1e9, seq,
+    // What the repairs looked like meanwhile (a member held back by a repair refused shows
+    // here as NAKs ignored).
+    const auto c = pub_.counters();
+    fmt::print(stderr,
+               "{}: HELD for {:.1f} s at record {}: {}{}; repairs: naks {}, rdata {}, ignored {} "
+               "(requester's share {}, budget {}, repeats {}), flow evicted {}\n",
+               kTool, static_cast<double>(held_ns) / 1e9, seq,
                any_counted ? "flow control: a counted member (the archiver) is a window behind"
                            : "flow control: no archiver counted (flow_group: the exchange does "
                              "not publish what it cannot journal)",
-               who);
+               who, c.naks_received, c.rdata_sent, c.naks_ignored, c.naks_requester_limited,
+               c.naks_budget_limited, c.naks_repeat_limited, c.flow_evicted);
 }
 
 bool Core::publish_pending() {
@@ -517,9 +523,10 @@ int Core::finish() {
     write_metrics(prizma::Context::now_ns());
     const auto c = pub_.counters();
     fmt::print(
-        "{}: pgm: odata {}, rdata {}, naks received {}, naks ignored {}, repairs dropped {}, "
-        "flow blocked {}, flow evicted {}\n",
-        kTool, c.odata_sent, c.rdata_sent, c.naks_received, c.naks_ignored, c.repairs_dropped,
+        "{}: pgm: odata {}, rdata {}, naks received {}, naks ignored {} (requester's share {}, "
+        "budget {}, repeats {}), repairs dropped {}, flow blocked {}, flow evicted {}\n",
+        kTool, c.odata_sent, c.rdata_sent, c.naks_received, c.naks_ignored,
+        c.naks_requester_limited, c.naks_budget_limited, c.naks_repeat_limited, c.repairs_dropped,
         c.flow_blocked, c.flow_evicted);
     return 0;
 }
@@ -609,14 +616,7 @@ int Core::run() {
     return finish();
 }
 
-int run(int argc, char** argv) {
-    CLI::App app{"", kTool};
-    prizma::tools::init(
-        app, "execlog-core URI (--seed S --rate R --count N | --orders FILE) [options]",
-        "The deterministic matching engine: publishes the ExecLog (docs/EXECLOG.md) as a lossless "
-        "stream on URI. Two cores with the same input are a hot-standby pair; one started while "
-        "the stream is live joins it as the standby.");
-    Args a;
+void add_options(CLI::App& app, Args& a) {
     app.add_option("uri", a.uri, "Channel URI (e.g. udp://239.192.130.1:24801?iface=127.0.0.1)")
         ->required();
     app.add_option("--seed", a.gen.seed, "Order generator seed")->check(prizma::tools::whole());
@@ -661,6 +661,17 @@ int run(int argc, char** argv) {
                    "the session has ended before publishing");
     prizma::tools::add_replay_security_options(app, a.archive_security, false);
     execlog::add_metrics_options(app, a.metrics);
+}
+
+int run(int argc, char** argv) {
+    CLI::App app{"", kTool};
+    prizma::tools::init(
+        app, "execlog-core URI (--seed S --rate R --count N | --orders FILE) [options]",
+        "The deterministic matching engine: publishes the ExecLog (docs/EXECLOG.md) as a lossless "
+        "stream on URI. Two cores with the same input are a hot-standby pair; one started while "
+        "the stream is live joins it as the standby.");
+    Args a;
+    add_options(app, a);
     if (const int rc = prizma::tools::parse(app, argc, argv); rc >= 0) {
         return rc;
     }

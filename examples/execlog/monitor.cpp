@@ -107,6 +107,45 @@ std::uint64_t counter(const std::vector<std::pair<std::string, std::uint64_t>>& 
     return 0;
 }
 
+/// This subscription's own counters, the ones not zero (receive side and transport): what a
+/// still stream looks like from here (nothing heard, or held for a repair), with or without a
+/// stats file.
+std::string own_counters(const prizma::Subscriber& sub) {
+    std::string out;
+    const prizma::ChannelCounters c = sub.counters();
+    for (const auto& f : prizma::kChannelCounterFields) {
+        if (c.*f.member != 0) {
+            out += fmt::format("{}{} {}", out.empty() ? "" : ", ", f.name, c.*f.member);
+        }
+    }
+    for (const auto& t : sub.transport_counters()) {
+        if (t.value != 0) {
+            out += fmt::format(", {} {}", t.name, t.value);
+        }
+    }
+    return out;
+}
+
+/// The stream has not moved for `still_ms`: said loudly, with this subscription's counters.
+void say_still(std::int64_t still_ms, std::uint64_t last, const prizma::Subscriber& sub) {
+    fmt::print(
+        "{}: ALERT: no record for {} ms after record {}: the stream is halted or held (an "
+        "archiver halted at a divergence, or flow control without a counted archiver: see the "
+        "cores' members below)\n",
+        kTool, still_ms, last);
+    fmt::print("{}:   this subscription: {}\n", kTool, own_counters(sub));
+}
+
+void say_final(const View& v, const prizma::StreamCounters& c, const prizma::Subscriber& sub) {
+    fmt::print(
+        "{}: final: records {}, next {}, gaps {} ({} records), divergences {}, duplicates {}, "
+        "stale-epoch {}, unknown types {}, sources {}, active-core changes {}, stalls {}, "
+        "cpu {:.3f} s\n",
+        kTool, v.records, v.next, v.loss_events, v.lost, v.divergences, c.duplicates, c.stale_epoch,
+        v.unknown, v.first_copies.size(), v.active_changes, v.stalls, execlog::cpu_seconds());
+    fmt::print("{}: final: this subscription: {}\n", kTool, own_counters(sub));
+}
+
 /// Per-source counters of this process's own subscription, and every flow-controlled
 /// receiver the publishers of this user's prizma processes track.
 void print_stats(const prizma::Context& ctx) {
@@ -237,11 +276,7 @@ int run(int argc, char** argv) {
                 c.duplicates, c.stale_epoch, v.unknown);
             if (v.records == at_records && v.records > 0 && !v.ended) {
                 still_ms += (now - at) / 1'000'000;
-                fmt::print(
-                    "{}: ALERT: no record for {} ms after record {}: the stream is halted "
-                    "or held (an archiver halted at a divergence, or flow control "
-                    "without a counted archiver: see the cores' members below)\n",
-                    kTool, still_ms, v.next - 1);
+                say_still(still_ms, v.next - 1, *sub);
             } else {
                 still_ms = 0;
             }
@@ -272,13 +307,7 @@ int run(int argc, char** argv) {
     }
     v.close_interval();
     write_metrics(metrics, v, in->counters(), still_ms, prizma::Context::now_ns());
-    const auto& c = in->counters();
-    fmt::print(
-        "{}: final: records {}, next {}, gaps {} ({} records), divergences {}, duplicates {}, "
-        "stale-epoch {}, unknown types {}, sources {}, active-core changes {}, stalls {}, "
-        "cpu {:.3f} s\n",
-        kTool, v.records, v.next, v.loss_events, v.lost, v.divergences, c.duplicates, c.stale_epoch,
-        v.unknown, v.first_copies.size(), v.active_changes, v.stalls, execlog::cpu_seconds());
+    say_final(v, in->counters(), *sub);
     return lost_tail ? 1 : 0;
 }
 

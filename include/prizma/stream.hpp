@@ -162,6 +162,12 @@ struct StreamOptions {
     /// stream; a publisher that sent nothing for this long is then not waited for until it
     /// sends again. Copies that disagree are then a dispute.
     std::chrono::nanoseconds quorum_timeout = std::chrono::milliseconds(100);
+    /// Arbitration::quorum: when quorum_timeout passes with fewer agreeing copies than the
+    /// quorum needs, a loss event for that record instead of the copy it has (counted
+    /// `quorum_losses`), for a subscriber that can read the settled copy elsewhere (an
+    /// archive): a copy delayed past the timeout (a repair in a NAK storm) then never lets an
+    /// unconfirmed copy through. Silent publishers are still not waited for again.
+    bool quorum_timeout_loss = false;
 };
 
 struct StreamCounters {
@@ -182,6 +188,9 @@ struct StreamCounters {
     /// Arbitration::quorum: records delivered with fewer agreeing publishers than `quorum`
     /// (the others silent past quorum_timeout).
     std::uint64_t unconfirmed = 0;
+    /// Arbitration::quorum with quorum_timeout_loss: records reported lost (in loss_events,
+    /// lost_records) because their quorum did not come in time.
+    std::uint64_t quorum_losses = 0;
     std::uint64_t disputes = 0;  ///< dispute events
     std::uint64_t resolved = 0;  ///< disputes settled by resolve()
 };

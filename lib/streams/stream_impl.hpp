@@ -162,7 +162,7 @@ struct StreamSubscriber::Impl {
     [[nodiscard]] std::size_t could_vote(const Ballot& b, std::uint64_t seq) const noexcept;
     bool decide(StreamEvent& out);
     bool deliver_ballot(std::size_t k, StreamEvent& out, bool resolved = false);
-    bool lose_next(StreamEvent& out);
+    bool lose_next(StreamEvent& out, bool overflow = true);
     bool report_dissent(StreamEvent& out) noexcept;
 };
 

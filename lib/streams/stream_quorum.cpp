@@ -176,6 +176,10 @@ bool StreamSubscriber::Impl::decide(StreamEvent& out) {
                 (cp.has_high && cp.high >= next) || now - cp.heard_ns < opt.quorum_timeout.count();
             cp.absent = cp.absent || (!past && !b.voted(cp.tsi));
         }
+        if (opt.quorum_timeout_loss) {
+            ++c.quorum_losses;
+            return lose_next(out, false);  // the subscriber reads the settled copy elsewhere
+        }
         return deliver_ballot(0, out);
     }
     disputed_at = next;
@@ -189,13 +193,14 @@ bool StreamSubscriber::Impl::decide(StreamEvent& out) {
 }
 
 // The record at `next` is agreed on, but none of its copies' bytes were kept (they all came
-// while the buffer was full): a loss, reported.
-bool StreamSubscriber::Impl::lose_next(StreamEvent& out) {
+// while the buffer was full: `overflow`), or its quorum timed out (quorum_timeout_loss): a
+// loss, reported.
+bool StreamSubscriber::Impl::lose_next(StreamEvent& out, bool overflow) {
     recycle(ballots.extract(ballots.begin()));
     out = StreamEvent{StreamEventKind::loss, epoch, next, 1, {}, {}};
     ++c.loss_events;
     ++c.lost_records;
-    ++c.overflows;
+    c.overflows += overflow ? 1U : 0U;
     ++next;
     dispute_list.clear();
     restart_gap_clock();

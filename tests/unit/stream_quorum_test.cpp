@@ -45,7 +45,11 @@ struct Quorum {
     std::optional<prizma::StreamSubscriber> stream;
     std::vector<Event> log;
 
-    Quorum(const std::string& name, std::size_t n, std::size_t quorum, std::size_t buffer = 4096)
+    Quorum(const std::string& name,
+           std::size_t n,
+           std::size_t quorum,
+           std::size_t buffer = 4096,
+           bool timeout_loss = false)
         : sub(ctx.add_subscriber("mem://" + name + ":7600").value()) {
         g_now = 1'000'000'000;
         for (std::size_t i = 0; i < n; ++i) {
@@ -59,6 +63,7 @@ struct Quorum {
         o.quorum = quorum;
         o.quorum_timeout = std::chrono::milliseconds(100);
         o.buffer_records = buffer;
+        o.quorum_timeout_loss = timeout_loss;
         stream.emplace(prizma::StreamSubscriber::create(o).value());
         REQUIRE(stream->add(sub).has_value());
         prizma::detail::StreamSubscriberTesting::set_clock(*stream, &test_now);
@@ -242,6 +247,33 @@ TEST_CASE("stream quorum: a silent publisher delays one record by quorum_timeout
     q.send(1, 9, 10);
     CHECK(q.records() == range(0, 10));
     CHECK(q.stream->counters().unconfirmed == 5);
+}
+
+// A subscriber that can read the settled copy elsewhere (an ExecLog consumer, from the
+// archive): the record whose quorum timed out is a loss event, never its lone copy, even when
+// the late copy would have been a different one.
+TEST_CASE("stream quorum: with quorum_timeout_loss a timed-out record is lost, not unconfirmed",
+          "[unit][stream]") {
+    Quorum q("quorum-timeout-loss", 2, 2, 4096, true);
+    q.send(0, 0, 3);
+    q.send(1, 0, 3);
+    CHECK(q.records() == range(0, 3));
+    q.send(0, 3, 6, 3);  // the active's copy of 3 is wrong; the standby's is late
+    g_now += 100'000'000;
+    q.pump();
+    CHECK(q.of(prizma::StreamEventKind::loss) == std::vector<std::uint64_t>{3});
+    CHECK(q.records() == std::vector<std::uint64_t>{0, 1, 2, 4, 5});  // the late one: not waited
+    CHECK(q.stream->counters().quorum_losses == 1);
+    CHECK(q.stream->counters().lost_records == 1);
+    CHECK(q.stream->counters().overflows == 0);
+    for (const Event& e : q.log) {
+        CHECK((e.kind != prizma::StreamEventKind::record || e.sequence != 3));
+    }
+    q.send(1, 3, 6);  // it comes back: waited for again
+    q.send(0, 6, 7);
+    CHECK(q.records() == std::vector<std::uint64_t>{0, 1, 2, 4, 5});
+    q.send(1, 6, 7);
+    CHECK(q.records() == std::vector<std::uint64_t>{0, 1, 2, 4, 5, 6});
 }
 
 TEST_CASE("stream quorum: a halt reads at most 16 x buffer_records, and nothing is lost after it",

@@ -39,6 +39,7 @@ void add(prizma::StreamCounters& to, const prizma::StreamCounters& c) {
     to.stalls += c.stalls;
     to.other_version += c.other_version;
     to.unconfirmed += c.unconfirmed;
+    to.quorum_losses += c.quorum_losses;
     to.disputes += c.disputes;
     to.resolved += c.resolved;
 }
@@ -365,6 +366,9 @@ bool Feed::start_live() {
     so.arbitration = opt_.arbitration;
     so.quorum = opt_.quorum;
     so.quorum_timeout = opt_.quorum_timeout;
+    // With an archiver, a record whose quorum does not come in time is read from the archive
+    // (what the archiver settled), never applied unconfirmed.
+    so.quorum_timeout_loss = !opt_.replay_host.empty();
     auto s = prizma::StreamSubscriber::create(so);
     if (!s || !s->add(sub_)) {
         return false;
@@ -385,6 +389,7 @@ bool Feed::start_late(const char* why) {
     lo.stream.arbitration = opt_.arbitration;
     lo.stream.quorum = opt_.quorum;
     lo.stream.quorum_timeout = opt_.quorum_timeout;
+    lo.stream.quorum_timeout_loss = true;
     lo.replay_address = opt_.replay_host;
     lo.replay_port = opt_.replay_port;
     lo.client.security = opt_.replay_security;

@@ -446,6 +446,10 @@ bool open_one_gate(prizma::Context& ctx,
         // repair outside their NAK budget (docs/EXECLOG.md).
         fo.recover_history = true;
         fo.max_recover_sqns = a.flow_window;
+        // Passive: the data subscription asks for every repair and they are multicast, so the
+        // gate hears them too; a gate (one per core) that NAKed as well multiplied the
+        // archiver's NAKs in a storm (measured 2026-12-06: 118,830 NAKs in one ExecLog test).
+        fo.passive = true;
         if (gsi) {
             fo.allowed_sources = {*gsi};
         }

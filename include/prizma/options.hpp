@@ -166,7 +166,7 @@ struct ChannelOptions {
     /// also after delivery. Costs a hash of each payload (~5 ns at 100 bytes, ~35 ns at 500:
     /// docs/PERFORMANCE.md); off on authenticated channels, where only the source signs.
     bool detect_conflicts = true;
-    bool passive = false;  ///< subscriber never NAKs
+    bool passive = false;  ///< subscriber never NAKs (with flow keys it still sends status)
     /// Publisher: the GSI of its TSI (default: the Context's, random per Context). A fixed
     /// one lets subscribers allow this publisher by name (allowed_sources).
     std::optional<Gsi> gsi;

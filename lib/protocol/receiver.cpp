@@ -202,7 +202,7 @@ void Receiver::start(Peer& p, Sqn first, std::optional<Sqn> trail) const noexcep
     p.lead = begin - 1;
     p.dropped_lead = begin - 1;
     p.trail_done = begin;
-    if (cfg_.send_status && !cfg_.passive) {
+    if (cfg_.send_status) {
         p.status_pos = begin;
         p.status_due = 0;  // the source learns of this receiver at the next timer run
     }

@@ -153,7 +153,8 @@ protocol::ReceiverConfig Context::Impl::receiver_config(const TransportChannel& 
     c.passive = o.passive;
     c.storage_budget_bytes = o.memory_budget_bytes;
     c.allowed_gsis = o.allowed_sources;
-    c.send_status = o.flow.strategy != FlowControl::max && !o.passive;
+    // Flow keys mean status, passive or not: passive only never asks for repairs.
+    c.send_status = o.flow.strategy != FlowControl::max;
     c.receiver_id = rng() | 1U;
     c.status_tag = o.flow.tag;
     c.status_ivl_ns =

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Flow control through the public API on mem:// channels: a slow subscriber paces an unpaced
 // publisher without loss, tagged groups and their minimum, leaving, URI keys and refusals.
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -180,6 +181,41 @@ TEST_CASE("flow API: a removed subscriber stops holding the publisher back", "[u
         (void)ctx.poll();
     }
     CHECK(more == 1000);
+}
+
+// A flow member that never asks for repairs (the ExecLog archiver's flow gates: the data
+// subscription beside them asks, and the repairs are multicast): passive, with flow keys it
+// still sends status, and sends no NAK however much it loses.
+TEST_CASE("flow API: a passive subscriber with flow keys sends status and never a NAK",
+          "[unit][flow]") {
+    prizma::ChannelOptions o;
+    o.window_sqns = 128;
+    o.flow.strategy = prizma::FlowControl::min;
+    o.preset = prizma::TimerPreset::rdma;  // a gap it waits out is lost within milliseconds
+    prizma::ChannelOptions so = o;
+    so.passive = true;
+    auto ctx = prizma::Context::create().value();
+    auto sub = ctx.add_subscriber("mem://flow-p:7500?loss=0.1&seed=5", so);
+    auto pub = ctx.add_publisher("mem://flow-p:7500", o);
+    REQUIRE((sub && pub));
+    std::uint64_t sent = 0;
+    prizma::Message m;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (sent < 2000 && std::chrono::steady_clock::now() < until) {
+        if (pub->offer(message(sent))) {
+            ++sent;
+        }
+        (void)ctx.poll();
+        while (sub->next(m)) {
+        }
+    }
+    CHECK(sent == 2000);
+    CHECK(pub->counters().status_received > 0);
+    CHECK(pub->counters().flow_receivers == 1);
+    CHECK(sub->counters().status_sent > 0);
+    CHECK(sub->counters().loss_events > 0);  // it lost packets...
+    CHECK(sub->counters().naks_sent == 0);   // ...and asked for none
+    CHECK(pub->counters().naks_received == 0);
 }
 
 TEST_CASE("flow API: bad flow keys and options are refused with what they must be",

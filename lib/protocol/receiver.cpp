@@ -448,6 +448,12 @@ bool Receiver::admit_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) 
         ++counters_.refused;  // a source's trail is never past the packet it is in
         return false;
     }
+    if (!p.started && is_rdata) {
+        // A repair for another receiver tells nothing of where the source is now: starting at
+        // it (an old sqn) would NAK everything from there to the lead, or count a recovering
+        // flow member a window further back than it is. ODATA or an SPM starts the window.
+        return false;
+    }
     if (!p.started) {
         Sqn first = s;
         if (pkt.opts.has_fragment && precedes(pkt.opts.fragment.first_sqn, s)

@@ -327,6 +327,36 @@ TEST_CASE("late join: first_packet starts at the first sqn seen", "[protocol][jo
     CHECK(late.receiver().counters().nak_sent == 0);
 }
 
+// A receiver that joins while another's repair is on the way: the RDATA of an old sqn must not
+// start it back there (it would NAK everything from there to the lead; a flow member would
+// report itself far behind: seen in execlog.kill_archiver, where the restarted archiver's
+// gate started 17,401 packets back and was not counted).
+TEST_CASE("late join: a repair for another receiver does not start a new one back there",
+          "[protocol][join]") {
+    auto sc = source_config();
+    sc.timers.heartbeat_spm_ns = {};  // no SPM for a while: the repair is its first packet
+    sc.timers.ambient_spm_ns = 10'000 * kMs;
+    Sim sim;
+    auto& src = sim.add_source(sc);
+    auto& other = sim.add_receiver(receiver_config(27), drop({{kOdata, 5, 1}}));
+    sim.pump();
+    publish_n(sim, src, 0, 5);
+    sim.run_for(50 * kMs, 100 * kUs);  // the other has the source's NLA (its SPMR's answer)
+    publish_n(sim, src, 5, 95);
+    sim.pump();
+    auto& late = sim.add_receiver(receiver_config(29));
+    sim.run_for(50 * kMs, 100 * kUs);  // the other's NAK, the RDATA of 5 to the group
+    REQUIRE(other.receiver().counters().repaired == 1);
+    // Its first packet, and no more: started there, it asked for 6-99 (95 RDATA).
+    CHECK(late.receiver().counters().rdata_received == 1);
+    CHECK(late.data().empty());
+    publish_n(sim, src, 100, 10);
+    sim.run_for(50 * kMs, 100 * kUs);
+    require_in_order(late, 100, 10);
+    CHECK(late.receiver().counters().nak_sent == 0);
+    CHECK(late.count(Kind::loss) == 0);
+}
+
 TEST_CASE("late join: from_trail recovers the source's history, asking for an SPM first",
           "[protocol][join][spmr]") {
     auto sc = source_config();

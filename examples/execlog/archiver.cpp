@@ -231,6 +231,20 @@ bool settle(Archive& ar, execlog::Feed& f, std::uint64_t q, const execlog::Opera
     return true;
 }
 
+/// While halted at a dispute the stream delivered `e` by itself (Arbitration::quorum: "two
+/// that differ with the third late are settled when it comes"): the halt ends, no operator.
+void quorum_came(Archive& ar, const prizma::StreamEvent& e, std::int64_t& said_at) {
+    if (e.kind == prizma::StreamEventKind::record && e.sequence == *ar.halted_at) {
+        fmt::print(stderr,
+                   "{}: the quorum came for record {}: {} cores sent the copy from {} (a core "
+                   "behind completed it); going on\n",
+                   kTool, e.sequence, e.count, execlog::tsi_text(e.source));
+    }
+    ar.halted_at.reset();
+    ar.disputed = false;
+    said_at = 0;
+}
+
 /// While halted: says so (at once, then every 5 s) and reads the operator's decision. Returns
 /// 0 to go on (halted or not), 3 to stop (the operator said so).
 int halted(const Args& a, Archive& ar, execlog::Feed& f, std::int64_t& said_at) {
@@ -329,7 +343,24 @@ int serve(const Args& a,
             write_metrics(reports.metrics, ar, f, reports.server, now);
         }
         if (ar.halted_at) {
-            // Nothing journaled, the flow gate not drained: the cores hold within its window.
+            // Nothing journaled from the halt on: the cores hold within a window of it. The
+            // gates still drain up to it, so a core far behind (one that started the stream
+            // afresh when its join wait heard nothing) comes up to the halt and its copy can
+            // settle the dispute; held at its own window, it never would.
+            gate.drain(ar.rec.written_sequence());
+            if (ar.disputed && f.next(e)) {
+                // The stream went on by itself: a core's copy, late, completed the quorum.
+                quorum_came(ar, e, said_at);
+                bool retry = false;
+                const auto record = f.last_record();
+                if (!ar.take(e, record, retry)) {
+                    return 1;
+                }
+                if (retry) {
+                    ar.hold(e, record);
+                }
+                continue;
+            }
             if (const int rc = halted(a, ar, f, said_at); rc != 0) {
                 return rc;
             }

@@ -212,13 +212,17 @@ class Session:
         a = self.core("core-a", *a_extra, role="core_a").start()
         a.wait_for("publishing from", 15)
         self.t_a = time.time()
-        b = self.core("core-b", *b_extra, role="core_b").start()
-        b.wait_for("publishing from|error", 15)
+        # A standby listens up to 3 s for the live stream (not the default 0.5 s): on a loaded
+        # host a late start heard nothing in time and began the stream afresh, far behind.
+        # A third voter starts with the second: one started later, on a loaded host, may
+        # listen only once the stream is held (a halt), hear no record, and begin afresh.
+        wait = ("--join-wait-ms", "3000")
+        b = self.core("core-b", *wait, *b_extra, role="core_b").start()
         self.cores = [a, b]
-        if c_extra is not None:  # a third voter
-            c = self.core("core-c", *c_extra, role="core_b").start()
+        if c_extra is not None:
+            self.cores.append(self.core("core-c", *wait, *c_extra, role="core_b").start())
+        for c in self.cores[1:]:
             c.wait_for("publishing from|error", 15)
-            self.cores.append(c)
 
     def kill_active_core(self, delay):
         victim = self.cores.pop(0)
@@ -1002,7 +1006,8 @@ def quorum_case(args, idx, rnd, wrong, cores):
     consumers then read that copy from the archive, so every consumer's state is the
     reference model's. Three cores: the two that agree outvote the wrong one, no halt, the
     wrong copy only marked."""
-    at = 28000
+    # Late in the 3 s stream: on a loaded host a standby has taken 1.7 s to hear the stream.
+    at = 36000
     right = "core-b"
     names = ["core-a", "core-b", "core-c"][:cores]
 
@@ -1040,7 +1045,10 @@ def quorum_case(args, idx, rnd, wrong, cores):
 
     logs = {"monitor": "DIVERGENCE at record %d" % at}
     if cores == 2:
-        logs["risk"] = "HALTED at record %d" % at
+        # Risk halts there reading live, or reads across it from the archive, which holds the
+        # operator's choice (a record whose quorum timed out is read from there too); its
+        # state is then checked against the reference model either way.
+        logs["risk"] = r"HALTED at record %d|catching up from the archiver" % at
     return one_session(args, idx, rnd, plan, verify_kw={
         "expect_divergence": False, "check_marker": True,
         "ignore_divergences": cores == 3, "expect_logs": logs},
@@ -1110,9 +1118,12 @@ def check_quorum(s, at, right, cores, joined):
     if unconfirmed > joined + 2000:
         raise Fail("the archiver delivered %d records unconfirmed; the last core joined at %d"
                    % (unconfirmed, joined))
-    if disputes != (1 if cores == 2 else 0):
+    # Three cores: no halt, unless an agreeing core was more than the quorum timeout behind
+    # (a loaded host); then its copy, when it comes, settles the dispute with no operator.
+    late = cores == 3 and re.search(r"the quorum came for record %d: 2 cores" % at, text)
+    if disputes != (1 if cores == 2 or late else 0):
         raise Fail("the archiver counted %d disputes with %d cores" % (disputes, cores))
-    if cores == 3 and re.search(r"HALTED|DISPUTE", text):
+    if cores == 3 and not late and re.search(r"HALTED|DISPUTE", text):
         raise Fail("three cores, two agreeing, yet the archiver halted")
     if cores == 2:
         s.metrics_line = check_final_metrics(s)

@@ -3,7 +3,7 @@
 # `unshare -n`, so that the second core has its own address, 127.0.0.2, and no other test's
 # traffic is heard; each case has its own group where it cannot); /usr/bin/python3 checks the
 # results with its own reference model. Label integration too; they share nothing, so they
-# run in parallel with the other tests.
+# run in parallel with the other tests, but one ExecLog case at a time (CPU: see below).
 set(EXECLOG_BIN $<TARGET_FILE_DIR:execlog-core>)
 set(EXECLOG_TEST ${CMAKE_CURRENT_LIST_DIR}/execlog_test.py)
 
@@ -37,8 +37,12 @@ foreach(i RANGE 0 ${last} 3)
     if(ci GREATER 0)
         add_test(NAME execlog.${case} COMMAND /usr/bin/python3 ${EXECLOG_TEST} ${case} ${EXECLOG_BIN}
                                               --trials ${ci})
+        # One case at a time (RESOURCE_LOCK; other tests still run beside it): each is a
+        # system of six or seven ASan processes on one host, whose receivers share one NAK
+        # requester address. Two at once on 2 vCPUs made NAK storms that failed 1 to 2
+        # cases per run (docs/EXECLOG.md, "Known problems").
         set_tests_properties(execlog.${case} PROPERTIES LABELS "execlog;integration" TIMEOUT 180
-                             SKIP_RETURN_CODE 77)
+                             SKIP_RETURN_CODE 77 RESOURCE_LOCK execlog_host)
     endif()
     if(long GREATER 0)
         add_test(NAME long.execlog_${case}
@@ -48,7 +52,8 @@ foreach(i RANGE 0 ${last} 3)
     endif()
 endforeach()
 add_test(NAME execlog.demo COMMAND ${CMAKE_CURRENT_LIST_DIR}/../demo.sh ${EXECLOG_BIN})
-set_tests_properties(execlog.demo PROPERTIES LABELS "execlog;integration" TIMEOUT 120)
+set_tests_properties(execlog.demo PROPERTIES LABELS "execlog;integration" TIMEOUT 120
+                     RESOURCE_LOCK execlog_host)
 
 # The parts, in one process: the state-file writer, the engine's limits, the FIX numbers and
 # the FIX file's recovery (test/unit_test.cpp).

@@ -331,6 +331,26 @@ int serve(const Args& a,
     execlog::CopyTap tap(a.c.feed.stream_id, 1U << 14U);
     prizma::StreamEvent e;
     bool ended = false;
+    // One event the stream delivered: a dispute halts, the rest is journaled (or held to retry).
+    // False on an error already said.
+    const auto journal = [&](const prizma::StreamEvent& ev) {
+        if (ev.kind == prizma::StreamEventKind::dispute && !dispute(a, ar, f, ev)) {
+            return false;
+        }
+        const auto record = f.last_record();
+        bool again = false;
+        if (!ar.take(ev, record, again)) {
+            return false;
+        }
+        if (again) {
+            ar.hold(ev, record);
+        }
+        ended = ended
+                || (ev.kind == prizma::StreamEventKind::record
+                    && execlog::type_byte(ev.payload)
+                           == static_cast<std::uint8_t>(execlog::RecordType::session_end));
+        return true;
+    };
     while (!prizma::tools::stop_requested() && !(a.c.exit_at_end && ended)) {
         const int work = ctx.poll();
         if (tap_sub != nullptr) {
@@ -351,13 +371,8 @@ int serve(const Args& a,
             if (ar.disputed && f.next(e)) {
                 // The stream went on by itself: a core's copy, late, completed the quorum.
                 quorum_came(ar, e, said_at);
-                bool retry = false;
-                const auto record = f.last_record();
-                if (!ar.take(e, record, retry)) {
+                if (!journal(e)) {
                     return 1;
-                }
-                if (retry) {
-                    ar.hold(e, record);
                 }
                 continue;
             }
@@ -380,20 +395,9 @@ int serve(const Args& a,
         }
         while (!ar.held && !ar.halted_at && n < 1024 && f.next(e)) {
             ++n;
-            if (e.kind == prizma::StreamEventKind::dispute && !dispute(a, ar, f, e)) {
+            if (!journal(e)) {
                 return 1;
             }
-            const auto record = f.last_record();
-            if (!ar.take(e, record, retry)) {
-                return 1;
-            }
-            if (retry) {
-                ar.hold(e, record);
-            }
-            ended = ended
-                    || (e.kind == prizma::StreamEventKind::record
-                        && execlog::type_byte(e.payload)
-                               == static_cast<std::uint8_t>(execlog::RecordType::session_end));
         }
         gate.drain(ar.rec.written_sequence());
         const std::int64_t now = prizma::Context::now_ns();

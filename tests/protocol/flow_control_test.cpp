@@ -5,6 +5,7 @@
 #include "lib/protocol/flow_control.hpp"
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "lib/pgm/checksum.hpp"
@@ -629,22 +630,33 @@ TEST_CASE("flow hostile: on an authenticated channel only signed status counts",
     CHECK(pub->source()->flow().counters().status_received == 1);
 }
 
+namespace {
+
+/// A source (`sc`) that sent sqns 0-9, and one counted receiver at host 3 that consumed up to
+/// 4 with a window of 8: the source waits for 4 on, and that receiver holds it at 12.
+std::unique_ptr<Source> waiting_at_4(const SourceConfig& sc, Capture& out) {
+    auto src = Source::create(sc).value();
+    src->open(kT0, out);
+    const std::vector<std::byte> payload(100, std::byte{1});
+    for (int i = 0; i < 10; ++i) {
+        REQUIRE(src->send(payload, kT0, out).has_value());
+    }
+    src->on_packet(parsed(ack_for(sc.tsi.gsi, status(5, 4, 8))), host(3, 7500), kT0, out);
+    REQUIRE(src->flow().counted() == 1);
+    return src;
+}
+
+}  // namespace
+
 TEST_CASE("flow: a counted receiver the source waits for is repaired outside the NAK budget",
           "[protocol][flow]") {
     SourceConfig sc = flow_source(8, config(FlowStrategy::min));
     sc.repair_budget_percent = 1;  // almost no credit: one RDATA costs more than 10 packets earn
     sc.requester_budget_percent = 1;
     sc.repair_burst_bytes = 1;
-    auto src = Source::create(sc).value();
     Capture out;
-    src->open(kT0, out);
+    auto src = waiting_at_4(sc, out);
     const std::vector<std::byte> payload(100, std::byte{1});
-    for (int i = 0; i < 10; ++i) {
-        REQUIRE(src->send(payload, kT0, out).has_value());
-    }
-    const auto ack = ack_for(sc.tsi.gsi, status(5, 4, 8));  // consumed up to 4: it waits for 4 on
-    src->on_packet(parsed(ack), host(3, 7500), kT0, out);
-    REQUIRE(src->flow().counted() == 1);
     const auto nak = [&](std::uint32_t sqn, const Endpoint& from) {
         src->on_packet(parsed(nak_for(sc, sqn)), from, kT0 + 1'000'000, out);
     };
@@ -676,15 +688,8 @@ TEST_CASE("flow: other receivers' NAKs do not use up the repairs of the receiver
     constexpr std::int64_t kSec = 1'000'000'000;
     SourceConfig sc = flow_source(8, config(FlowStrategy::min));
     sc.max_repairs_per_sqn = 2;
-    auto src = Source::create(sc).value();
     Capture out;
-    src->open(kT0, out);
-    const std::vector<std::byte> payload(100, std::byte{1});
-    for (int i = 0; i < 10; ++i) {
-        REQUIRE(src->send(payload, kT0, out).has_value());
-    }
-    src->on_packet(parsed(ack_for(sc.tsi.gsi, status(5, 4, 8))), host(3, 7500), kT0, out);
-    REQUIRE(src->flow().counted() == 1);
+    auto src = waiting_at_4(sc, out);
     std::int64_t t = kT0;
     const auto nak = [&](std::uint32_t sqn, const Endpoint& from) {
         t += kSec;  // past the repeat interval each time

@@ -121,7 +121,13 @@ struct ReceiverConfig {
     JoinPolicy join = JoinPolicy::first_packet;
     std::uint32_t max_recover_sqns = 1024;  ///< from_trail: history asked for at most
     bool passive = false;                   ///< never NAK (monitor)
-    std::uint64_t seed = 1;                 ///< NAK back-off randomness
+    /// NAK pacing (docs/PROTOCOL.md §4.3): one source's sequence numbers asked for in one
+    /// burst, and again per NAK_RPT_IVL, plus one for each repair that arrives (the repairs
+    /// clock the NAKs). Repairs come to the group, so a receiver that NAKs a whole lost window
+    /// at once makes its own receive buffer overflow with them (and with the NCFs): the rest
+    /// wait, without timers and without using up retries. 0 = 512.
+    std::uint32_t nak_burst_sqns = 0;
+    std::uint64_t seed = 1;  ///< NAK back-off randomness
     /// Storage of all sources at once (window slots + payload ring each; see peer_bytes()),
     /// bytes; 0 = that of max(preallocated_peers, 4) sources. A new source past it is refused
     /// (counted) while an unconfirmed or silent source is made to leave for it.

@@ -206,10 +206,22 @@ bool Receiver::left_event(Peer& p, Event& out) noexcept {
 bool Receiver::peer_event(Peer& p, Event& out) noexcept {
     out = Event{};
     out.tsi = p.tsi;
-    if (p.joined_pending) {
+    // `joined` once the window has a start (or the source goes before it has one): its sqn is
+    // where delivery starts, its count the sqns the source still held before it that this
+    // receiver does not take (late join past max_recover_sqns): the application can tell.
+    if (p.joined_pending && (p.started || !p.takes_packets())) {
         p.joined_pending = false;
         out.kind = Event::Kind::joined;
+        if (p.started) {
+            out.sqn = p.next;
+            if (p.trail && precedes(*p.trail, p.next)) {
+                out.count = static_cast<std::uint32_t>(distance(*p.trail, p.next));
+            }
+        }
         return true;
+    }
+    if (p.joined_pending) {
+        return false;  // nothing before `joined`
     }
     if (p.resync_lost != 0) {  // a confirmed resync skipped this range
         bump(p, &ReceiverCounters::loss_events, &PeerCounters::loss_events);

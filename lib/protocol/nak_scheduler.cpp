@@ -78,6 +78,63 @@ void Receiver::lose_all_missing(Peer& p) noexcept {
     }
 }
 
+// NAK pacing (ReceiverConfig::nak_burst_sqns): credit for nak_burst_ sqns per NAK_RPT_IVL, at
+// most nak_burst_ saved; each repair that arrives gives one back (on_data).
+void Receiver::refill_tokens(Peer& p, std::int64_t now_ns) const noexcept {
+    if (now_ns > p.tokens_ns) {
+        const auto k = static_cast<double>(nak_burst_);
+        p.nak_tokens = std::min(k, p.nak_tokens
+                                       + k * static_cast<double>(now_ns - p.tokens_ns)
+                                             / static_cast<double>(cfg_.timers.nak_rpt_ivl_ns));
+        p.tokens_ns = now_ns;
+    }
+}
+
+// The source is repairing us: a missing sqn of ours was filled within two NAK rounds. Retries
+// are then not used up: a receiver that lost most of a window is repaired for as long as the
+// repairs come (each fills a hole, so this ends), and its NAKs that the source refused for
+// credit wait for it instead of turning into loss.
+bool Receiver::progressing(const Peer& p, std::int64_t now_ns) const noexcept {
+    const auto& t = cfg_.timers;
+    return now_ns - p.progress_ns
+           < 2 * (t.nak_bo_ivl_ns + std::max(t.nak_rpt_ivl_ns, t.nak_rdata_ivl_ns));
+}
+
+// A missing sqn waits in back-off without a timer (no NLA yet, or no NAK credit).
+void Receiver::park(Peer& p, Sqn s) noexcept {
+    p.wheel.cancel(s.value & (capacity_ - 1));
+    if (!p.naks_parked || precedes(s, p.park_from)) {
+        p.park_from = s;
+    }
+    p.naks_parked = true;
+}
+
+// Arms the oldest parked sqns, as many as the NAK credit allows, due now.
+void Receiver::unpark_paced(Peer& p, std::int64_t now_ns) noexcept {
+    if (!p.naks_parked || !p.nla || !p.started || cfg_.passive) {
+        return;
+    }
+    refill_tokens(p, now_ns);
+    auto budget = static_cast<std::uint32_t>(p.nak_tokens);
+    if (budget == 0) {
+        return;
+    }
+    const std::uint32_t mask = capacity_ - 1;
+    Sqn s = precedes(p.park_from, p.next) ? p.next : p.park_from;
+    for (; budget != 0 && p.in_range(s); ++s) {
+        auto& sl = p.slot(s, mask);
+        if (sl.state == SlotState::back_off && !p.wheel.armed(s.value & mask)) {
+            p.wheel.arm(s.value & mask, now_ns);
+            --budget;
+        }
+    }
+    if (p.in_range(s)) {
+        p.park_from = s;
+    } else {
+        p.naks_parked = false;
+    }
+}
+
 // The first SPM gives the source's NLA: the missing sqns parked without timers get them now.
 void Receiver::unpark(Peer& p, std::int64_t now_ns) noexcept {
     if (!p.naks_parked || !p.started) {
@@ -163,6 +220,7 @@ void Receiver::on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns)
 void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept {
     const std::uint32_t mask = capacity_ - 1;
     const auto& t = cfg_.timers;
+    unpark_paced(p, now_ns);  // NAK credit came back: the oldest waiting ones are due now
     // The due timers, from the buckets whose ticks have passed.
     due_.clear();
     std::int64_t next_deadline = p.wheel.collect_due(now_ns, due_);
@@ -176,8 +234,11 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
     for (const std::uint32_t idx : due_) {
         auto& sl = p.slots[idx];
         const Sqn s = p.sqn_of(idx, mask);
+        // The absolute deadline counts from the later of when the sqn went missing and the
+        // source's last repair of ours: nothing another host sends extends it.
         if (is_missing(sl.state)
-            && now_ns >= std::min(sl.missing_since + repair_limit_ns_, p.fin_deadline)) {
+            && now_ns >= std::min(std::max(sl.missing_since, p.progress_ns) + repair_limit_ns_,
+                                  p.fin_deadline)) {
             ++counters_.repair_timeouts;  // the absolute deadline: nothing extends it
             lose(p, s);
             continue;
@@ -191,13 +252,18 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
                 } else if (!p.nla) {
                     // §6.2: no NAK before the first SPM. Parked without a timer until it comes
                     // (unpark): a source that never sends one costs no timer runs.
-                    p.wheel.cancel(idx);
-                    p.naks_parked = true;
+                    park(p, s);
                     if (p.spmr_deadline == kNever && p.spmrs < kMaxSpmrs) {
                         p.spmr_deadline = now_ns + t.spmr_expiry_ns;
                     }
                     continue;
                 } else {
+                    refill_tokens(p, now_ns);
+                    if (p.nak_tokens < 1) {
+                        park(p, s);  // waits for NAK credit: no retry used
+                        continue;
+                    }
+                    p.nak_tokens -= 1;
                     batch[nb++] = s;
                     sl.state = SlotState::wait_ncf;
                     sl.yielded = false;
@@ -207,8 +273,11 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
                 break;
             case SlotState::wait_ncf:
                 if (sl.ncf_retries >= t.nak_ncf_retries) {
-                    lose(p, s);
-                    continue;
+                    if (!progressing(p, now_ns)) {
+                        lose(p, s);
+                        continue;
+                    }
+                    sl.ncf_retries = 0;  // refused for credit while we are repaired: again
                 }
                 sl.state = SlotState::back_off;
                 p.wheel.arm(idx, backoff(now_ns));
@@ -216,8 +285,11 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
             case SlotState::wait_data:
                 ++sl.data_retries;
                 if (sl.data_retries >= t.nak_data_retries) {
-                    lose(p, s);
-                    continue;
+                    if (!progressing(p, now_ns)) {
+                        lose(p, s);
+                        continue;
+                    }
+                    sl.data_retries = 0;
                 }
                 sl.state = SlotState::back_off;
                 sl.ncf_retries = 0;
@@ -233,6 +305,11 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
     }
     if (nb != 0) {
         send_nak(p, std::span<const Sqn>(batch.data(), nb), sink);
+    }
+    if (p.naks_parked && p.nla && !cfg_.passive) {
+        // Waiting for credit: an eighth of the burst is earned per an eighth of NAK_RPT_IVL.
+        next_deadline =
+            std::min(next_deadline, now_ns + std::max<std::int64_t>(t.nak_rpt_ivl_ns / 8, 1));
     }
     p.nak_deadline = std::min(next_deadline, p.wheel.next_armed());
 }

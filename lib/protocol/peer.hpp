@@ -90,10 +90,16 @@ struct Receiver::Peer {
     Candidate cand{};
     std::uint8_t spmrs = 0;                         // SPMRs sent while no SPM came (capped)
     std::int64_t last_lead_ask_ns = INT64_MIN / 2;  // ask_lead
-    Sqn dropped_lead{};           // the furthest sqn dropped outside the window (see admit_data)
-    bool naks_parked = false;     // missing sqns waiting, without timers, for the first SPM
-    bool forget_pending = false;  // evicted: forget its address at the next timer run
-    std::uint8_t rst_spms = 0;    // SPMs with OPT_RST seen (two needed)
+    Sqn dropped_lead{};  // the furthest sqn dropped outside the window (see admit_data)
+    // Missing sqns waiting in back-off without timers: for the first SPM (no NLA yet), or for
+    // NAK credit (nak_tokens); park_from is at or before the oldest of them.
+    bool naks_parked = false;
+    Sqn park_from{};
+    double nak_tokens = 0;                     // NAK pacing: sqns that may be asked for now
+    std::int64_t tokens_ns = 0;                // when nak_tokens was last refilled
+    std::int64_t progress_ns = INT64_MIN / 2;  // a missing sqn of ours was last filled
+    bool forget_pending = false;               // evicted: forget its address at the next timer run
+    std::uint8_t rst_spms = 0;                 // SPMs with OPT_RST seen (two needed)
     Sqn fin_lead{};
     std::int64_t fin_deadline = kNever;  // FIN seen: what is missing is lost by then
     Sqn resync_from{};                   // a confirmed resync lost [resync_from, +resync_lost)

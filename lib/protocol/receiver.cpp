@@ -90,6 +90,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
                           ? std::max(cfg.storage_budget_bytes, floor)
                           : std::max<std::size_t>(cfg.preallocated_peers, 4) * peer_bytes_;
     repair_limit_ns_ = protocol::repair_limit_ns(cfg.timers);
+    nak_burst_ = cfg.nak_burst_sqns != 0 ? cfg.nak_burst_sqns : 512;
     max_gap_ = std::min(capacity_, std::max(capacity_ / 16, 1024U));
     status_step_ = std::max(capacity_ / 4, 1U);
     fin_limit_ns_ = fin_limit(cfg.timers);
@@ -192,10 +193,17 @@ void Receiver::on_packet(const pgm::Packet& pkt,
 
 void Receiver::start(Peer& p, Sqn first, std::optional<Sqn> trail) const noexcept {
     Sqn begin = first;
-    if (cfg_.join == JoinPolicy::from_trail && trail && precedes(*trail, first)) {
-        // Recover back to the source's trail, but never more than max_recover_sqns.
+    if (trail && precedes(*trail, first)) {
         const auto back = static_cast<std::uint32_t>(distance(*trail, first));
-        begin = first - std::min(back, cfg_.max_recover_sqns);
+        if (cfg_.join == JoinPolicy::from_trail) {
+            // Recover back to the source's trail, but never more than max_recover_sqns.
+            begin = first - std::min(back, cfg_.max_recover_sqns);
+        } else if (back <= cfg_.max_recover_sqns) {
+            // The head of a young stream (its whole history within max_recover_sqns): a
+            // receiver that listened when the source began, but lost its first packets,
+            // recovers them instead of starting later without a word (docs/PROTOCOL.md §4.1).
+            begin = *trail;
+        }
     }
     p.started = true;
     p.next = begin;
@@ -543,6 +551,12 @@ void Receiver::on_data(Peer& p,
         --p.missing;
         p.wheel.cancel(s.value & mask);
         bump(p, &ReceiverCounters::repaired, &PeerCounters::repaired);
+        // A repair clocks the next NAK (pacing) and shows that the source repairs us.
+        p.progress_ns = now_ns;
+        p.nak_tokens = std::min(static_cast<double>(nak_burst_), p.nak_tokens + 1);
+        if (p.naks_parked && p.nak_tokens >= static_cast<double>(pgm::kMaxNakList + 1)) {
+            p.nak_deadline = std::min(p.nak_deadline, now_ns);  // a full NAK list's worth
+        }
     }
     sl = fresh;
     sl.state = SlotState::have;

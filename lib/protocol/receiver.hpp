@@ -188,6 +188,10 @@ private:
     void resync(Peer& p, Sqn begin) noexcept;
     void lose_tail(Peer& p, Sqn last, std::int64_t now_ns) noexcept;
     void unpark(Peer& p, std::int64_t now_ns) noexcept;
+    void park(Peer& p, Sqn s) noexcept;
+    void unpark_paced(Peer& p, std::int64_t now_ns) noexcept;
+    void refill_tokens(Peer& p, std::int64_t now_ns) const noexcept;
+    [[nodiscard]] bool progressing(const Peer& p, std::int64_t now_ns) const noexcept;
     void spmr_timer(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept;
     void ask_lead(Peer& p, std::int64_t now_ns) const noexcept;
     bool admit_data(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns) noexcept;
@@ -238,6 +242,7 @@ private:
     // Key of the payload fingerprints (conflict detection): SipHash-2-4's 16 bytes, random.
     std::array<unsigned char, 16> print_key_{};
     std::int64_t repair_limit_ns_ = 0;
+    std::uint32_t nak_burst_ = 512;  // NAK pacing (ReceiverConfig::nak_burst_sqns)
     std::int64_t fin_limit_ns_ = 0;
     std::uint32_t max_gap_ = 0;      // most missing sqns one data packet may open
     std::uint32_t status_step_ = 1;  // flow control: a status per this many sqns consumed

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -386,6 +388,14 @@ Outcome World::run() {
             }
             if (rx.buffer_bytes >= 2 * s_.rcvbuf_bytes) {
                 ++rx.kernel_drops;
+                if (std::getenv("SIM_DEBUG") != nullptr) {
+                    static std::uint64_t by_type[16];
+                    static std::uint64_t n;
+                    ++by_type[static_cast<unsigned>((*a.bytes)[4]) & 15U];
+                    if (++n % 200000 == 0) {
+                        std::fprintf(stderr, "drops: spm %lu odata %lu rdata %lu ncf %lu nak %lu\n", by_type[0], by_type[4], by_type[5], by_type[10], by_type[8]);
+                    }
+                }
                 continue;
             }
             rx.buffer_bytes += truesize(a.bytes->size());

@@ -313,18 +313,35 @@ TEST_CASE("sequence numbers wrap across 2^32 with loss and repair", "[protocol][
     require_in_order(rcv, 0, 600);
 }
 
-TEST_CASE("late join: first_packet starts at the first sqn seen", "[protocol][join]") {
+// first_packet: a stream whose whole history (its trail) lies within max_recover_sqns is
+// taken from its start, so a receiver that missed a new stream's first packets recovers them;
+// an older one is joined at the first packet heard, and `joined` says where and how much of
+// the source's history was not taken (docs/PROTOCOL.md §4).
+TEST_CASE("late join: first_packet takes a young stream from its start, else the first sqn seen",
+          "[protocol][join]") {
     Sim sim;
     auto& src = sim.add_source(source_config());
     sim.pump();
     publish_n(sim, src, 0, 50);
     sim.pump();
-    auto& late = sim.add_receiver(receiver_config(19));
+    auto& young = sim.add_receiver(receiver_config(19));  // 50 behind: within 1024
+    auto c = receiver_config(21);
+    c.max_recover_sqns = 20;  // 50 behind: further
+    auto& late = sim.add_receiver(c);
     publish_n(sim, src, 50, 50);
     sim.run_for(50 * kMs, 100 * kUs);
+    require_in_order(young, 0, 100);
+    CHECK(young.count(Kind::loss) == 0);
+    CHECK(young.receiver().counters().nak_sqns_sent >= 50);
+    REQUIRE(young.events.front().kind == Kind::joined);
+    CHECK(young.events.front().sqn == 0);
+    CHECK(young.events.front().count == 0);
     require_in_order(late, 50, 50);
     CHECK(late.count(Kind::loss) == 0);
     CHECK(late.receiver().counters().nak_sent == 0);
+    REQUIRE(late.events.front().kind == Kind::joined);
+    CHECK(late.events.front().sqn == 50);
+    CHECK(late.events.front().count == 50);  // the history it did not take: the app can tell
 }
 
 // A receiver that joins while another's repair is on the way: the RDATA of an old sqn must not
@@ -344,7 +361,9 @@ TEST_CASE("late join: a repair for another receiver does not start a new one bac
     sim.run_for(50 * kMs, 100 * kUs);  // the other has the source's NLA (its SPMR's answer)
     publish_n(sim, src, 5, 95);
     sim.pump();
-    auto& late = sim.add_receiver(receiver_config(29));
+    auto lc = receiver_config(29);
+    lc.max_recover_sqns = 50;  // the stream's 100 packets: not young (taken from its start)
+    auto& late = sim.add_receiver(lc);
     sim.run_for(50 * kMs, 100 * kUs);  // the other's NAK, the RDATA of 5 to the group
     REQUIRE(other.receiver().counters().repaired == 1);
     // Its first packet, and no more: started there, it asked for 6-99 (95 RDATA).

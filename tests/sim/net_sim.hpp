@@ -54,7 +54,10 @@ struct ReceiverOutcome {
     std::uint32_t reported_lost = 0;  ///< messages inside a loss event
     std::uint32_t before_start = 0;   ///< messages before the start its `joined` event names
     std::uint32_t silent = 0;         ///< neither: the guarantee broken
-    std::uint64_t kernel_drops = 0;   ///< its socket buffer was full
+    /// Messages of a session it heard nothing of, or past the last sqn it heard of from a
+    /// source that died without a FIN: no receiver can know of them.
+    std::uint32_t unknowable = 0;
+    std::uint64_t kernel_drops = 0;  ///< its socket buffer was full
     std::uint64_t naks = 0;
     std::uint64_t loss_events = 0;
     std::int64_t done_ns = -1;  ///< when its last message came (or was reported)

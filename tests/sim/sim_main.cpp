@@ -78,10 +78,11 @@ int main(int argc, char** argv) {
     print(s, o);
     for (std::size_t i = 0; i < o.receivers.size(); ++i) {
         const auto& r = o.receivers[i];
-        std::printf("  receiver %zu: delivered %u, lost %u, before start %u, silent %u, kernel drops %" PRIu64
-                    ", NAKs %" PRIu64 ", loss events %" PRIu64 "\n",
-                    i, r.delivered, r.reported_lost, r.before_start, r.silent, r.kernel_drops, r.naks,
-                    r.loss_events);
+        std::printf(
+            "  receiver %zu: delivered %u, lost %u, before start %u, silent %u, kernel drops "
+            "%" PRIu64 ", NAKs %" PRIu64 ", loss events %" PRIu64 "\n",
+            i, r.delivered, r.reported_lost, r.before_start, r.silent, r.kernel_drops, r.naks,
+            r.loss_events);
     }
     return o.ok ? 0 : 1;
 }

@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
     }
     const auto o = prizma::sim::run(s);
     print(s, o);
+    std::printf("  source: odata %" PRIu64 ", rdata %" PRIu64 ", refused: requester %" PRIu64
+                ", budget %" PRIu64 ", repeats %" PRIu64 "\n",
+                o.odata_sent, o.rdata_sent, o.requester_limited, o.budget_limited,
+                o.repeat_limited);
     for (std::size_t i = 0; i < o.receivers.size(); ++i) {
         const auto& r = o.receivers[i];
         std::printf(

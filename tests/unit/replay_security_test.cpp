@@ -1004,3 +1004,43 @@ TEST_CASE("late join: a keyed joiner counts a certificate server as refused and 
     CHECK(in_order);
     CHECK(honest.counters().requests >= 1);
 }
+
+TEST_CASE("replay tls: with certificates a client that presents none is refused (s_client)",
+          "[unit][replay][security][process]") {
+    const Pki pki;
+    if (!pki.ok) {
+        PRIZMA_SKIP("the openssl tool could not make the test certificates");
+    }
+    const TempDir dir;
+    make_journal(dir.path, 50);
+    auto server = serve(dir.path, pki.as("server", "ca1"));
+    prizma::ReplayRequest rq;
+    rq.stream_id = 42;
+    std::byte request[prizma::replay::kRequestBytes];
+    prizma::replay::encode_request(request, rq);
+    // A real `openssl s_client`, trusting the server's CA, with (control) or without -cert; it
+    // sends the request it reads on stdin once its side of the handshake is done.
+    const auto ask = [&](bool with_certificate) {
+        std::vector<std::string> args{
+            "s_client", "-tls1_3",         "-connect", "127.0.0.1:" + std::to_string(server.port()),
+            "-CAfile",  pki.at("ca1.pem"), "-ign_eof"};
+        if (with_certificate) {
+            args.insert(args.end(), {"-cert", pki.at("client.pem"), "-key", pki.at("client.key")});
+        }
+        OpensslPeer client(args, dir.path + (with_certificate ? "/with.log" : "/without.log"));
+        REQUIRE(client.pid > 0);
+        REQUIRE(::write(client.stdin_fd, request, sizeof request) == sizeof request);
+        return eventually([&] { return !client.running(); }, std::chrono::seconds(3));
+    };
+    const auto before = server.counters();
+    (void)ask(false);
+    CHECK(eventually(
+        [&] { return server.counters().handshake_failures == before.handshake_failures + 1; }));
+    CHECK(server.counters().requests == before.requests);
+    CHECK(server.counters().records == before.records);
+    // The control: the same client with its certificate is served the whole range.
+    (void)ask(true);
+    CHECK(eventually([&] { return server.counters().records == before.records + 50; }));
+    CHECK(server.counters().requests == before.requests + 1);
+    CHECK(server.counters().handshake_failures == before.handshake_failures + 1);
+}

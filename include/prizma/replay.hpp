@@ -227,6 +227,10 @@ struct LateJoinCounters {
     /// next sequence, a loss or record past the live edge + live_buffer_records, an epoch
     /// that is not live's): the position did not move; last_refusal() says why.
     std::uint64_t refused_frames = 0;
+    /// Attempts ended because the server did not authenticate as configured: a failed TLS
+    /// handshake (another key or certificate, a plaintext server), or, with keys, a server that
+    /// did not use the pre-shared key (one that presented a certificate instead).
+    std::uint64_t handshake_refusals = 0;
     std::uint64_t merge_sequence = 0;  ///< the first sequence delivered from live
     bool merged = false;
 };

@@ -213,6 +213,9 @@ Result<bool> LateJoin::Impl::from_replay(StreamEvent& out) noexcept {
             if (replay->server_error()) {
                 return fail(r.error(), "late join: " + replay->error_text());
             }
+            if (r.error() == std::errc::permission_denied) {
+                ++counters.handshake_refusals;  // not the server configured: the next one
+            }
             return drop_attempt(now, replay->error_text());
         } else if (!*r) {
             return false;

@@ -99,6 +99,13 @@ unsigned int client_psk(SSL* ssl,
     return kPskBytes;
 }
 
+// A keyed client takes no certificate: TLS 1.3 lets a server ignore the offered PSK and
+// authenticate with any certificate instead, and whoever answers on the address would then be
+// trusted. Verification of any certificate fails, so that handshake fails at the Certificate.
+int refuse_any_certificate(int /*preverify_ok*/, X509_STORE_CTX* /*store*/) noexcept {
+    return 0;
+}
+
 }  // namespace
 
 // The socket under a TLS connection, as its BIO sees it: ciphertext is gathered here and sent
@@ -332,6 +339,7 @@ Result<std::shared_ptr<TlsConfig>, Error> TlsConfig::make(const ReplaySecurity& 
         SSL_CTX_set_psk_server_callback(c->ctx_, server_psk);
     } else {
         SSL_CTX_set_psk_client_callback(c->ctx_, client_psk);
+        SSL_CTX_set_verify(c->ctx_, SSL_VERIFY_PEER, refuse_any_certificate);
     }
     c->protection_ = Protection::tls_psk;
     if (c->kernel_tls_) {
@@ -373,6 +381,7 @@ Result<Link, Error> Link::make(const TlsConfig& config,
     if (config.ctx() == nullptr) {
         return l;
     }
+    l.psk_only_ = config.protection() == Protection::tls_psk;
     l.wire_ = std::make_unique<Wire>();
     l.wire_->fd = fd;
     l.ssl_ = SSL_new(config.ctx());
@@ -421,6 +430,7 @@ Link::Link() noexcept = default;
 Link::Link(Link&& o) noexcept
     : fd_(std::exchange(o.fd_, -1)),
       kernel_tx_(std::exchange(o.kernel_tx_, false)),
+      psk_only_(std::exchange(o.psk_only_, false)),
       wire_(std::move(o.wire_)),
       ssl_(std::exchange(o.ssl_, nullptr)),
       error_(std::move(o.error_)) {}
@@ -430,6 +440,7 @@ Link& Link::operator=(Link&& o) noexcept {
         SSL_free(ssl_);
         fd_ = std::exchange(o.fd_, -1);
         kernel_tx_ = std::exchange(o.kernel_tx_, false);
+        psk_only_ = std::exchange(o.psk_only_, false);
         ssl_ = std::exchange(o.ssl_, nullptr);
         wire_ = std::move(o.wire_);
         error_ = std::move(o.error_);
@@ -484,6 +495,20 @@ Link::Io Link::handshake() noexcept {
     const int r = SSL_do_handshake(ssl_);
     if (r != 1) {
         return result(r, "handshake");
+    }
+    // With keys, only a handshake that used the PSK counts (both ends): the peer accepted the
+    // offered key (for an external PSK, OpenSSL marks the session as resumed from it) and
+    // authenticated with nothing else. The verify callback already refuses a certificate;
+    // this is the check that does not depend on how the handshake failed to use the key.
+    if (psk_only_
+        && (SSL_session_reused(ssl_) != 1 || SSL_get0_peer_certificate(ssl_) != nullptr)) {
+        try {
+            error_ =
+                "TLS handshake failed: the peer did not use the pre-shared key (it "
+                "authenticated another way, e.g. with a certificate)";
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the text is best effort
+        }
+        return Io::failed;
     }
     if (!settle_kernel_tls()) {
         try {

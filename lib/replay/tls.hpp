@@ -84,7 +84,8 @@ public:
     /// server's sending side goes through OpenSSL's socket BIO during the handshake, so that
     /// OpenSSL can hand the keys to the kernel; once done, the server either sends through the
     /// kernel (kernel_tx()) or is back on the user-space path. That BIO writes with write(2):
-    /// the server's thread must block SIGPIPE.
+    /// the server's thread must block SIGPIPE. With keys, a handshake that did not use the
+    /// PSK (a peer that authenticated with a certificate instead) fails.
     Io handshake() noexcept;
     /// Up to `n` bytes; done with `got` > 0, or want_read (nothing now), closed, failed.
     Io read(std::byte* p, std::size_t n, std::size_t& got) noexcept;
@@ -109,6 +110,7 @@ private:
     bool settle_kernel_tls() noexcept;
     int fd_ = -1;
     bool kernel_tx_ = false;
+    bool psk_only_ = false;       // keys: a handshake that did not use the PSK fails
     std::unique_ptr<Wire> wire_;  // TLS: the BIO's socket and gathered ciphertext
     SSL* ssl_ = nullptr;
     std::string error_;

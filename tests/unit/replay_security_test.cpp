@@ -7,10 +7,14 @@
 // trusts no server (a lying server's frames end its attempt, the honest alternate completes
 // the join with every record once).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,6 +24,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -210,6 +215,97 @@ leaf rogue ca2 DNS:client
         s.private_key_file = at((std::string(who) + ".key").c_str());
         s.ca_file = at((std::string(ca) + ".pem").c_str());
         return s;
+    }
+};
+
+/// A port on 127.0.0.1 that was free a moment ago (for a child process to listen on).
+std::uint16_t free_port() {
+    sockaddr_in sa{};
+    const int lfd = listen_loopback(1, sa);
+    ::close(lfd);
+    return ntohs(sa.sin_port);
+}
+
+/// A real `openssl` tool process (s_server, s_client): its stdin a pipe this end holds open
+/// (s_server and s_client end their connection at EOF on stdin), its stdout and stderr in a
+/// file. Killed and reaped on destruction.
+struct OpensslPeer {
+    pid_t pid = -1;
+    int stdin_fd = -1;
+    std::string log;
+    OpensslPeer(const std::vector<std::string>& args, std::string log_file)
+        : log(std::move(log_file)) {
+        int p[2];
+        REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+        posix_spawn_file_actions_t fa;
+        REQUIRE(::posix_spawn_file_actions_init(&fa) == 0);
+        (void)::posix_spawn_file_actions_adddup2(&fa, p[0], 0);
+        (void)::posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                                 0600);
+        (void)::posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        std::vector<std::string> full{"openssl"};
+        full.insert(full.end(), args.begin(), args.end());
+        std::vector<char*> argv;
+        for (auto& a : full) {
+            argv.push_back(a.data());
+        }
+        argv.push_back(nullptr);
+        const int rc = ::posix_spawnp(&pid, "openssl", &fa, nullptr, argv.data(), environ);
+        (void)::posix_spawn_file_actions_destroy(&fa);
+        ::close(p[0]);
+        stdin_fd = p[1];
+        if (rc != 0) {
+            pid = -1;
+        }
+    }
+    ~OpensslPeer() {
+        if (pid > 0) {
+            (void)::kill(pid, SIGKILL);
+            int status = 0;
+            (void)::waitpid(pid, &status, 0);
+        }
+        ::close(stdin_fd);
+    }
+    OpensslPeer(const OpensslPeer&) = delete;
+    OpensslPeer& operator=(const OpensslPeer&) = delete;
+    [[nodiscard]] std::string output() const {
+        std::ifstream f(log);
+        return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+    }
+    /// Still running (not exited).
+    [[nodiscard]] bool running() const {
+        int status = 0;
+        return pid > 0 && ::waitpid(pid, &status, WNOHANG) == 0;
+    }
+};
+
+/// `openssl s_server -tls1_3` on 127.0.0.1 with a self-signed certificate and no PSK: a server
+/// that answers a keyed client's hello by authenticating with its certificate instead.
+struct CertificateServer {
+    TempDir dir;
+    std::uint16_t port = free_port();
+    std::optional<OpensslPeer> peer;
+    bool ok = false;
+    CertificateServer() {
+        const std::string cert = dir.path + "/cert.pem";
+        const std::string key = dir.path + "/key.pem";
+        const std::string make =
+            "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+            "-nodes -days 2 -subj /CN=127.0.0.1 -addext "
+            "subjectAltName=IP:127.0.0.1 -keyout "
+            + key + " -out " + cert + " >/dev/null 2>&1";
+        if (std::system(make.c_str()) != 0) {
+            return;
+        }
+        peer.emplace(std::vector<std::string>{"s_server", "-tls1_3", "-accept",
+                                              "127.0.0.1:" + std::to_string(port), "-cert", cert,
+                                              "-key", key},
+                     dir.path + "/s_server.log");
+        // Listening once it says ACCEPT.
+        ok = peer->pid > 0 && eventually([&] {
+                 return !peer->running() || peer->output().find("ACCEPT") != std::string::npos;
+             })
+             && peer->running();
     }
 };
 
@@ -845,4 +941,106 @@ TEST_CASE("late join: keyed, over TLS, at 5% multicast loss: every record once",
     CHECK(j.counters().merged);
     CHECK(j.counters().replayed >= kFirst);
     CHECK(server.counters().handshake_failures == 0);
+}
+
+TEST_CASE("replay tls: a keyed client refuses a server that authenticates with a certificate",
+          "[unit][replay][security][process]") {
+    // TLS 1.3 lets a server ignore the offered PSK and present any certificate instead: a real
+    // `openssl s_server` with a self-signed certificate and no PSK does exactly that.
+    const CertificateServer imposter;
+    if (!imposter.ok) {
+        PRIZMA_SKIP("openssl s_server could not be started here");
+    }
+    prizma::ReplaySecurity sec;
+    sec.keys = keys(7, 0x11);
+    prizma::ReplayRequest rq;
+    rq.stream_id = 42;
+    prizma::ReplayClientOptions co;
+    co.security = sec;
+    auto c = prizma::ReplayClient::connect("127.0.0.1", imposter.port, rq, co);
+    REQUIRE(c.has_value());
+    const Outcome o = drain(*c, std::chrono::seconds(4));
+    CHECK(o.records == 0);
+    REQUIRE(o.error.has_value());
+    CHECK(*o.error == std::make_error_code(std::errc::permission_denied));
+    CHECK(o.text.find("certificate") != std::string::npos);
+    // The request (stream, range) never reached it: s_server prints what it reads.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CHECK(imposter.peer->output().find("PRZR") == std::string::npos);
+}
+
+TEST_CASE("late join: a keyed joiner counts a certificate server as refused and uses the next one",
+          "[unit][replay][security][late_join][process]") {
+    constexpr std::uint64_t kFirst = 2000;
+    constexpr std::uint64_t kN = 3000;
+    const CertificateServer imposter;
+    if (!imposter.ok) {
+        PRIZMA_SKIP("openssl s_server could not be started here");
+    }
+    TrustRig rig("lj-certsrv", kFirst);
+    prizma::ReplaySecurity sec;
+    sec.keys = keys(7, 0x11);
+    auto honest = serve(rig.dir.path, sec);
+    prizma::LateJoinOptions o;
+    o.stream.stream_id = 42;
+    o.replay_port = imposter.port;
+    o.alternates = {{"127.0.0.1", honest.port()}};
+    o.client.security = sec;
+    o.retry_interval = std::chrono::milliseconds(10);
+    o.recorder_timeout = std::chrono::seconds(10);
+    auto j = prizma::LateJoin::create(o);
+    REQUIRE(j.has_value());
+    REQUIRE(j->add(rig.sub).has_value());
+    auto r = rig.run(*j, kN, std::chrono::seconds(15));
+    REQUIRE(r.has_value());
+    CHECK(*r);
+    CHECK(j->counters().handshake_refusals >= 1);
+    CHECK(rig.bad == 0);
+    REQUIRE(rig.delivered.size() == kN);
+    bool in_order = true;
+    for (std::uint64_t i = 0; i < kN; ++i) {
+        in_order = in_order && rig.delivered[i] == i;
+    }
+    CHECK(in_order);
+    CHECK(honest.counters().requests >= 1);
+}
+
+TEST_CASE("replay tls: with certificates a client that presents none is refused (s_client)",
+          "[unit][replay][security][process]") {
+    const Pki pki;
+    if (!pki.ok) {
+        PRIZMA_SKIP("the openssl tool could not make the test certificates");
+    }
+    const TempDir dir;
+    make_journal(dir.path, 50);
+    auto server = serve(dir.path, pki.as("server", "ca1"));
+    prizma::ReplayRequest rq;
+    rq.stream_id = 42;
+    std::byte request[prizma::replay::kRequestBytes];
+    prizma::replay::encode_request(request, rq);
+    // A real `openssl s_client`, trusting the server's CA, with (control) or without -cert; it
+    // sends the request it reads on stdin once its side of the handshake is done.
+    const auto ask = [&](bool with_certificate) {
+        std::vector<std::string> args{
+            "s_client", "-tls1_3",         "-connect", "127.0.0.1:" + std::to_string(server.port()),
+            "-CAfile",  pki.at("ca1.pem"), "-ign_eof"};
+        if (with_certificate) {
+            args.insert(args.end(), {"-cert", pki.at("client.pem"), "-key", pki.at("client.key")});
+        }
+        OpensslPeer client(args, dir.path + (with_certificate ? "/with.log" : "/without.log"));
+        REQUIRE(client.pid > 0);
+        REQUIRE(::write(client.stdin_fd, request, sizeof request) == sizeof request);
+        return eventually([&] { return !client.running(); }, std::chrono::seconds(3));
+    };
+    const auto before = server.counters();
+    (void)ask(false);
+    CHECK(eventually(
+        [&] { return server.counters().handshake_failures == before.handshake_failures + 1; }));
+    CHECK(server.counters().requests == before.requests);
+    CHECK(server.counters().records == before.records);
+    // The control: the same client with its certificate is served the whole range.
+    (void)ask(true);
+    CHECK(eventually([&] { return server.counters().records == before.records + 50; }));
+    CHECK(server.counters().requests == before.requests + 1);
+    CHECK(server.counters().handshake_failures == before.handshake_failures + 1);
 }

@@ -192,6 +192,18 @@ struct StreamCounters {
     /// lost_records) because their quorum did not come in time.
     std::uint64_t quorum_losses = 0;
     std::uint64_t disputes = 0;  ///< dispute events
+    /// Records further ahead of the next sequence than the buffer reaches (buffer_records + 1;
+    /// quorum: 16 x buffer_records - 1), and (quorum) records of a newer epoch past the
+    /// buffer_records waiting for its quorum: dropped. Such a record never decides a loss by
+    /// itself: only once every copy still there is that far ahead (docs/STREAMS.md, "Trust").
+    std::uint64_t too_far = 0;
+    /// Arbitration::quorum: records of a newer epoch held until the quorum's publishers sent
+    /// that epoch (the reset), total.
+    std::uint64_t epoch_pending = 0;
+    /// Arbitration::quorum: votes not counted because a record already had 16 publishers'
+    /// votes, or counted and then replaced by a publisher of more standing (records delivered
+    /// with its vote on the winning copy).
+    std::uint64_t votes_refused = 0;
     std::uint64_t resolved = 0;  ///< disputes settled by resolve()
 };
 

@@ -139,6 +139,22 @@ Result<Scan> scan_file(int fd,
     }
 }
 
+Result<bool> stopped_inside(int fd, std::uint64_t size, std::uint64_t at) noexcept {
+    if (at >= size || size - at < kFrameHeader) {
+        return false;
+    }
+    std::byte h[kFrameHeader];
+    const ssize_t r = pread_full(fd, h, sizeof h, at);
+    if (r < 0) {
+        return posix::errno_code();
+    }
+    if (r != static_cast<ssize_t>(sizeof h)) {
+        return false;
+    }
+    const std::uint32_t body = pgm::load_be32(h);
+    return body <= kMaxBody && format_bytes_ok(h) && size - at > kFrameHeader + body;
+}
+
 Result<std::vector<IndexEntry>> read_index(int fd, std::uint64_t max) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) {

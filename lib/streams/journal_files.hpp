@@ -65,6 +65,13 @@ Result<Scan> scan_file(int fd,
                        const std::vector<IndexEntry>* idx = nullptr,
                        std::size_t* matched = nullptr);
 
+/// Whether the scan of a segment (`size` bytes) that stopped at `at` stopped inside it rather
+/// than at a torn tail: the frame there has a header that looks whole (its length at most
+/// kMaxBody, its format bytes right), all its bytes are in the file and more follow. As
+/// JournalReader reads it: corruption inside is an error there, a torn tail the end. Only a
+/// torn tail may be cut. Errors: the read's.
+Result<bool> stopped_inside(int fd, std::uint64_t size, std::uint64_t at) noexcept;
+
 /// The entries of the index open as `fd`: at most `max` (a segment of n bytes has at most
 /// n / kFrameHeader + 1 frames), so never more than the file and its segment can hold.
 Result<std::vector<IndexEntry>> read_index(int fd, std::uint64_t max);

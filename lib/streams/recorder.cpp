@@ -368,6 +368,24 @@ Result<void, Error> Recorder::Impl::recover() {
     if (!s) {
         return os_error("recorder: read " + path, s.error().value());
     }
+    if (s->valid < size) {
+        // Only a torn tail (a write cut short) is cut. A bad frame with whole frames after it is
+        // corruption inside, as JournalReader reports it: the verified records after it stay,
+        // and the recorder does not write on after them.
+        const auto inside = journal::stopped_inside(seg.get(), size, s->valid);
+        if (!inside) {
+            return os_error("recorder: read " + path, inside.error().value());
+        }
+        if (*inside) {
+            return Error(Errc::malformed_packet,
+                         "recorder: " + path + ": a bad frame at offset "
+                             + std::to_string(s->valid) + " with "
+                             + std::to_string(size - s->valid)
+                             + " bytes from it on: corruption inside the segment, not a torn "
+                               "tail; nothing was cut (move the segment aside, or repair it, "
+                               "to record on)");
+        }
+    }
     c_dropped = size - s->valid;
     if (s->valid < size
         && (::ftruncate(seg.get(), static_cast<off_t>(s->valid)) != 0

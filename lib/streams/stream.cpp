@@ -128,7 +128,10 @@ StreamSubscriber::Impl::Copy& StreamSubscriber::Impl::copy_of(const Subscriber* 
         auto it = std::find_if(copies.begin(), copies.end(), [](const Copy& x) { return x.gone; });
         copies.erase(it != copies.end() ? it : copies.begin());
     }
-    copies.push_back(Copy{sub, tsi});
+    Copy fresh;
+    fresh.sub = sub;
+    fresh.tsi = tsi;
+    copies.push_back(std::move(fresh));
     last = copies.size() - 1;
     return copies.back();
 }
@@ -145,7 +148,10 @@ void StreamSubscriber::Impl::start_epoch(std::uint32_t e, std::uint64_t seq) noe
     for (Copy& cp : copies) {
         cp.has_high = false;
         cp.loss_pending = false;
+        cp.far = false;
+        cp.far_bytes.clear();
     }
+    any_far = false;
 }
 
 bool StreamSubscriber::Impl::take(const Subscriber* sub, const Message& m, StreamEvent& out) {
@@ -186,6 +192,9 @@ bool StreamSubscriber::Impl::take_record(Copy& cp, const Message& m, StreamEvent
         return false;
     }
     cp.loss_pending = false;
+    if (quorum() && has_epoch && h.epoch > epoch) {
+        return epoch_vote(cp.sub, cp.tsi, h, m.payload, out);  // a reset needs the quorum too
+    }
     if (!has_epoch || h.epoch > epoch) {
         const bool reset = has_epoch;
         start_epoch(h.epoch, reset ? h.sequence : opt.start_sequence.value_or(h.sequence));
@@ -199,6 +208,10 @@ bool StreamSubscriber::Impl::take_record(Copy& cp, const Message& m, StreamEvent
             out = StreamEvent{StreamEventKind::reset, h.epoch, h.sequence, 0, {}, m.tsi};
             return true;
         }
+    }
+    if (h.sequence > next && h.sequence - next > reach()) {
+        far_ahead(cp, h, m.payload);  // decides nothing alone: not held, not a gap's end
+        return false;
     }
     cp.high = cp.has_high ? std::max(cp.high, h.sequence) : h.sequence;
     cp.has_high = true;
@@ -255,8 +268,83 @@ bool StreamSubscriber::Impl::deliver_held(StreamEvent& out) {
     return true;
 }
 
+void StreamSubscriber::Impl::far_ahead(Copy& cp,
+                                       const RecordHeader& h,
+                                       std::span<const std::byte> record) {
+    ++c.too_far;
+    if (!cp.far) {
+        cp.far_bytes.assign(record.begin(), record.end());
+        cp.far = true;
+        cp.far_high = h.sequence;
+        any_far = true;
+    }
+    cp.far_high = std::max(cp.far_high, h.sequence);
+}
+
+// One copy far ahead is one copy's word (a forged record at next + 10^9 would otherwise be a
+// loss of 10^9 records at the gap timeout): the stream jumps only once every copy still there
+// is far ahead (a subscriber that starts behind the publishers: all of them are), and with
+// Arbitration::quorum once at least the quorum's publishers are. The records before the lowest
+// first far record are lost; each copy's first far record is taken as if it came now.
+bool StreamSubscriber::Impl::far_jump(StreamEvent& out) {
+    if (!any_far || !started) {
+        return false;
+    }
+    std::uint64_t to = UINT64_MAX;
+    std::size_t voters = 0;
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+        const Copy& cp = copies[i];
+        if (cp.gone || (!cp.far && !cp.has_high)) {
+            continue;  // left, or no record of this epoch from it yet: it says nothing
+        }
+        if (!cp.far) {
+            return false;  // this copy may still bring `next`: nothing is decided
+        }
+        RecordHeader h;
+        (void)RecordHeader::read(cp.far_bytes, h);
+        to = std::min(to, h.sequence);
+        bool seen = false;
+        for (std::size_t j = 0; j < i && !seen; ++j) {
+            seen = !copies[j].gone && copies[j].tsi == cp.tsi;
+        }
+        voters += seen ? 0U : 1U;
+    }
+    if (to == UINT64_MAX || (quorum() && voters < need())) {
+        return false;
+    }
+    out = StreamEvent{StreamEventKind::loss, epoch, next, to - next, {}, {}};
+    ++c.loss_events;
+    c.lost_records += to - next;
+    next = to;
+    held.clear();
+    clear_ballots();
+    any_far = false;
+    for (Copy& cp : copies) {
+        if (!cp.far) {
+            continue;
+        }
+        cp.far = false;
+        RecordHeader h;
+        (void)RecordHeader::read(cp.far_bytes, h);
+        if (h.sequence - next > reach()) {
+            ++c.too_far;  // this copy's first far record is far from the others' too
+        } else if (quorum()) {
+            vote(h.sequence, cp.tsi, h.checksum, cp.far_bytes);
+        } else if (held.find(h.sequence) == held.end()) {
+            held.emplace(h.sequence, Held{cp.tsi, std::move(cp.far_bytes)});
+        }
+        cp.far_bytes.clear();
+        cp.high = cp.far_high;  // in order: it never brings what it passed
+        cp.has_high = true;
+    }
+    restart_gap_clock();
+    return true;
+}
+
 // The gap at `next` (records after it are held): lost once no copy can fill it any more, at
-// the gap timeout, or at once when `force` (the buffer is full).
+// the gap timeout, or at once when `force` (the buffer is full). With Arbitration::quorum only
+// when the quorum's publishers agree on a record after it: one copy's record does not move the
+// stream.
 bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
     const auto first_waiting = after_gap();
     if (!first_waiting) {
@@ -274,6 +362,9 @@ bool StreamSubscriber::Impl::gap_lost(StreamEvent& out, bool force) {
     const bool none_able = std::none_of(copies.begin(), copies.end(), able);
     const bool timed_out = gap_since >= 0 && clock() - gap_since >= opt.gap_timeout.count();
     if (!force && !none_able && !timed_out) {
+        return false;
+    }
+    if (quorum() && !quorum_past_gap()) {
         return false;
     }
     const std::uint64_t first_held = *first_waiting;
@@ -375,7 +466,7 @@ bool StreamSubscriber::next(StreamEvent& out) noexcept {
             return true;
         }
         const bool full = s.full();
-        if (s.gap_lost(out, full)) {
+        if (s.gap_lost(out, full) || s.far_jump(out)) {
             return true;
         }
         if (full) {
@@ -451,6 +542,26 @@ Result<void, Error> StreamSubscriber::resolve(std::uint64_t sequence, std::uint6
 void detail::StreamSubscriberTesting::set_clock(StreamSubscriber& s,
                                                 std::int64_t (*clock)() noexcept) noexcept {
     s.impl_->clock = clock;
+}
+
+std::size_t detail::StreamSubscriberTesting::stored_records(const StreamSubscriber& s) noexcept {
+    const StreamSubscriber::Impl& i = *s.impl_;
+    std::size_t n = i.held.size() + i.pending.size();
+    const auto count = [&](const StreamSubscriber::Impl::Ballot& b) {
+        for (std::size_t k = 0; k < b.n; ++k) {
+            n += b.copies[k].empty() ? 0U : 1U;
+        }
+    };
+    for (const auto& kv : i.ballots) {
+        count(kv.second);
+    }
+    if (!i.done.empty()) {
+        count(i.done.mapped());
+    }
+    for (const auto& cp : i.copies) {
+        n += cp.far_bytes.empty() ? 0U : 1U;
+    }
+    return n;
 }
 
 }  // namespace prizma

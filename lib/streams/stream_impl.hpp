@@ -24,6 +24,23 @@ struct StreamSubscriber::Impl {
         bool gone = false;          // left (FIN, RST, expiry)
         bool absent = false;        // quorum: silent when a record was last waited for
         std::int64_t heard_ns = 0;  // quorum: when it last sent data
+        // A record further ahead than the buffer reaches (far_ahead()): its first one is kept
+        // (far_bytes) and none decides anything until every copy is that far (far_jump()).
+        bool far = false;
+        std::uint64_t far_high = 0;        // the latest such record's sequence
+        std::vector<std::byte> far_bytes;  // the first such record, whole
+        // Quorum: records delivered with its vote on the winning copy (capped): a full ballot
+        // lets a publisher of standing replace a vote of none (kMaxVotes).
+        std::uint64_t standing = 0;
+    };
+    /// Quorum: a record of a newer epoch than the stream's, waiting for that epoch's quorum.
+    struct Pending {
+        std::uint32_t epoch = 0;
+        const Subscriber* sub = nullptr;
+        Tsi tsi{};
+        std::uint64_t seq = 0;
+        std::uint64_t sum = 0;
+        std::vector<std::byte> bytes;
     };
     struct Held {
         Tsi tsi{};
@@ -66,9 +83,13 @@ struct StreamSubscriber::Impl {
     static constexpr std::size_t kMaxCopies = 64;
     static constexpr std::size_t kMaxVotes = 16;      // publishers per record (others dropped)
     static constexpr std::size_t kSpareBallots = 64;  // nodes kept for reuse
-    /// Ballots (quorum) may be kFarFactor x buffer_records, those past buffer_records holding
-    /// votes only (checksums, no bytes).
+    /// Ballots (quorum) may be kFarFactor x buffer_records; each keeps its first copy's bytes,
+    /// and other copies' bytes only within buffer_records of `next` (further ahead a differing
+    /// copy is its vote only). So the bytes held are at most (kFarFactor + kMaxVotes - 1) x
+    /// buffer_records whole records (stored_records() in tests), plus one per copy far ahead
+    /// and buffer_records records of newer epochs (pending).
     static constexpr std::size_t kFarFactor = 16;
+    static constexpr std::uint64_t kMaxStanding = 1U << 20U;
 
     StreamOptions opt;
     std::vector<Subscriber*> subs;
@@ -104,6 +125,9 @@ struct StreamSubscriber::Impl {
     std::uint64_t disputed_at = UINT64_MAX;
     std::vector<DisputedCopy> dispute_list;
     std::optional<std::uint64_t> resolution;  // the checksum resolve() picked
+    // Quorum: records of newer epochs (at most buffer_records), in arrival order.
+    std::vector<Pending> pending;
+    bool any_far = false;  // some copy is far ahead (far_jump() has something to look at)
 
     Copy& copy_of(const Subscriber* sub, const Tsi& tsi) noexcept;
     std::uint64_t hist_mask = 0;  // history slots - 1 (a power of two: no division per record)
@@ -122,6 +146,37 @@ struct StreamSubscriber::Impl {
         return cp.loss_pending && cp.has_high && cp.high + 1 == next;
     }
     void start_epoch(std::uint32_t e, std::uint64_t seq) noexcept;
+    /// How far past `next` a record may be and still be held or voted on: first, the buffer
+    /// and the one record that overflows it; quorum, the ballots' bound.
+    [[nodiscard]] std::uint64_t reach() const noexcept {
+        return quorum() ? kFarFactor * opt.buffer_records - 1 : opt.buffer_records + 1;
+    }
+    /// A record further ahead than reach(): counted, its copy marked far (the first kept).
+    void far_ahead(Copy& cp, const RecordHeader& h, std::span<const std::byte> record);
+    /// Every copy still there is far ahead (quorum: at least the quorum's publishers): the
+    /// records before the lowest one they hold are lost, and theirs taken.
+    bool far_jump(StreamEvent& out);
+    /// Quorum: a record of an epoch newer than the stream's; a reset once the quorum's
+    /// publishers sent that epoch.
+    bool epoch_vote(const Subscriber* sub,
+                    Tsi tsi,
+                    const RecordHeader& h,
+                    std::span<const std::byte> record,
+                    StreamEvent& out);
+    /// Quorum: publishers of standing (the most agreeing copy with this TSI).
+    [[nodiscard]] std::uint64_t standing_of(const Tsi& tsi) const noexcept {
+        std::uint64_t s = 0;
+        for (const Copy& cp : copies) {
+            s = cp.tsi == tsi ? std::max(s, cp.standing) : s;
+        }
+        return s;
+    }
+    /// Quorum: some waiting ballot has the quorum's publishers on one copy (a jump to the
+    /// first waiting record, a loss of the gap before it, is then allowed).
+    [[nodiscard]] bool quorum_past_gap() const noexcept;
+    [[nodiscard]] std::size_t need() const noexcept {
+        return std::min(opt.quorum, std::max<std::size_t>(live_voters(), 1));
+    }
 
     [[nodiscard]] bool quorum() const noexcept { return opt.arbitration == Arbitration::quorum; }
     /// Records waiting (held behind a gap, or being voted on).

@@ -2,7 +2,9 @@
 // StreamSubscriber with Arbitration::quorum (docs/STREAMS.md, "Arbitration"): the copies of a
 // record are votes; it is delivered once enough publishers sent the same copy.
 #include <algorithm>
+#include <array>
 #include <string>
+#include <vector>
 
 #include "lib/streams/stream_impl.hpp"
 
@@ -63,8 +65,29 @@ void StreamSubscriber::Impl::vote(std::uint64_t seq,
             gap_since = clock();
         }
     }
-    if (b.votes.size() == kMaxVotes || b.voted(tsi)) {
-        return;  // this publisher's copy again (a repair, a second path), or too many publishers
+    if (b.voted(tsi)) {
+        return;  // this publisher's copy again (a repair, a second path): one vote
+    }
+    if (b.votes.size() == kMaxVotes) {
+        // Too many publishers: sixteen forged sources must not lock the true ones out. The
+        // vote of least standing goes if this publisher has more (it agreed with delivered
+        // records), else this one is not counted.
+        const std::uint64_t mine = standing_of(tsi);
+        std::size_t worst = 0;
+        std::uint64_t least = UINT64_MAX;
+        for (std::size_t i = 0; i < b.votes.size(); ++i) {
+            const std::uint64_t st = standing_of(b.votes[i].tsi);
+            if (st < least) {
+                least = st;
+                worst = i;
+            }
+        }
+        ++c.votes_refused;
+        if (mine <= least) {
+            return;
+        }
+        --b.tally[b.votes[worst].copy];
+        b.votes.erase(b.votes.begin() + static_cast<std::ptrdiff_t>(worst));
     }
     std::size_t k = 0;
     while (k < b.n && b.sums[k] != sum) {
@@ -192,6 +215,82 @@ bool StreamSubscriber::Impl::decide(StreamEvent& out) {
     return true;
 }
 
+bool StreamSubscriber::Impl::quorum_past_gap() const noexcept {
+    const std::size_t n = need();
+    return std::any_of(ballots.begin(), ballots.end(), [&](const auto& kv) {
+        const Ballot& b = kv.second;
+        return std::any_of(b.tally.begin(), b.tally.end(), [&](std::uint64_t t) { return t >= n; });
+    });
+}
+
+// A record of a newer epoch: its vote for a reset. The reset comes once the quorum's
+// publishers (need(): fewer when fewer are there) sent records of that epoch; it starts at the
+// lowest sequence that many of them began the epoch at or before, and their records of the
+// epoch from there on are then voted on as if they came now. Until then the stream goes on in
+// its epoch: one copy (a forged record, XXH3 being no signature) cannot reset it.
+bool StreamSubscriber::Impl::epoch_vote(const Subscriber* sub,
+                                        Tsi tsi,
+                                        const RecordHeader& h,
+                                        std::span<const std::byte> record,
+                                        StreamEvent& out) {
+    if (pending.size() >= opt.buffer_records) {
+        ++c.too_far;
+        return false;
+    }
+    pending.push_back(Pending{h.epoch, sub, tsi, h.sequence, h.checksum, {}});
+    pending.back().bytes.assign(record.begin(), record.end());
+    ++c.epoch_pending;
+    // The publishers of this epoch and where each began it (records come in order per copy).
+    std::array<std::uint64_t, kMaxVotes> firsts{};
+    std::array<Tsi, kMaxVotes> who{};
+    std::size_t voters = 0;
+    for (const Pending& p : pending) {
+        if (p.epoch != h.epoch) {
+            continue;
+        }
+        std::size_t i = 0;
+        while (i < voters && !(who[i] == p.tsi)) {
+            ++i;
+        }
+        if (i == voters && voters < kMaxVotes) {
+            who[voters] = p.tsi;
+            firsts[voters++] = p.seq;
+        } else if (i < voters) {
+            firsts[i] = std::min(firsts[i], p.seq);
+        }
+    }
+    const std::size_t n = need();
+    if (voters < n) {
+        return false;
+    }
+    std::sort(firsts.begin(), firsts.begin() + static_cast<std::ptrdiff_t>(voters));
+    const std::uint64_t at = firsts[n - 1];
+    const std::uint32_t e = h.epoch;
+    std::vector<Pending> taken;
+    taken.swap(pending);
+    start_epoch(e, at);
+    ++c.resets;
+    for (Pending& p : taken) {
+        if (p.epoch > e) {
+            pending.push_back(std::move(p));  // a newer epoch still: it waits on
+            continue;
+        }
+        if (p.epoch < e || p.seq < at) {
+            continue;
+        }
+        if (p.seq - next > reach()) {
+            ++c.too_far;
+            continue;
+        }
+        Copy& cp = copy_of(p.sub, p.tsi);
+        cp.high = cp.has_high ? std::max(cp.high, p.seq) : p.seq;
+        cp.has_high = true;
+        vote(p.seq, p.tsi, p.sum, p.bytes);
+    }
+    out = StreamEvent{StreamEventKind::reset, e, at, 0, {}, tsi};
+    return true;
+}
+
 // The record at `next` is agreed on, but none of its copies' bytes were kept (they all came
 // while the buffer was full: `overflow`), or its quorum timed out (quorum_timeout_loss): a
 // loss, reported.
@@ -222,6 +321,14 @@ bool StreamSubscriber::Impl::deliver_ballot(std::size_t k, StreamEvent& out, boo
                       b.first_voter(k)};
     last_record = out_bytes;
     c.unconfirmed += !resolved && b.tally[k] < opt.quorum ? 1U : 0U;
+    for (const Ballot::Vote& v : b.votes) {  // its voters gain standing
+        if (v.copy != k) {
+            continue;
+        }
+        for (Copy& cp : copies) {
+            cp.standing += cp.tsi == v.tsi && cp.standing < kMaxStanding ? 1U : 0U;
+        }
+    }
     ++next;
     ++c.records;
     dispute_list.clear();

@@ -16,10 +16,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>  // mkdtemp
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 #include <system_error>
@@ -191,7 +194,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             check(!rec.has_value() && rec.error().code() == prizma::Errc::unsupported);
             return 0;
         }
-        check(rec.has_value());
+        if (!rec.has_value()) {
+            // Corruption inside the segment (a bad frame with whole frames after it): refused,
+            // and nothing cut.
+            check(rec.error().code() == prizma::Errc::malformed_packet);
+            std::ifstream in(dir + "/" + journal::file_name(0, "seg").text, std::ios::binary);
+            const std::vector<char> now((std::istreambuf_iterator<char>(in)),
+                                        std::istreambuf_iterator<char>());
+            check(now.size() == seg.size()
+                  && std::equal(now.begin(), now.end(), seg.begin(), [](char a, std::uint8_t b) {
+                         return static_cast<std::uint8_t>(a) == b;
+                     }));
+            return 0;
+        }
         const std::uint64_t next = rec->next_sequence();
         std::uint64_t first = 0;
         if (auto rd = prizma::JournalReader::open(dir, 0)) {

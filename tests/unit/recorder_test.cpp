@@ -445,7 +445,12 @@ TEST_CASE("recorder: truncated at every offset of its tail, it recovers the comp
     }
 }
 
-TEST_CASE("recorder: a byte corrupted anywhere in its tail drops that record and what follows",
+// Only a torn tail is cut. A corrupt byte in the last frame is such a tail (it and nothing
+// else is dropped), and so is a length or format byte that makes a header implausible (the
+// reader too takes it for the end). A corrupt byte in any other frame, whole frames after it,
+// is corruption inside: the recorder refuses to open, naming it, and cuts nothing: the
+// verified records after it are still there.
+TEST_CASE("recorder: a byte corrupted in its tail: the last frame is cut, one inside is refused",
           "[unit][recorder]") {
     const TempDir dir;
     constexpr std::uint64_t kN = 300;
@@ -461,18 +466,84 @@ TEST_CASE("recorder: a byte corrupted anywhere in its tail drops that record and
         off += frame_bytes(i);
         ends.push_back(off);
     }
+    std::size_t refused = 0;
     for (std::size_t at = ends[kN - 4]; at < whole.size(); ++at) {
         auto bad = whole;
         bad[at] = static_cast<char>(bad[at] ^ 0x5A);
         write_file(seg, bad, bad.size());
-        // The record holding the corrupt byte, and everything after it, is dropped.
         const auto holder = static_cast<std::uint64_t>(
             std::upper_bound(ends.begin(), ends.end(), at) - ends.begin());
-        auto rec = open_recorder(dir.path);
-        INFO("byte " << at << " flipped");
-        REQUIRE(rec.next_sequence() == holder);
-        REQUIRE(contiguous(read_all(dir.path, 0), 0, holder));
+        const std::size_t in_frame = at - ends[holder - 1];
+        prizma::RecorderOptions o;
+        o.directory = dir.path;
+        o.stream_id = 42;
+        o.index_bytes = 4096;
+        auto rec = prizma::Recorder::open(o);
+        INFO("byte " << at << " flipped, " << in_frame << " into record " << holder);
+        if (holder == kN - 1) {
+            REQUIRE(rec.has_value());  // the last frame: a torn tail, cut
+            REQUIRE(rec->next_sequence() == holder);
+            REQUIRE(contiguous(read_all(dir.path, 0), 0, holder));
+            continue;
+        }
+        if (in_frame >= 8) {  // not its length or format bytes: the header still looks whole
+            REQUIRE_FALSE(rec.has_value());
+        }
+        if (!rec.has_value()) {
+            ++refused;
+            CHECK(rec.error().code() == prizma::Errc::malformed_packet);
+            CHECK(rec.error().message().find("inside") != std::string::npos);
+            CHECK(fs::file_size(seg) == whole.size());  // nothing cut
+            CHECK(read_file(seg) == bad);
+        } else {
+            REQUIRE(rec->next_sequence() == holder);
+        }
     }
+    CHECK(refused > 0);
+}
+
+// The verified records after a bad frame in the middle of a segment used to be cut at
+// recovery. They stay, and the reader reports the bad frame as it always did.
+TEST_CASE("recorder: a bad frame in the middle of a segment is reported, nothing after it cut",
+          "[unit][recorder]") {
+    const TempDir dir;
+    constexpr std::uint64_t kN = 300;
+    {
+        auto rec = open_recorder(dir.path);
+        write_records(rec, 0, kN);
+    }
+    const auto seg = segments(dir.path).at(0);
+    auto bytes = read_file(seg);
+    std::size_t at = 0;
+    for (std::uint64_t i = 0; i < 100; ++i) {
+        at += frame_bytes(i);
+    }
+    bytes[at + frame_bytes(100) - 1] ^= 0x01;  // the last payload byte of record 100
+    write_file(seg, bytes, bytes.size());
+    prizma::RecorderOptions o;
+    o.directory = dir.path;
+    o.stream_id = 42;
+    o.index_bytes = 4096;
+    auto rec = prizma::Recorder::open(o);
+    REQUIRE_FALSE(rec.has_value());
+    CHECK(rec.error().code() == prizma::Errc::malformed_packet);
+    CHECK(rec.error().message().find("offset " + std::to_string(at)) != std::string::npos);
+    CHECK(read_file(seg) == bytes);  // records 101-299 still there
+    // The reader: records 0-99, then the error.
+    auto reader = prizma::JournalReader::open(dir.path, 0).value();
+    prizma::JournalEntry e;
+    std::uint64_t n = 0;
+    for (;;) {
+        auto r = reader.next(e);
+        if (!r) {
+            CHECK(r.error() == prizma::Errc::malformed_packet);
+            break;
+        }
+        REQUIRE(*r);
+        CHECK(e.sequence == n);
+        ++n;
+    }
+    CHECK(n == 100);
 }
 
 TEST_CASE("recorder: killed with SIGKILL while recording, it reopens contiguous",
@@ -1251,9 +1322,11 @@ TEST_CASE("journal reader: an entry out of order inside a segment is an error, n
     write_file(dir + "/99999999999999999999.seg", {'x'}, 1);
     auto again = prizma::JournalReader::open(dir, 0);
     REQUIRE(again.has_value());
+    // The recorder refuses it likewise: corruption inside, not a torn tail; nothing is cut.
     auto rec = prizma::Recorder::open(options(dir, std::size_t{1} << 20U));
-    REQUIRE(rec.has_value());
-    CHECK(rec->next_sequence() == 6);  // the out-of-order frame and what follows: cut
+    REQUIRE_FALSE(rec.has_value());
+    CHECK(rec.error().code() == prizma::Errc::malformed_packet);
+    CHECK(read_file(seg) == spliced);
 }
 
 TEST_CASE("recorder: a position past 2^64 - 1 is refused, not wrapped", "[unit][recorder]") {

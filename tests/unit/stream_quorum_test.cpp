@@ -69,16 +69,20 @@ struct Quorum {
         prizma::detail::StreamSubscriberTesting::set_clock(*stream, &test_now);
     }
     /// Publisher `p` writes records [from, to); record `wrong` (if in range) with other bytes.
+    /// Publisher `p` writes records [from, to); record `wrong` (if in range) with other bytes
+    /// (those of record wrong + salt), all of epoch `epoch`.
     void send(std::size_t p,
               std::uint64_t from,
               std::uint64_t to,
-              std::uint64_t wrong = UINT64_MAX) {
-        if (!out[p] || out[p]->next_sequence() != from) {
-            out[p].emplace(prizma::StreamPublisher::create(pubs[p], 42, 1, from).value());
+              std::uint64_t wrong = UINT64_MAX,
+              std::uint64_t salt = 1000,
+              std::uint32_t epoch = 1) {
+        if (!out[p] || out[p]->next_sequence() != from || out[p]->epoch() != epoch) {
+            out[p].emplace(prizma::StreamPublisher::create(pubs[p], 42, epoch, from).value());
         }
         for (std::uint64_t i = from; i < to; ++i) {
             REQUIRE(out[p]->next_sequence() == i);
-            REQUIRE(out[p]->offer(body(i == wrong ? i + 1000 : i)).has_value());
+            REQUIRE(out[p]->offer(body(i == wrong ? i + salt : i)).has_value());
         }
         pump();
     }
@@ -349,4 +353,146 @@ TEST_CASE("stream quorum: bad options are refused", "[unit][stream]") {
     CHECK_FALSE(prizma::StreamSubscriber::create(o).has_value());
     o.quorum_timeout = std::chrono::milliseconds(0);
     CHECK(prizma::StreamSubscriber::create(o).has_value());
+}
+
+// One copy's newer epoch (a forged record: any checksum verifies) used to reset the stream at
+// once, every honest record after it `stale_epoch`. In quorum mode a reset needs the quorum's
+// publishers on the new epoch, like a record.
+TEST_CASE("stream quorum trust: an epoch change needs the quorum, one copy's is held",
+          "[unit][stream][trust]") {
+    Quorum q("quorum-epoch", 3, 2);
+    q.send(0, 0, 3);
+    q.send(1, 0, 3);
+    q.send(2, 3, 4, UINT64_MAX, 1000, 9);  // one publisher (forged): epoch 9 from 3
+    CHECK(q.of(prizma::StreamEventKind::reset).empty());
+    CHECK(q.stream->counters().epoch_pending == 1);
+    q.send(0, 3, 6);
+    q.send(1, 3, 6);
+    g_now += 1'000'000'000;
+    q.pump();
+    CHECK(q.records() == range(0, 6));  // the pair goes on in epoch 1
+    CHECK(q.stream->counters().stale_epoch == 0);
+    CHECK(q.of(prizma::StreamEventKind::reset).empty());
+    // The pair's own deliberate reset, epoch 2 from 0: once both sent it.
+    q.send(0, 0, 3, UINT64_MAX, 1000, 2);
+    CHECK(q.of(prizma::StreamEventKind::reset).empty());
+    CHECK(q.records() == range(0, 6));
+    q.send(1, 0, 3, UINT64_MAX, 1000, 2);
+    CHECK(q.of(prizma::StreamEventKind::reset) == std::vector<std::uint64_t>{0});
+    auto expect = range(0, 6);
+    for (std::uint64_t i = 0; i < 3; ++i) {
+        expect.push_back(i);
+    }
+    CHECK(q.records() == expect);
+    CHECK(q.all_right());
+    for (const Event& e : q.log) {
+        CHECK((e.kind != prizma::StreamEventKind::record || e.count == 2));
+    }
+    CHECK(q.stream->counters().unconfirmed == 0);
+}
+
+// A gap in quorum mode is lost only when the quorum's publishers agree on a record after it:
+// a forged record ahead (within the buffer) does not end a gap at the timeout, a record lost
+// on both copies of a pair still is.
+TEST_CASE("stream quorum trust: one copy's record ahead does not decide a loss",
+          "[unit][stream][trust]") {
+    Quorum q("quorum-gap", 3, 2, 8);
+    q.send(0, 0, 3);
+    q.send(1, 0, 3);
+    q.send(2, 5, 6, 5);  // forged, ahead of the gap at 3
+    constexpr std::uint64_t kFar = 3 + 1'000'000'000ULL;
+    q.send(2, kFar, kFar + 1);  // and far ahead
+    CHECK(q.stream->counters().too_far == 1);
+    g_now += 2'000'000'000;  // four gap timeouts
+    q.pump();
+    CHECK(q.of(prizma::StreamEventKind::loss).empty());
+    CHECK(q.stream->next_sequence() == 3);
+    q.send(0, 3, 10);
+    q.send(1, 3, 10);
+    CHECK(q.records() == range(0, 10));
+    CHECK(q.all_right());
+    CHECK(q.of(prizma::StreamEventKind::divergence) == std::vector<std::uint64_t>{5});
+    // Honest: 10 lost on both copies of the pair, 11 on: lost at the gap timeout.
+    q.send(0, 11, 13);
+    q.send(1, 11, 13);
+    g_now += 500'000'000;
+    q.pump();
+    CHECK(q.of(prizma::StreamEventKind::loss) == std::vector<std::uint64_t>{10});
+    CHECK(q.records().back() == 12);
+    CHECK(q.stream->counters().lost_records == 1);
+}
+
+// Sixteen forged publishers, each with its own copy, used to fill a record's sixteen votes and
+// lock the true pair out (a dispute). A publisher that agreed with delivered records now takes
+// the place of a vote of none.
+TEST_CASE("stream quorum trust: sixteen forged publishers do not lock the true ones out",
+          "[unit][stream][trust]") {
+    Quorum q("quorum-flood", 2, 2);
+    // The forged sources on four more channels of the stream, four each (a channel's source
+    // storage budget holds four by default).
+    std::vector<prizma::Subscriber> forged_subs;
+    forged_subs.reserve(4);  // the stream keeps their addresses
+    std::vector<prizma::Publisher> forged;
+    for (int c = 0; c < 4; ++c) {
+        const std::string uri = "mem://quorum-flood-" + std::to_string(c) + ":7600";
+        forged_subs.push_back(q.ctx.add_subscriber(uri).value());
+        REQUIRE(q.stream->add(forged_subs.back()).has_value());
+        for (int p = 0; p < 4; ++p) {
+            forged.push_back(q.ctx.add_publisher(uri).value());
+        }
+    }
+    q.send(0, 0, 3);
+    q.send(1, 0, 3);
+    CHECK(q.records() == range(0, 3));
+    for (std::size_t p = 0; p < forged.size(); ++p) {
+        auto w = prizma::StreamPublisher::create(forged[p], 42, 1, 3).value();
+        REQUIRE(w.offer(body(3 + 1000 * (p + 1))).has_value());  // each a different wrong copy
+        q.pump();
+    }
+    CHECK(q.stream->counters().duplicates == 3 + 15);  // 16 forged votes on record 3
+    CHECK(q.records() == range(0, 3));
+    q.send(0, 3, 5);
+    q.send(1, 3, 5);
+    CHECK(q.records() == range(0, 5));
+    CHECK(q.all_right());
+    CHECK(q.of(prizma::StreamEventKind::dispute).empty());
+    CHECK(q.stream->counters().votes_refused == 2);
+}
+
+// The pinned behaviour: one publisher's copy heard twice (a resend, a second path) is one
+// vote, never two: the record still waits for the other publisher.
+TEST_CASE("stream quorum trust: a publisher's copy heard twice is one vote",
+          "[unit][stream][trust]") {
+    Quorum q("quorum-twice", 2, 2);
+    auto second_path = q.ctx.add_subscriber("mem://quorum-twice:7600");
+    REQUIRE(second_path.has_value());
+    REQUIRE(q.stream->add(*second_path).has_value());
+    q.send(0, 0, 2);
+    q.send(1, 0, 2);
+    REQUIRE(q.records() == range(0, 2));
+    q.send(0, 2, 3);
+    q.send(0, 2, 3);  // the same record again: a resend, and each on two subscribers
+    CHECK(q.stream->counters().duplicates >= 3);
+    CHECK(q.records() == range(0, 2));  // one vote: not the quorum of 2
+    q.send(1, 2, 3);
+    CHECK(q.records() == range(0, 3));
+    CHECK(q.log.back().count == 2);
+    CHECK(q.stream->counters().unconfirmed == 0);
+}
+
+// What docs/STREAMS.md says the stream holds: ballots keep each record's first copy up to
+// 16 x buffer_records ahead, and other copies only within buffer_records: at most
+// (16 + 15) x buffer_records whole records, here 62.
+TEST_CASE("stream quorum trust: the records held stay within (16 + 15) x buffer_records",
+          "[unit][stream][trust]") {
+    Quorum q("quorum-memory", 16, 2, 2);
+    for (std::uint64_t i = 0; i < 40; ++i) {
+        for (std::size_t p = 0; p < 16; ++p) {
+            q.send(p, i, i + 1, i, 1000 * (p + 1));  // every copy of every record different
+        }
+    }
+    CHECK(q.of(prizma::StreamEventKind::dispute) == std::vector<std::uint64_t>{0});
+    const std::size_t held = prizma::detail::StreamSubscriberTesting::stored_records(*q.stream);
+    CHECK(held <= (16 + 15) * 2);
+    CHECK(held > 16 * 2);  // first copies beyond buffer_records are kept: the bound is real
 }

@@ -615,3 +615,49 @@ TEST_CASE("stream boundary: buffer_records held wait, one more is an overflow lo
     CHECK(rig.log.records == std::vector<std::uint64_t>{0, 2, 3, 4});
     CHECK(rig.stream->counters().overflows == 1);
 }
+
+// One copy far ahead is one copy's word (XXH3 is no signature: anyone can write a record whose
+// checksum verifies). A record at next + 10^9 is counted and dropped: neither the gap timeout
+// nor a full buffer makes it the end of a gap of 10^9 records.
+TEST_CASE("stream trust: a record far ahead is counted and dropped, never a loss up to it",
+          "[unit][stream][trust]") {
+    Rig rig("stream-far", 65536, {}, 8);
+    rig.send(rig.pa, 1, 0, 3);
+    rig.send(rig.pb, 1, 0, 3);
+    constexpr std::uint64_t kFar = 3 + 1'000'000'000ULL;
+    rig.send(rig.pb, 1, kFar, kFar + 1);
+    CHECK(rig.stream->counters().too_far == 1);
+    g_now += 10 * rig.timeout();
+    rig.pump();
+    CHECK(rig.log.losses.empty());
+    CHECK(rig.stream->next_sequence() == 3);
+    // A full buffer (3 missing, 9 held: one more than buffer_records) loses the gap up to the
+    // first record held, not up to the far one.
+    rig.send(rig.pa, 1, 4, 13);
+    CHECK(rig.log.losses == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{3, 1}});
+    CHECK(rig.stream->next_sequence() == 13);
+    g_now += 10 * rig.timeout();
+    rig.pump();
+    rig.send(rig.pa, 1, 13, 20);
+    CHECK(rig.log.losses.size() == 1);
+    CHECK(rig.stream->next_sequence() == 20);
+    CHECK(rig.log.bad_payload == 0);
+    CHECK(rig.stream->counters().lost_records == 1);
+}
+
+// The honest case the bound must still serve: a subscriber that starts (start_sequence 0)
+// behind every publisher. Once every copy there is far ahead, the records before them are one
+// loss event and their records follow, without waiting for the gap timeout.
+TEST_CASE("stream trust: a subscriber behind every copy loses the range up to them, once",
+          "[unit][stream][trust]") {
+    Rig rig("stream-behind", 65536, {}, 8);
+    rig.send(rig.pa, 1, 1'000'000, 1'000'010);
+    CHECK(rig.log.losses == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, 1'000'000}});
+    REQUIRE(rig.log.records.size() == 10);
+    CHECK(rig.log.records.front() == 1'000'000);
+    CHECK(rig.log.records.back() == 1'000'009);
+    CHECK(rig.log.bad_payload == 0);
+    rig.send(rig.pb, 1, 1'000'000, 1'000'011);  // the standby: duplicates, then the next one
+    CHECK(rig.log.records.back() == 1'000'010);
+    CHECK(rig.log.losses.size() == 1);
+}

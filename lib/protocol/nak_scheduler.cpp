@@ -114,8 +114,7 @@ void Receiver::unpark_paced(Peer& p, std::int64_t now_ns) noexcept {
     if (!p.naks_parked || !p.nla || !p.started || cfg_.passive) {
         return;
     }
-    refill_tokens(p, now_ns);
-    auto budget = static_cast<std::uint32_t>(p.nak_tokens);
+    auto budget = static_cast<std::uint32_t>(p.nak_tokens);  // refilled by run_naks
     if (budget == 0) {
         return;
     }
@@ -220,7 +219,8 @@ void Receiver::on_peer_nak(Peer& p, const pgm::Packet& pkt, std::int64_t now_ns)
 void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept {
     const std::uint32_t mask = capacity_ - 1;
     const auto& t = cfg_.timers;
-    unpark_paced(p, now_ns);  // NAK credit came back: the oldest waiting ones are due now
+    refill_tokens(p, now_ns);  // once per run: the time does not move within it
+    unpark_paced(p, now_ns);   // NAK credit came back: the oldest waiting ones are due now
     // The due timers, from the buckets whose ticks have passed.
     due_.clear();
     std::int64_t next_deadline = p.wheel.collect_due(now_ns, due_);
@@ -258,7 +258,6 @@ void Receiver::run_naks(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept
                     }
                     continue;
                 } else {
-                    refill_tokens(p, now_ns);
                     if (p.nak_tokens < 1) {
                         park(p, s);  // waits for NAK credit: no retry used
                         continue;

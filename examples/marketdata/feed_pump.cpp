@@ -61,7 +61,9 @@ std::unique_ptr<FeedPump> FeedPump::create(asio::io_context& ioc,
 
 bool FeedPump::subscribe(std::string& error) {
     for (const std::string& uri : s_.cfg.feeds) {
-        auto sub = ctx_.add_subscriber(uri, prizma::ChannelOptions{});
+        prizma::ChannelOptions opts;
+        opts.max_recover_sqns = s_.cfg.join_history;
+        auto sub = ctx_.add_subscriber(uri, opts);
         if (!sub) {
             error = uri + ": " + sub.error().message();
             return false;

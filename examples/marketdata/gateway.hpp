@@ -25,6 +25,9 @@ namespace md::gw {
 struct Config {
     std::vector<std::string> feeds;  // copies of the feed's stream (A, B, ...)
     std::uint32_t stream_id = 1;
+    /// A feed whose history is within this many packets when the gateway joins is taken from
+    /// its start (ChannelOptions::max_recover_sqns); 1: from the first packet heard.
+    std::uint32_t join_history = 1024;
     std::string recorder;                      // HOST:PORT of md-recorder's replay service
     prizma::ReplaySecurity recorder_security;  // how it is reached (keys, certificates)
 

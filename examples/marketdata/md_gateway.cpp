@@ -133,6 +133,11 @@ int parse_args(int argc, char** argv, Config& c) {
     app.add_option("--stream-id", c.stream_id, "The feed's stream id (default 1)")
         ->type_name("N")
         ->check(prizma::tools::whole(1, 0xffffffff));
+    app.add_option("--join-history", c.join_history,
+                   "Join a feed younger than this many packets from its start (1024; 1: from "
+                   "the first packet heard)")
+        ->type_name("N")
+        ->check(prizma::tools::whole(1, 65535));
     app.add_option("--threads", c.threads, "Event loops (default: one per core)")
         ->type_name("N")
         ->check(prizma::tools::whole(1, 256));

@@ -1193,14 +1193,23 @@ def case_consistency():
     recs = [os.path.join(WORK, "day1.rec"), os.path.join(WORK, "day2.rec")]
     redis = ["--redis", "127.0.0.1:%d" % ports[0]]
     a = mdref.Gateway(GATEWAY, URI, extra=redis)
-    b = None
+    b = c = None
     feed = None
     try:
         feed = Feed(URI, *FEED_ONE, "--rate", "10000", "--record", recs[0])
         wait_for("a quarter of day 1", lambda: a.health()["ticks"] >= 7500)
-        b = mdref.Gateway(GATEWAY, URI, extra=redis)  # joins late
+        # Joins late. A day here is ~900 messages, within the 1,024 packets of history a
+        # gateway takes from a young feed: this one takes none, so that it misses the head.
+        b = mdref.Gateway(GATEWAY, URI, extra=redis + ["--join-history", "1"])
+        # One at its defaults, at the same moment, takes the young feed from its start.
+        c = mdref.Gateway(GATEWAY, URI)
         n, last = feed.result()
         assert 0 < b.health()["ticks"] < n, "the second gateway did not join mid-feed"
+        wait_seq(c, last)
+        h = c.health()
+        assert h["ticks"] == n and h["gaps"] == 0 and h["loss_events"] == 0, h
+        c.stop()
+        c = None
         compare_gateways(a, b, recs[:1], last, "late join")
         # Day 2: the second one killed (SIGKILL) at 40 % and restarted at 60 %.
         t0 = a.health()["ticks"]
@@ -1211,14 +1220,14 @@ def case_consistency():
         b.proc.wait()
         b = None
         wait_for("60 % of day 2", lambda: a.health()["ticks"] >= t0 + 18000)
-        b = mdref.Gateway(GATEWAY, URI, extra=redis)
+        b = mdref.Gateway(GATEWAY, URI, extra=redis + ["--join-history", "1"])
         assert b.health()["loaded"]["from"] == "redis"
         n, last = feed.result()
         compare_gateways(a, b, recs, last, "kill -9 and restart")
     finally:
         if feed:
             feed.kill()
-        for g in (a, b):
+        for g in (a, b, c):
             if g:
                 g.stop()
         for p in procs:

@@ -101,7 +101,7 @@ bool Receiver::progressing(const Peer& p, std::int64_t now_ns) const noexcept {
 }
 
 // A missing sqn waits in back-off without a timer (no NLA yet, or no NAK credit).
-void Receiver::park(Peer& p, Sqn s) noexcept {
+void Receiver::park(Peer& p, Sqn s) const noexcept {
     p.wheel.cancel(s.value & (capacity_ - 1));
     if (!p.naks_parked || precedes(s, p.park_from)) {
         p.park_from = s;
@@ -110,7 +110,7 @@ void Receiver::park(Peer& p, Sqn s) noexcept {
 }
 
 // Arms the oldest parked sqns, as many as the NAK credit allows, due now.
-void Receiver::unpark_paced(Peer& p, std::int64_t now_ns) noexcept {
+void Receiver::unpark_paced(Peer& p, std::int64_t now_ns) const noexcept {
     if (!p.naks_parked || !p.nla || !p.started || cfg_.passive) {
         return;
     }

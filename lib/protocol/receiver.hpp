@@ -188,8 +188,8 @@ private:
     void resync(Peer& p, Sqn begin) noexcept;
     void lose_tail(Peer& p, Sqn last, std::int64_t now_ns) noexcept;
     void unpark(Peer& p, std::int64_t now_ns) noexcept;
-    void park(Peer& p, Sqn s) noexcept;
-    void unpark_paced(Peer& p, std::int64_t now_ns) noexcept;
+    void park(Peer& p, Sqn s) const noexcept;
+    void unpark_paced(Peer& p, std::int64_t now_ns) const noexcept;
     void refill_tokens(Peer& p, std::int64_t now_ns) const noexcept;
     [[nodiscard]] bool progressing(const Peer& p, std::int64_t now_ns) const noexcept;
     void spmr_timer(Peer& p, std::int64_t now_ns, PacketSink& sink) noexcept;

@@ -102,13 +102,18 @@ void Source::note_held(bool held, std::int64_t now_ns) noexcept {
         }
         return;
     }
+    const bool was_held = held_;
     if (held_) {
         count_held(now_ns);
         held_ = false;
     }
     if (meter_ns_ < 0 || now_ns - meter_ns_ >= kMeterNs) {
-        meter_prev_ns_ = meter_ns_ < 0 ? 0 : now_ns - meter_ns_;
-        meter_prev_bytes_ = meter_ns_ < 0 ? 0 : odata_bytes() - meter_bytes_;
+        // After a quiet spell of a meter interval or more (not a hold) the rate before is the
+        // new burst's own: an interval spanning the spell would dilute it, and each burst's
+        // idle spell would earn less than the first one's.
+        const bool fresh = meter_ns_ < 0 || (!was_held && now_ns - last_data_ns_ >= kMeterNs);
+        meter_prev_ns_ = fresh ? 0 : now_ns - meter_ns_;
+        meter_prev_bytes_ = fresh ? 0 : odata_bytes() - meter_bytes_;
         meter_ns_ = now_ns;
         meter_bytes_ = odata_bytes();
     }
@@ -254,8 +259,12 @@ bool Source::admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept {
     const bool waited_for = flow_.active()
                             && (flow_.waits_for(rq.family, rq.addr, s)
                                 || flow_.holds_back(rq.family, rq.addr, next_, txw));
-    if (waited_for ? sl.waited_count >= cfg_.max_repairs_per_sqn
-                   : sl.rdata_count >= cfg_.max_repairs_per_sqn) {
+    // max_repairs_per_sqn per host heard NAKing in the last kActiveNs (at most 255 in all): a
+    // receiver that overflows its buffer loses a repair again, and several such hosts each
+    // need their own repeats; what all the repeats cost stays within the budgets above.
+    const std::uint32_t repeats = static_cast<std::uint32_t>(std::min<std::size_t>(
+        std::size_t{cfg_.max_repairs_per_sqn} * active_requesters(now_ns), UINT8_MAX));
+    if (waited_for ? sl.waited_count >= cfg_.max_repairs_per_sqn : sl.rdata_count >= repeats) {
         ++counters_.nak_repeat_limited;
         ++counters_.nak_ignored;
         return false;

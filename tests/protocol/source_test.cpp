@@ -345,6 +345,60 @@ TEST_CASE("a quiet source still repairs a small loss out of the credit it saved"
     CHECK(src->counters().nak_ignored == 0);
 }
 
+// The idle credit is earned afresh in every quiet spell: three bursts, each lost whole at one
+// receiver twice over (its repairs lost once more), quiet spells between them: each burst's
+// second round of NAKs is answered as the first burst's was: the rate the spell earns at is
+// the burst's own, not diluted by the quiet spell before it.
+TEST_CASE("idle credit is earned afresh in every quiet spell: each burst repaired alike",
+          "[protocol][source][budget]") {
+    auto cfg = testing::source_config();
+    auto src = std::move(*protocol::Source::create(cfg));
+    Capture cap;
+    src->open(0, cap);
+    constexpr std::uint32_t kBurst = 600;
+    const std::int64_t spell = protocol::repair_limit_ns(cfg.timers) + 2 * protocol::kSec;
+    const auto round = [&](std::uint32_t first, std::int64_t& t) {
+        const std::size_t before = cap.count(PacketType::rdata);
+        for (std::uint32_t s = first; s < first + kBurst; s += 63) {
+            std::vector<Sqn> list;
+            for (std::uint32_t k = s + 1; k < std::min(s + 63, first + kBurst); ++k) {
+                list.push_back(Sqn{k});
+            }
+            src->on_packet(parse(nak(cfg, Sqn{s}, list)), Endpoint{}, t, cap);
+        }
+        for (int i = 0; i < 200; ++i) {  // 200 ms for the rate-paced repairs to go out
+            t += kMs;
+            src->on_timer(t, cap);
+        }
+        return cap.count(PacketType::rdata) - before;
+    };
+    std::vector<std::size_t> firsts;
+    std::vector<std::size_t> seconds;
+    for (std::uint32_t b = 0; b < 3; ++b) {
+        std::int64_t t = static_cast<std::int64_t>(b) * spell;
+        for (std::uint32_t i = 0; i < kBurst; ++i) {  // 1,000 B every 10 us: 100 MB/s
+            REQUIRE(src->send(testing::make_message(i, 1000), t, cap).has_value());
+            t += 10'000;
+        }
+        t += 20 * kMs;  // the receiver NAKs after its back-off
+        firsts.push_back(round(b * kBurst, t));
+        t += 50 * kMs;  // and again: the repairs were lost too
+        seconds.push_back(round(b * kBurst, t));
+    }
+    INFO("first rounds " << firsts[0] << " " << firsts[1] << " " << firsts[2] << ", second "
+                         << seconds[0] << " " << seconds[1] << " " << seconds[2]);
+    // The first round of the first burst: a new requester's start credit and its share of
+    // the spell (491 of 600 here); later bursts find at least as much.
+    CHECK(firsts[0] >= kBurst * 3 / 4);
+    CHECK(seconds[0] > 0);  // the idle spell's credit is what pays for it
+    for (std::size_t b = 1; b < 3; ++b) {
+        CHECK(firsts[b] >= firsts[0]);
+        // Alike, within 5 %. (When the rate meter's interval spanned the quiet spell before a
+        // burst, the third burst's second round got 311 of 600.)
+        CHECK(seconds[b] + seconds[b] / 20 >= seconds[0]);
+    }
+}
+
 TEST_CASE("requesters are told apart by address, not port, a full table forgets the oldest",
           "[protocol][source][budget]") {
     auto cfg = testing::source_config();

@@ -369,6 +369,39 @@ TEST_CASE("the same sqn NAKed every millisecond gets max_repairs_per_sqn RDATA, 
     CHECK(c.ncf_suppressed == 1000 - sc.max_repairs_per_sqn);
 }
 
+// Repeats are counted per host heard NAKing in the last second: two hosts whose receivers keep
+// losing one sqn's repairs (overflowing buffers) each get the count, and no number of
+// addresses makes one sqn's repeats more than 255.
+TEST_CASE("max_repairs_per_sqn is per NAKing host, at most 255 RDATA of one sqn in all",
+          "[hostile][source]") {
+    auto sc = testing::source_config();
+    sc.repair_budget_percent = 10000;  // only the repeat count limits here
+    sc.requester_budget_percent = 10000;
+    const std::int64_t repeat =
+        std::max(sc.timers.nak_elimination_ns, sc.timers.nak_rdata_ivl_ns / 2);
+    const std::int64_t span = std::max<std::int64_t>(2 * kSec, 300 * repeat);
+    const auto run = [&](int hosts) {
+        Net net(sc);
+        std::uint64_t msg = 0;
+        net.publish(msg++, 1000);
+        std::int64_t k = 0;
+        while (net.now < span) {
+            if (net.now % (10 * kMs) == 0) {
+                net.publish(msg++, 1000);  // sqn 0 stays in the window
+            }
+            if (net.now % kMs == 0) {
+                net.inject(host(static_cast<std::uint8_t>(100 + (k++ % hosts))),
+                           nak(sc, Sqn{0}, {}));
+            }
+            net.step(10 * kUs);
+        }
+        return net.rdata.size();
+    };
+    CHECK(run(1) == sc.max_repairs_per_sqn);
+    CHECK(run(2) == 2 * sc.max_repairs_per_sqn);
+    CHECK(run(64) == 255);
+}
+
 TEST_CASE("a spoofing requester at full speed does not starve an honest one's repairs",
           "[hostile][source]") {
     // Without the requester's share (requester_budget_percent = 10000), the attacker takes

@@ -52,6 +52,10 @@ inline void add_consumer_options(CLI::App& app, ConsumerArgs& a) {
                    "The archiver's replay service, HOST:PORT: catch up from it when behind");
     app.add_option("--window", a.feed.window, "Receive window, packets (default 65536)")
         ->check(prizma::tools::whole(64, 1U << 20U));
+    app.add_option("--pgm-history", a.feed.max_recover,
+                   "PGM history a fresh consumer asks the cores for, packets (default 0: the "
+                   "whole window); what is older comes from the archiver (--replay)")
+        ->check(prizma::tools::whole(0, 1U << 20U));
     app.add_flag("--spin", a.spin, "Busy-poll (default: block on the context's fd)");
     app.add_flag("--exit-at-end", a.exit_at_end, "Exit after the session-end record");
     app.add_option("--silence-probe-ms", a.silence_probe_ms,

@@ -322,6 +322,11 @@ prizma::Result<std::unique_ptr<Feed>, prizma::Error> Feed::open(prizma::Context&
     // recovery costs every core a repair of each packet recovered, and the cores' repair
     // budget is better kept for a restarted archiver, which has no one else to ask.
     co.recover_history = co.recover_history && options.replay_host.empty();
+    if (!co.recover_history) {
+        // Only a young stream's head (a consumer that started with the cores but lost their
+        // first packets) is taken from them then, not a window of it.
+        co.max_recover_sqns = std::min<std::uint32_t>(co.max_recover_sqns, 1024);
+    }
     if (options.max_recover != 0) {
         co.max_recover_sqns = std::min(options.max_recover, co.max_recover_sqns);
     }

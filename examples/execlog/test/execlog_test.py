@@ -439,8 +439,11 @@ def plan_none(s, rnd):
     s.start_cores()
     time.sleep(0.5)
     # A late joiner: a second risk engine with no state, started mid-day, from the archiver.
+    # It asks PGM for one packet of history: a whole window's (the default) would still hold
+    # the day so far, and it would never need the archiver.
     late = s.add("risk-late", "execlog-risk", s.sub_uri(24), "--state", s.dir + "/risk-late.state",
-                 "--replay", "127.0.0.1:%d" % s.replay_port, "--exit-at-end", "--print-ms", "0")
+                 "--replay", "127.0.0.1:%d" % s.replay_port, "--exit-at-end", "--print-ms", "0",
+                 "--pgm-history", "1")
     late.start()
     s.verify_kw = {"late": ("risk-late",)}
     s.procs["risk-late"] = late

@@ -294,6 +294,41 @@ TEST_CASE("auth: peers with the key repair loss, a sender without it changes not
     CHECK(src.source().counters().nak_received > 0);  // the receivers' signed NAKs taken
 }
 
+// Unused key slots hold id 0 and zero bytes: a packet naming any id that is not configured is
+// unknown whatever its key bytes (the unused slots' all-zero key included), and every
+// configured id still verifies with its own key, not another configured one's.
+TEST_CASE("auth: a key id that is not configured is refused whatever the key bytes",
+          "[unit][auth]") {
+    using V = pubsub::Authenticator::Verdict;
+    const auto a = make_auth(keys({{1, 0x11}, {3, 0x33}}));  // slots 3 and 4 unused
+    const std::uint64_t now = pubsub::Authenticator::wall_now_ms();
+    std::vector<std::byte> scratch(70000);
+    const auto c = testing::source_config();
+    pgm::PacketSpec s;
+    s.type = PacketType::odata;
+    s.sport = c.tsi.sport;
+    s.dport = c.dport;
+    s.gsi = c.tsi.gsi;
+    s.sqn = Sqn{7};
+    const auto msg = testing::make_message(7, 64);
+    s.tsdu_length = 64;
+    const auto verdict = [&](std::uint32_t id, std::uint8_t fill) {
+        return a.verify(parse(signed_packet(make_auth(keys({{id, fill}})), s, msg, now)), scratch,
+                        now);
+    };
+    for (const std::uint32_t id : {0U, 2U, 4U, 5U, 0xffffffffU}) {
+        INFO("key id " << id);
+        CHECK(verdict(id, 0x00) == V::unknown_key);
+        CHECK(verdict(id, 0x11) == V::unknown_key);
+        CHECK(verdict(id, 0x33) == V::unknown_key);
+    }
+    CHECK(verdict(1, 0x11) == V::ok);
+    CHECK(verdict(3, 0x33) == V::ok);
+    CHECK(verdict(1, 0x33) == V::bad_tag);
+    CHECK(verdict(3, 0x11) == V::bad_tag);
+    CHECK(verdict(1, 0x00) == V::bad_tag);
+}
+
 TEST_CASE("auth: key rotation: receivers holding both keys take either", "[unit][auth]") {
     testing::Sim sim;
     pubsub::SessionConfig rc;

@@ -767,6 +767,22 @@ std::vector<std::byte> frame_of(std::uint8_t kind, std::uint64_t seq, std::uint6
     return f;
 }
 
+/// A well-formed record frame: record `seq` of stream 42, epoch 1, as the journal holds it
+/// (its header, checksum and payload all right), only not the one that was due.
+std::vector<std::byte> record_frame(std::uint64_t seq) {
+    const auto payload = body(seq);
+    std::vector<std::byte> rec(prizma::RecordHeader::kBytes + payload.size());
+    prizma::RecordHeader::write(rec, 42, 1, seq, payload);
+    std::copy(payload.begin(), payload.end(), rec.begin() + prizma::RecordHeader::kBytes);
+    std::vector<std::byte> f(prizma::journal::kFrameHeader);
+    const std::size_t head = std::min<std::size_t>(rec.size(), 28);
+    prizma::journal::write_header(f.data(), static_cast<std::uint32_t>(rec.size()),
+                                  prizma::journal::kRecord, seq, 1,
+                                  std::span<const std::byte>(rec.data(), head));
+    f.insert(f.end(), rec.begin(), rec.end());
+    return f;
+}
+
 /// Live from `first` on mem://, a journal of [0, first) behind an honest server, a joiner from
 /// 0 whose first server lies.
 struct TrustRig {
@@ -820,9 +836,13 @@ TEST_CASE("late join: a lying replay server never moves the position, the next s
           "[unit][replay][security][late_join]") {
     constexpr std::uint64_t kFirst = 3000;
     constexpr std::uint64_t kN = 4000;
-    const auto lie = GENERATE(as<std::string>{}, "loss to 2^64-1", "loss ahead", "foreign epoch");
+    const auto lie = GENERATE(as<std::string>{}, "loss to 2^64-1", "loss ahead", "foreign epoch",
+                              "record ahead");
     CAPTURE(lie);
     LyingServer liar([&](std::uint64_t from) {
+        if (lie == "record ahead") {
+            return record_frame(from + 10);  // as if [from, from + 10) had been seen
+        }
         if (lie == "loss to 2^64-1") {
             return frame_of(prizma::journal::kLoss, from, UINT64_MAX - from);
         }

@@ -2,6 +2,7 @@
 // Lossless streams (docs/STREAMS.md) over mem:// channels: the record header, hot-standby
 // arbitration of two copies (one channel or A/B channels) under independent loss, failover,
 // a record lost on both copies, divergence and epochs. Counts and orders only.
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -325,22 +326,30 @@ TEST_CASE("stream: a diverging copy is reported, a new epoch resets, old epochs 
     REQUIRE((sub && pa && pb));
     auto stream = make_stream(*sub);
     Log log;
-    const auto pump = [&] {
-        for (int i = 0; i < 200; ++i) {
+    // Polls until `done` holds (at most 10 s: a loaded host, the sanitizers), then 50 times
+    // more, so that what should not happen has the chance to: no count of polls decides.
+    const auto pump = [&](const auto& done) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!done() && std::chrono::steady_clock::now() < deadline) {
+            (void)ctx.poll();
+            stream.poll(64, [&](const prizma::StreamEvent& e) { log.take(e); });
+        }
+        for (int i = 0; i < 50; ++i) {
             (void)ctx.poll();
             stream.poll(64, [&](const prizma::StreamEvent& e) { log.take(e); });
         }
     };
+    const auto& c = stream.counters();
     auto a = prizma::StreamPublisher::create(*pa, 42, 1).value();
     for (std::uint64_t i = 0; i < 10; ++i) {
         REQUIRE(a.offer(body(i)).has_value());
     }
-    pump();
+    pump([&] { return log.records.size() >= 10; });
     REQUIRE(log.records.size() == 10);
     // The standby writes record 5 with other bytes: a divergence, nothing delivered twice.
     auto b = prizma::StreamPublisher::create(*pb, 42, 1, 5).value();
     REQUIRE(b.offer(body(99)).has_value());
-    pump();
+    pump([&] { return c.divergences >= 1; });
     CHECK(log.divergences == std::vector<std::uint64_t>{5});
     CHECK(log.records.size() == 10);
     CHECK(stream.counters().divergences == 1);
@@ -349,21 +358,21 @@ TEST_CASE("stream: a diverging copy is reported, a new epoch resets, old epochs 
     for (std::uint64_t i = 0; i < 3; ++i) {
         REQUIRE(a2.offer(body(i)).has_value());
     }
-    pump();
+    pump([&] { return log.records.size() >= 13; });
     CHECK(log.resets == std::vector<std::uint64_t>{0});
     REQUIRE(log.records.size() == 13);
     CHECK(log.records[10] == 0);
     CHECK(log.records[12] == 2);
     // The old epoch's copy goes on: dropped and counted.
     REQUIRE(b.offer(body(6)).has_value());
-    pump();
+    pump([&] { return c.stale_epoch >= 1; });
     CHECK(log.records.size() == 13);
     CHECK(stream.counters().stale_epoch == 1);
     // Another stream's records and non-records are counted, not delivered.
     auto other = prizma::StreamPublisher::create(*pa, 7, 2, 3).value();
     REQUIRE(other.offer(body(3)).has_value());
     REQUIRE(pa->offer(body(1, 10)).has_value());
-    pump();
+    pump([&] { return c.foreign >= 2; });
     CHECK(log.records.size() == 13);
     CHECK(stream.counters().foreign == 2);
     // An older prizma's record (header version 1, its own checksum), this stream's next: told
@@ -375,7 +384,7 @@ TEST_CASE("stream: a diverging copy is reported, a new epoch resets, old epochs 
     prizma::RecordHeader::write(v1, 7, 2, 3, {});
     v1[0] = std::byte{1};
     REQUIRE(pa->offer(v1).has_value());
-    pump();
+    pump([&] { return c.other_version >= 1 && c.foreign >= 3; });
     CHECK(log.records.size() == 13);
     CHECK(stream.counters().other_version == 1);
     CHECK(stream.counters().foreign == 3);

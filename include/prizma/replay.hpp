@@ -63,9 +63,17 @@ struct ReplayServerOptions {
     /// Bytes queued per client before the server stops reading its journal for it: a client
     /// that does not read only fills its own buffer (and its socket's).
     std::size_t client_buffer_bytes = std::size_t{256} << 10U;
+    /// Clients served at once: connections whose TLS handshake is done (plaintext: at once).
     std::size_t max_clients = 64;
-    /// Connections at once from one client address; more are closed at once (`refused`).
+    /// Such clients at once from one client address; more are closed (`refused`). Also the
+    /// bound on one address's connections still in their handshake.
     std::size_t max_clients_per_address = 8;
+    /// Connections still in their TLS handshake (not authenticated), counted apart from
+    /// max_clients: idle sockets cannot take an authenticated client's place. When they are
+    /// all taken (or one address has max_clients_per_address of them), a new connection takes
+    /// the place of the oldest that has sent nothing yet, else of the oldest
+    /// (`handshakes_evicted`).
+    std::size_t max_handshakes = 64;
     /// Client addresses allowed to connect, as CIDR prefixes ("10.1.2.0/24", "::1/128", or a
     /// bare address); empty = any. Others are closed at once (`refused`).
     std::vector<std::string> allow;
@@ -77,6 +85,9 @@ struct ReplayServerOptions {
     /// the handshake) and is closed: a connection that says nothing cannot hold one of the
     /// max_clients places.
     std::chrono::milliseconds request_timeout{5000};
+    /// A connection whose TLS handshake is not done this long after connecting is closed
+    /// (`timeouts`, `handshake_failures`): a handshake takes a few round trips.
+    std::chrono::milliseconds handshake_timeout{1000};
     /// A client whose socket took no byte for this long (it stopped reading) is closed, in
     /// every state (streaming, or with its end or error frame still queued); 0 = never. Its
     /// place goes to another client.
@@ -95,6 +106,8 @@ struct ReplayServerCounters {
                                            ///< certificate, a plaintext or replayed hello)
     std::uint64_t kernel_tls = 0;          ///< TLS connections whose sending the kernel took over
                                            ///< (ReplaySecurity::kernel_tls)
+    std::uint64_t handshakes_evicted = 0;  ///< connections in their handshake closed to make
+                                           ///< room for a newer one (max_handshakes)
 };
 
 /// Serves journal ranges to TCP clients, many at once, from one thread (epoll, non-blocking

@@ -77,6 +77,7 @@ struct ReplayServer::Impl {
     std::atomic<std::uint64_t> c_refused{0};
     std::atomic<std::uint64_t> c_handshake_failures{0};
     std::atomic<std::uint64_t> c_kernel_tls{0};
+    std::atomic<std::uint64_t> c_handshakes_evicted{0};
     std::jthread thread;
 
     static void queue_frame(Client& c,
@@ -98,7 +99,9 @@ struct ReplayServer::Impl {
         c.closing = true;
         c_errors.fetch_add(1, std::memory_order_relaxed);
     }
-    [[nodiscard]] bool admit(const replay::PeerAddress& a) const noexcept;
+    [[nodiscard]] bool allowed(const replay::PeerAddress& a) const noexcept;
+    [[nodiscard]] bool under_caps(const replay::PeerAddress& a, const Client* self) const noexcept;
+    void make_room(const replay::PeerAddress& a);
     void accept_clients();
     void on_event(Client& c);
     void read_request(Client& c);
@@ -110,16 +113,60 @@ struct ReplayServer::Impl {
     void run(const std::stop_token& st);
 };
 
-// Allowed by the allow-list and under the per-address cap.
-bool ReplayServer::Impl::admit(const replay::PeerAddress& a) const noexcept {
-    if (!allow.empty()
-        && std::none_of(allow.begin(), allow.end(), [&](const auto& p) { return p.contains(a); })) {
-        return false;
+bool ReplayServer::Impl::allowed(const replay::PeerAddress& a) const noexcept {
+    return allow.empty()
+           || std::any_of(allow.begin(), allow.end(), [&](const auto& p) { return p.contains(a); });
+}
+
+// Room for one more authenticated client (other than `self`): under max_clients, and under
+// max_clients_per_address for its address. Connections still in their handshake do not count.
+bool ReplayServer::Impl::under_caps(const replay::PeerAddress& a,
+                                    const Client* self) const noexcept {
+    std::size_t all = 0;
+    std::size_t same = 0;
+    for (const auto& c : clients) {
+        if (c.get() != self && c->handshaken && !c->gone) {
+            ++all;
+            same += c->peer == a ? 1U : 0U;
+        }
     }
-    const auto same =
-        std::count_if(clients.begin(), clients.end(), [&](const auto& c) { return c->peer == a; });
-    return static_cast<std::size_t>(same) < opt.max_clients_per_address
-           && clients.size() < opt.max_clients;
+    return all < opt.max_clients && same < opt.max_clients_per_address;
+}
+
+// A new connection from `a` is about to start its handshake: when the connections in their
+// handshake are at max_handshakes, or `a`'s at max_clients_per_address, the oldest of them
+// (of `a`'s, when it is `a` that is full) that has sent nothing yet gives up its place, else
+// the oldest. So idle sockets cannot keep an honest client from its handshake; a flood of
+// connections that do send only shortens how long each has (handshake_timeout bounds it).
+void ReplayServer::Impl::make_room(const replay::PeerAddress& a) {
+    std::size_t all = 0;
+    std::size_t same = 0;
+    for (const auto& c : clients) {
+        if (!c->handshaken && !c->gone) {
+            ++all;
+            same += c->peer == a ? 1U : 0U;
+        }
+    }
+    const bool own = same >= opt.max_clients_per_address;
+    if (!own && all < opt.max_handshakes) {
+        return;
+    }
+    Client* victim = nullptr;
+    for (const auto& c : clients) {
+        if (c->handshaken || c->gone || (own && !(c->peer == a))) {
+            continue;
+        }
+        const bool silent = c->link.received() == 0;
+        const bool victim_silent = victim != nullptr && victim->link.received() == 0;
+        if (victim == nullptr || (silent && !victim_silent)
+            || (silent == victim_silent && c->accepted_ns < victim->accepted_ns)) {
+            victim = c.get();
+        }
+    }
+    if (victim != nullptr) {
+        victim->gone = true;  // closed in the next round
+        c_handshakes_evicted.fetch_add(1, std::memory_order_relaxed);
+    }
 }
 
 void ReplayServer::Impl::accept_clients() {
@@ -134,9 +181,12 @@ void ReplayServer::Impl::accept_clients() {
         auto c = std::make_unique<Client>();
         c->fd.reset(fd);
         c->peer = replay::peer_address(from);
-        if (!admit(c->peer)) {
+        if (!allowed(c->peer) || !under_caps(c->peer, nullptr)) {
             c_refused.fetch_add(1, std::memory_order_relaxed);
             continue;  // closed at once: the client sees the connection reset
+        }
+        if (tls->protection() != replay::Protection::plaintext) {
+            make_room(c->peer);
         }
         auto link = replay::Link::make(*tls, fd, true, {});
         if (!link) {
@@ -209,6 +259,11 @@ void ReplayServer::Impl::on_event(Client& c) {
     if (!c.handshaken) {
         switch (c.link.handshake()) {
             case replay::Link::Io::done:
+                if (!under_caps(c.peer, &c)) {
+                    c_refused.fetch_add(1, std::memory_order_relaxed);
+                    c.gone = true;  // authenticated, but every place is taken
+                    return;
+                }
                 c.handshaken = true;
                 if (c.link.kernel_tx()) {
                     c_kernel_tls.fetch_add(1, std::memory_order_relaxed);
@@ -355,7 +410,7 @@ bool ReplayServer::Impl::expired(Client& c, std::int64_t now) {
         return true;
     }
     const bool late = now - c.accepted_ns > to_ns(opt.request_timeout);
-    if (!c.handshaken && late) {
+    if (!c.handshaken && (late || now - c.accepted_ns > to_ns(opt.handshake_timeout))) {
         c_timeouts.fetch_add(1, std::memory_order_relaxed);
         c_handshake_failures.fetch_add(1, std::memory_order_relaxed);
         return true;
@@ -423,14 +478,16 @@ Result<ReplayServer, Error> ReplayServer::start(const ReplayServerOptions& optio
         return sa.error();
     }
     if (options.client_buffer_bytes < 4096 || options.max_clients == 0
-        || options.max_clients_per_address == 0) {
+        || options.max_clients_per_address == 0 || options.max_handshakes == 0) {
         return Error(Errc::invalid_argument,
-                     "replay: client_buffer_bytes must be >= 4096, max_clients and "
-                     "max_clients_per_address > 0");
+                     "replay: client_buffer_bytes must be >= 4096, max_clients, "
+                     "max_clients_per_address and max_handshakes > 0");
     }
-    if (options.request_timeout.count() <= 0 || options.stall_timeout.count() < 0) {
+    if (options.request_timeout.count() <= 0 || options.handshake_timeout.count() <= 0
+        || options.stall_timeout.count() < 0) {
         return Error(Errc::invalid_argument,
-                     "replay: request_timeout must be > 0 and stall_timeout >= 0 (0: never)");
+                     "replay: request_timeout and handshake_timeout must be > 0 and "
+                     "stall_timeout >= 0 (0: never)");
     }
     auto allow = replay::parse_allow_list(options.allow);
     if (!allow) {
@@ -514,6 +571,7 @@ ReplayServerCounters ReplayServer::counters() const noexcept {
     c.refused = impl_->c_refused.load(std::memory_order_relaxed);
     c.handshake_failures = impl_->c_handshake_failures.load(std::memory_order_relaxed);
     c.kernel_tls = impl_->c_kernel_tls.load(std::memory_order_relaxed);
+    c.handshakes_evicted = impl_->c_handshakes_evicted.load(std::memory_order_relaxed);
     return c;
 }
 

@@ -117,6 +117,7 @@ struct Link::Wire {
     int fd = -1;
     std::vector<std::byte> out;
     std::size_t sent = 0;
+    std::size_t received = 0;  // bytes read (Link::received())
     /// Sends what is gathered; false when the socket is full (or failed: errno says).
     bool flush() noexcept {
         while (sent < out.size()) {
@@ -162,6 +163,7 @@ int bio_read(BIO* b, char* data, std::size_t len, std::size_t* got) {
     const ssize_t n = ::recv(wire_of(b)->fd, data, len, 0);
     if (n > 0) {
         *got = static_cast<std::size_t>(n);
+        wire_of(b)->received += *got;
         return 1;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -602,6 +604,10 @@ Link::Io Link::flush() noexcept {
 
 std::size_t Link::pending() const noexcept {
     return wire_ ? wire_->out.size() - wire_->sent : 0;
+}
+
+std::size_t Link::received() const noexcept {
+    return wire_ ? wire_->received : 0;
 }
 
 }  // namespace prizma::replay

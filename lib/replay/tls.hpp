@@ -96,6 +96,8 @@ public:
     /// Sends gathered ciphertext: done (maybe with some still pending), or failed.
     Io flush() noexcept;
     [[nodiscard]] std::size_t pending() const noexcept;
+    /// Bytes read from the socket so far (TLS: ciphertext, the handshake's included).
+    [[nodiscard]] std::size_t received() const noexcept;
     /// What failed, after Io::failed.
     [[nodiscard]] const std::string& error() const noexcept { return error_; }
     [[nodiscard]] bool secure() const noexcept { return ssl_ != nullptr; }

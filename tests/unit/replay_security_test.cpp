@@ -1064,3 +1064,100 @@ TEST_CASE("replay tls: with certificates a client that presents none is refused 
     CHECK(server.counters().requests == before.requests + 1);
     CHECK(server.counters().handshake_failures == before.handshake_failures + 1);
 }
+
+namespace {
+
+/// Idle TCP connections to 127.0.0.1:port from 127.0.0.1 .. 127.0.0.`addresses`, `per_address`
+/// each, never sending a byte; each one the server closes is opened again at once (on its own
+/// thread), so the flood stands for as long as the object lives.
+struct IdleFlood {
+    std::atomic<bool> stop{false};
+    std::atomic<std::uint64_t> closed_by_server{0};
+    std::atomic<std::uint64_t> connected{0};
+    std::thread thread;
+    IdleFlood(std::uint16_t port, int addresses, int per_address) {
+        thread = std::thread([this, port, addresses, per_address] {
+            const auto n = static_cast<std::size_t>(addresses * per_address);
+            std::vector<pollfd> fds(n, pollfd{-1, POLLIN, 0});
+            while (!stop.load()) {
+                for (std::size_t k = 0; k < n; ++k) {
+                    if (fds[k].fd >= 0) {
+                        continue;
+                    }
+                    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                    sockaddr_in sa{};
+                    sa.sin_family = AF_INET;
+                    sa.sin_addr.s_addr = htonl(
+                        INADDR_LOOPBACK
+                        + static_cast<std::uint32_t>(k % static_cast<std::size_t>(addresses)));
+                    (void)::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);
+                    sa.sin_port = htons(port);
+                    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                    (void)::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);
+                    fds[k].fd = fd;
+                    ++connected;
+                }
+                if (::poll(fds.data(), fds.size(), 1) <= 0) {
+                    continue;
+                }
+                for (auto& p : fds) {
+                    if (p.fd >= 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+                        char b;
+                        if (::recv(p.fd, &b, 1, MSG_DONTWAIT) <= 0) {  // EOF or reset
+                            ::close(p.fd);
+                            p.fd = -1;
+                            ++closed_by_server;
+                        }
+                    }
+                }
+            }
+            for (const auto& p : fds) {
+                if (p.fd >= 0) {
+                    ::close(p.fd);
+                }
+            }
+        });
+    }
+    ~IdleFlood() {
+        stop = true;
+        thread.join();
+    }
+    IdleFlood(const IdleFlood&) = delete;
+    IdleFlood& operator=(const IdleFlood&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("replay tls: idle sockets in their handshake do not refuse an honest keyed client",
+          "[unit][replay][security][process]") {
+    const TempDir dir;
+    make_journal(dir.path, 2000);
+    prizma::ReplayServerOptions so;
+    so.streams = {{42, dir.path}};
+    so.security.keys = keys(7, 0x11);
+    so.handshake_timeout = std::chrono::milliseconds(300);
+    auto server = prizma::ReplayServer::start(so);
+    REQUIRE(server.has_value());
+    // 12 addresses x 8 (the per-address cap) idle sockets: more than max_clients (64) and
+    // max_handshakes (64), 127.0.0.1 (the honest client's own address) among them, each
+    // reopened as soon as the server closes it.
+    IdleFlood flood(server->port(), 12, 8);
+    REQUIRE(eventually([&] { return flood.connected.load() >= 96; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Served during the flood, three times, each the whole range.
+    for (int k = 0; k < 3; ++k) {
+        const Outcome honest = fetch(server->port(), so.security);
+        CHECK(honest.done);
+        CHECK(honest.records == 2000);
+        CHECK(honest.bad == 0);
+    }
+    // The flood is held: no idle socket keeps a place past handshake_timeout, none gets a
+    // request served, and the honest clients' handshakes all completed.
+    const std::uint64_t closed = flood.closed_by_server.load();
+    CHECK(eventually([&] { return flood.closed_by_server.load() >= closed + 96; },
+                     std::chrono::seconds(3)));
+    const auto c = server->counters();
+    CHECK(c.requests == 3);
+    CHECK(c.handshakes_evicted + c.timeouts + c.refused > 96);
+    CHECK(c.handshake_failures >= c.timeouts);
+}

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <prizma/replay.hpp>
 
@@ -100,6 +101,11 @@ struct ReplayServer::Impl {
         c_errors.fetch_add(1, std::memory_order_relaxed);
     }
     [[nodiscard]] bool allowed(const replay::PeerAddress& a) const noexcept;
+    /// Live clients (not `self`) in their handshake (`handshaken` false) or past it: all of
+    /// them, and those from `a`.
+    [[nodiscard]] std::pair<std::size_t, std::size_t> tally(const replay::PeerAddress& a,
+                                                            bool handshaken,
+                                                            const Client* self) const noexcept;
     [[nodiscard]] bool under_caps(const replay::PeerAddress& a, const Client* self) const noexcept;
     void make_room(const replay::PeerAddress& a);
     void accept_clients();
@@ -118,18 +124,25 @@ bool ReplayServer::Impl::allowed(const replay::PeerAddress& a) const noexcept {
            || std::any_of(allow.begin(), allow.end(), [&](const auto& p) { return p.contains(a); });
 }
 
-// Room for one more authenticated client (other than `self`): under max_clients, and under
-// max_clients_per_address for its address. Connections still in their handshake do not count.
-bool ReplayServer::Impl::under_caps(const replay::PeerAddress& a,
-                                    const Client* self) const noexcept {
+std::pair<std::size_t, std::size_t> ReplayServer::Impl::tally(const replay::PeerAddress& a,
+                                                              bool handshaken,
+                                                              const Client* self) const noexcept {
     std::size_t all = 0;
     std::size_t same = 0;
     for (const auto& c : clients) {
-        if (c.get() != self && c->handshaken && !c->gone) {
+        if (c.get() != self && c->handshaken == handshaken && !c->gone) {
             ++all;
             same += c->peer == a ? 1U : 0U;
         }
     }
+    return {all, same};
+}
+
+// Room for one more authenticated client (other than `self`): under max_clients, and under
+// max_clients_per_address for its address. Connections still in their handshake do not count.
+bool ReplayServer::Impl::under_caps(const replay::PeerAddress& a,
+                                    const Client* self) const noexcept {
+    const auto [all, same] = tally(a, true, self);
     return all < opt.max_clients && same < opt.max_clients_per_address;
 }
 
@@ -139,14 +152,7 @@ bool ReplayServer::Impl::under_caps(const replay::PeerAddress& a,
 // the oldest. So idle sockets cannot keep an honest client from its handshake; a flood of
 // connections that do send only shortens how long each has (handshake_timeout bounds it).
 void ReplayServer::Impl::make_room(const replay::PeerAddress& a) {
-    std::size_t all = 0;
-    std::size_t same = 0;
-    for (const auto& c : clients) {
-        if (!c->handshaken && !c->gone) {
-            ++all;
-            same += c->peer == a ? 1U : 0U;
-        }
-    }
+    const auto [all, same] = tally(a, false, nullptr);
     const bool own = same >= opt.max_clients_per_address;
     if (!own && all < opt.max_handshakes) {
         return;

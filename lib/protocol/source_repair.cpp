@@ -262,9 +262,13 @@ bool Source::admit(Sqn s, Requester& rq, std::int64_t now_ns) noexcept {
     // max_repairs_per_sqn per host heard NAKing in the last kActiveNs (at most 255 in all): a
     // receiver that overflows its buffer loses a repair again, and several such hosts each
     // need their own repeats; what all the repeats cost stays within the budgets above.
-    const std::uint32_t repeats = static_cast<std::uint32_t>(std::min<std::size_t>(
-        std::size_t{cfg_.max_repairs_per_sqn} * active_requesters(now_ns), UINT8_MAX));
-    if (waited_for ? sl.waited_count >= cfg_.max_repairs_per_sqn : sl.rdata_count >= repeats) {
+    // (The requester table is walked only once the plain count is reached.)
+    const auto repeats_spent = [&] {
+        return sl.rdata_count >= cfg_.max_repairs_per_sqn
+               && sl.rdata_count >= std::min<std::size_t>(
+                      std::size_t{cfg_.max_repairs_per_sqn} * active_requesters(now_ns), UINT8_MAX);
+    };
+    if (waited_for ? sl.waited_count >= cfg_.max_repairs_per_sqn : repeats_spent()) {
         ++counters_.nak_repeat_limited;
         ++counters_.nak_ignored;
         return false;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include <prizma/options.hpp>
 #include <prizma/replay.hpp>
 
 #include "md/bars.hpp"
@@ -27,7 +28,7 @@ struct Config {
     std::uint32_t stream_id = 1;
     /// A feed whose history is within this many packets when the gateway joins is taken from
     /// its start (ChannelOptions::max_recover_sqns); 1: from the first packet heard.
-    std::uint32_t join_history = 1024;
+    std::uint32_t join_history = prizma::ChannelOptions{}.max_recover_sqns;
     std::string recorder;                      // HOST:PORT of md-recorder's replay service
     prizma::ReplaySecurity recorder_security;  // how it is reached (keys, certificates)
 

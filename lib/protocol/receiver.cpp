@@ -90,7 +90,7 @@ Receiver::Receiver(const ReceiverConfig& cfg) : cfg_(cfg) {
                           ? std::max(cfg.storage_budget_bytes, floor)
                           : std::max<std::size_t>(cfg.preallocated_peers, 4) * peer_bytes_;
     repair_limit_ns_ = protocol::repair_limit_ns(cfg.timers);
-    nak_burst_ = cfg.nak_burst_sqns != 0 ? cfg.nak_burst_sqns : 512;
+    nak_burst_ = cfg.nak_burst_sqns != 0 ? cfg.nak_burst_sqns : kDefaultNakBurst;
     max_gap_ = std::min(capacity_, std::max(capacity_ / 16, 1024U));
     status_step_ = std::max(capacity_ / 4, 1U);
     fin_limit_ns_ = fin_limit(cfg.timers);

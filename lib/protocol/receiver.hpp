@@ -242,7 +242,8 @@ private:
     // Key of the payload fingerprints (conflict detection): SipHash-2-4's 16 bytes, random.
     std::array<unsigned char, 16> print_key_{};
     std::int64_t repair_limit_ns_ = 0;
-    std::uint32_t nak_burst_ = 512;  // NAK pacing (ReceiverConfig::nak_burst_sqns)
+    static constexpr std::uint32_t kDefaultNakBurst = 512;  // ReceiverConfig::nak_burst_sqns 0
+    std::uint32_t nak_burst_ = kDefaultNakBurst;            // NAK pacing
     std::int64_t fin_limit_ns_ = 0;
     std::uint32_t max_gap_ = 0;      // most missing sqns one data packet may open
     std::uint32_t status_step_ = 1;  // flow control: a status per this many sqns consumed

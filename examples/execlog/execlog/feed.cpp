@@ -325,7 +325,8 @@ prizma::Result<std::unique_ptr<Feed>, prizma::Error> Feed::open(prizma::Context&
     if (!co.recover_history) {
         // Only a young stream's head (a consumer that started with the cores but lost their
         // first packets) is taken from them then, not a window of it.
-        co.max_recover_sqns = std::min<std::uint32_t>(co.max_recover_sqns, 1024);
+        co.max_recover_sqns =
+            std::min(co.max_recover_sqns, prizma::ChannelOptions{}.max_recover_sqns);
     }
     if (options.max_recover != 0) {
         co.max_recover_sqns = std::min(options.max_recover, co.max_recover_sqns);
